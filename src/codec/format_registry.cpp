@@ -1,0 +1,91 @@
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "codec/format.h"
+#include "codec/kernels.h"
+
+namespace tkv {
+
+Status Codec::quantize(const float* x, size_t n, uint8_t* out, Impl impl) const {
+  const int dp = padded(d_);
+  std::vector<float> buf(dp, 0.0f), rot(dp, 0.0f);
+  for (size_t r = 0; r < n; ++r) {
+    const float* row = x + r * d_;
+    size_t bad = 0;
+    if (!all_finite(row, d_, &bad)) {
+      std::ostringstream os;
+      os << name_ << ": row " << r << " element " << bad << " is " << row[bad]
+         << " (NaN or Inf cannot be stored)";
+      return Status::Error(os.str());
+    }
+    if (rotation_) {
+      rotation_->forward(row, rot.data(), impl);
+    } else {
+      std::memcpy(rot.data(), row, sizeof(float) * d_);
+    }
+    Status s = encode_row(rot.data(), out + r * row_bytes_, impl);
+    if (!s.ok()) return Status::Error(name_ + ": row " + std::to_string(r) + ": " + s.message());
+  }
+  return Status::Ok();
+}
+
+void Codec::dequantize(const uint8_t* in, size_t n, float* out, Impl impl) const {
+  std::vector<float> tmp(padded(d_), 0.0f);
+  for (size_t r = 0; r < n; ++r) {
+    if (rotation_) {
+      decode_row(in + r * row_bytes_, tmp.data(), impl);
+      rotation_->inverse(tmp.data(), out + r * d_, impl);
+    } else {
+      decode_row(in + r * row_bytes_, out + r * d_, impl);
+    }
+  }
+}
+
+Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64_t seed) {
+  if (d < 8 || d > 1024)
+    return Status::Error("format " + std::string(name) + ": head dim " + std::to_string(d) +
+                         " is outside the supported range [8, 1024]");
+  std::unique_ptr<Codec> c;
+  if (name == "f32" || name == "f16" || name == "bf16") {
+    c = make_plain_codec(name, d);
+  } else if (name == "q8_0" || name == "q4_0" || name == "q8_0r" || name == "q4_0r") {
+    c = make_llama_codec(name, d, seed);
+  } else if (name.substr(0, 2) == "tq") {
+    c = make_turbo_codec(name, d, seed);
+  }
+  if (!c) {
+    std::string known;
+    for (const auto& n : all_format_names()) known += (known.empty() ? "" : " ") + n;
+    return Status::Error("unknown KV format '" + std::string(name) + "' (known: " + known +
+                         ", and tq1..tq8, tq1.5..tq7.5 with optional -nc)");
+  }
+  return c;
+}
+
+const std::vector<std::string>& all_format_names() {
+  static const std::vector<std::string> names = {
+      "f32",  "f16",   "bf16", "q8_0",  "q8_0r", "q4_0", "q4_0r",  "tq1",    "tq2",
+      "tq2.5", "tq3",  "tq3.5", "tq4",  "tq4.5", "tq5",  "tq6",    "tq7",    "tq8",
+      "tq2-nc", "tq3-nc", "tq4-nc"};
+  return names;
+}
+
+Expected<std::vector<std::string>> parse_format_list(std::string_view list) {
+  if (list == "all") return all_format_names();
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string_view::npos) comma = list.size();
+    std::string item(list.substr(pos, comma - pos));
+    if (item.empty()) return Status::Error("empty format name in list '" + std::string(list) + "'");
+    auto c = make_codec(item, 128);
+    if (!c) return c.status();
+    out.push_back(item);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace tkv

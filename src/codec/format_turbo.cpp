@@ -1,0 +1,142 @@
+// tq formats (TurboQuant-style): rotate, one 16-bit norm, Lloyd-Max codes.
+//   tqB     B bits for every rotated coordinate (B = 1..8);
+//   tqB.5   B.5 bits per value in total, norm included: the first k coordinates
+//           get B+1 bits, the rest B, with k the largest that fits the budget;
+//   -nc     norm correction: store n / ||ĉ|| so the decoded row keeps norm n.
+// Codes are packed in bit planes (8, 4, 2, 1 bits wide) so no code straddles a byte.
+#include <charconv>
+#include <cmath>
+#include <cstring>
+
+#include "codec/format.h"
+#include "codec/kernels.h"
+#include "util/fp16.h"
+
+namespace tkv {
+namespace {
+
+std::vector<int> plane_widths(int bits) {
+  if (bits == 8) return {8};
+  std::vector<int> w;
+  for (int p : {4, 2, 1})
+    if (bits >= p) { w.push_back(p); bits -= p; }
+  return w;
+}
+
+size_t coded_bytes(int n, int bits) {
+  size_t b = 0;
+  for (int w : plane_widths(bits)) b += plane_bytes(n, w);
+  return b;
+}
+
+class TurboCodec final : public Codec {
+ public:
+  TurboCodec(std::string_view name, int d, int bits, bool half, bool nc, std::shared_ptr<const Rotation> rot)
+      : Codec(std::string(name), d, FormatFamily::kTurbo), bits_(bits), nc_(nc) {
+    rotation_ = std::move(rot);
+    lo_ = &lloyd_max(d, bits);
+    k_ = 0;
+    if (half) {
+      hi_ = &lloyd_max(d, bits + 1);
+      const double budget = (bits + 0.5) * d;  // bits per row
+      for (int k = d; k >= 0; --k)
+        if (8.0 * (2 + coded_bytes(k, bits + 1) + coded_bytes(d - k, bits)) <= budget) { k_ = k; break; }
+    } else {
+      hi_ = lo_;
+    }
+    row_bytes_ = 2 + coded_bytes(k_, bits + (half ? 1 : 0)) + coded_bytes(d - k_, bits);
+  }
+
+  int bits() const { return bits_; }
+  int wide_coords() const { return k_; }
+
+ protected:
+  Status encode_row(float* y, uint8_t* out, Impl impl) const override {
+    float ss = impl == Impl::kRef ? ref::sumsq(y, d_) : simd::sumsq(y, d_);
+    double norm = std::sqrt(static_cast<double>(ss));
+    if (!std::isfinite(ss)) {  // squares overflowed float: redo in double
+      double s = 0;
+      for (int i = 0; i < d_; ++i) s += static_cast<double>(y[i]) * y[i];
+      norm = std::sqrt(s);
+    }
+    if (norm >= kUNormMax)
+      return Status::Error("norm " + std::to_string(norm) + " exceeds the tq norm range (8.58e9)");
+    const float n = static_cast<float>(norm);
+    const float inv = n > 0.0f ? 1.0f / n : 0.0f;
+    uint8_t codes[1024];
+    auto enc = impl == Impl::kRef ? ref::encode_cells : simd::encode_cells;
+    enc(y, k_, inv, hi_->boundaries_f.data(), static_cast<int>(hi_->boundaries_f.size()), codes);
+    enc(y + k_, d_ - k_, inv, lo_->boundaries_f.data(), static_cast<int>(lo_->boundaries_f.size()), codes + k_);
+    float stored = n;
+    if (nc_ && n > 0.0f) {
+      double c2 = 0;
+      for (int i = 0; i < d_; ++i) {
+        const double c = (i < k_ ? hi_ : lo_)->centroids_f[codes[i]];
+        c2 += c * c;
+      }
+      stored = static_cast<float>(norm / std::sqrt(c2));
+    }
+    const uint16_t h = f32_to_unorm16(stored);
+    std::memcpy(out, &h, 2);
+    uint8_t* p = out + 2;
+    for (int w = 0, shift = 0; w < 2; ++w) {  // wide part, then narrow part
+      const int n_vals = w == 0 ? k_ : d_ - k_;
+      const int b = w == 0 ? hi_->bits : bits_;
+      if (n_vals == 0) continue;
+      shift = 0;
+      for (int width : plane_widths(b)) {
+        p += pack_plane(codes + (w == 0 ? 0 : k_), n_vals, width, shift, p);
+        shift += width;
+      }
+    }
+    return Status::Ok();
+  }
+
+  void decode_row(const uint8_t* in, float* out, Impl impl) const override {
+    uint16_t h;
+    std::memcpy(&h, in, 2);
+    const float scale = unorm16_to_f32(h);
+    uint8_t codes[1024] = {0};
+    const uint8_t* p = in + 2;
+    for (int w = 0; w < 2; ++w) {
+      const int n_vals = w == 0 ? k_ : d_ - k_;
+      const int b = w == 0 ? hi_->bits : bits_;
+      if (n_vals == 0) continue;
+      int shift = 0;
+      for (int width : plane_widths(b)) {
+        unpack_plane_or(p, n_vals, width, shift, codes + (w == 0 ? 0 : k_));
+        p += plane_bytes(n_vals, width);
+        shift += width;
+      }
+    }
+    auto dec = impl == Impl::kRef ? ref::decode_cells : simd::decode_cells;
+    dec(codes, k_, hi_->centroids_f.data(), scale, out);
+    dec(codes + k_, d_ - k_, lo_->centroids_f.data(), scale, out + k_);
+  }
+
+ private:
+  int bits_;
+  bool nc_;
+  int k_;  // coordinates coded with hi_ (bits_ + 1 bits for tqB.5)
+  const Codebook* lo_;
+  const Codebook* hi_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_turbo_codec(std::string_view name, int d, uint64_t seed) {
+  std::string_view s = name.substr(2);
+  bool nc = false;
+  if (s.size() > 3 && s.substr(s.size() - 3) == "-nc") { nc = true; s.remove_suffix(3); }
+  bool half = false;
+  if (s.size() > 2 && s.substr(s.size() - 2) == ".5") { half = true; s.remove_suffix(2); }
+  int bits = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), bits);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) return nullptr;
+  if (bits < 1 || bits > (half ? 7 : 8)) return nullptr;
+  auto rot = Rotation::make(d, seed);
+  if (!rot) return nullptr;
+  return std::make_unique<TurboCodec>(name, d, bits, half, nc, *rot);
+}
+
+}  // namespace tkv

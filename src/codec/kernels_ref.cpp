@@ -1,0 +1,132 @@
+// Scalar reference kernels: the specification the SIMD path must match bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "codec/kernels.h"
+#include "util/fp16.h"
+
+namespace tkv {
+namespace ref {
+
+static void fwht(float* y, int d) {
+  for (int h = 1; h < d; h *= 2)
+    for (int i = 0; i < d; i += 2 * h)
+      for (int j = i; j < i + h; ++j) {
+        const float a = y[j], b = y[j + h];
+        y[j] = a + b;
+        y[j + h] = a - b;
+      }
+}
+
+void rht_forward(const float* x, const float* sign, float scale, float* y, int d) {
+  for (int i = 0; i < d; ++i) y[i] = x[i] * sign[i];
+  fwht(y, d);
+  for (int i = 0; i < d; ++i) y[i] *= scale;
+}
+
+void rht_inverse(const float* y, const float* sign, float scale, float* x, int d) {
+  for (int i = 0; i < d; ++i) x[i] = y[i];
+  fwht(x, d);
+  for (int i = 0; i < d; ++i) x[i] = (x[i] * scale) * sign[i];
+}
+
+void matvec_cols(const float* m, const float* x, float* y, int d) {
+  for (int j = 0; j < d; ++j) y[j] = 0.0f;
+  for (int i = 0; i < d; ++i) {
+    const float xi = x[i];
+    const float* col = m + static_cast<size_t>(i) * d;
+    for (int j = 0; j < d; ++j) y[j] = std::fma(xi, col[j], y[j]);
+  }
+}
+
+float sumsq(const float* x, int d) {
+  float p[16] = {0};
+  for (int i = 0; i < d; ++i) p[i % 16] = std::fma(x[i], x[i], p[i % 16]);
+  // Fixed reduction tree: halve the width each step (matches the SIMD path).
+  for (int w = 8; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) p[i] = p[i] + p[i + w];
+  return p[0];
+}
+
+void encode_cells(const float* y, int n, float inv, const float* bnd, int nb, uint8_t* codes) {
+  for (int i = 0; i < n; ++i) {
+    const float u = y[i] * inv;
+    // Binary search for the number of boundaries strictly below u.
+    codes[i] = static_cast<uint8_t>(std::lower_bound(bnd, bnd + nb, u) - bnd);
+  }
+}
+
+void decode_cells(const uint8_t* codes, int n, const float* cent, float scale, float* out) {
+  for (int i = 0; i < n; ++i) out[i] = scale * cent[codes[i]];
+}
+
+void quantize_q8_0(const float* x, int nblocks, uint8_t* out) {
+  for (int b = 0; b < nblocks; ++b, x += 32, out += 34) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float dl = amax / 127.0f;
+    const float id = dl != 0.0f ? 1.0f / dl : 0.0f;
+    const uint16_t h = f32_to_f16(dl);
+    std::memcpy(out, &h, 2);
+    for (int j = 0; j < 32; ++j) out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+  }
+}
+
+void quantize_q4_0(const float* x, int nblocks, uint8_t* out) {
+  for (int b = 0; b < nblocks; ++b, x += 32, out += 18) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(x[j])) { amax = std::fabs(x[j]); max = x[j]; }
+    const float dl = max / -8.0f;
+    const float id = dl != 0.0f ? 1.0f / dl : 0.0f;
+    const uint16_t h = f32_to_f16(dl);
+    std::memcpy(out, &h, 2);
+    for (int j = 0; j < 16; ++j) {
+      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
+      const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
+      out[2 + j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+}  // namespace ref
+
+bool all_finite(const float* x, size_t n, size_t* bad_index) {
+  // Fast pass: x*0 is NaN exactly for NaN and ±Inf.
+  float acc = 0.0f;
+  for (size_t i = 0; i < n; ++i) acc += x[i] * 0.0f;
+  if (acc == 0.0f) return true;
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) { if (bad_index) *bad_index = i; return false; }
+  return true;
+}
+
+size_t plane_bytes(int n, int width) { return (static_cast<size_t>(n) * width + 7) / 8; }
+
+size_t pack_plane(const uint8_t* vals, int n, int width, int shift, uint8_t* out) {
+  const size_t nbytes = plane_bytes(n, width);
+  std::memset(out, 0, nbytes);
+  const unsigned mask = (1u << width) - 1u;
+  if (width == 8) {
+    for (int i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(vals[i] >> shift);
+    return nbytes;
+  }
+  const int per = 8 / width;  // values per byte (width is 1, 2 or 4)
+  for (int i = 0; i < n; ++i)
+    out[i / per] |= static_cast<uint8_t>(((vals[i] >> shift) & mask) << ((i % per) * width));
+  return nbytes;
+}
+
+void unpack_plane_or(const uint8_t* in, int n, int width, int shift, uint8_t* vals) {
+  if (width == 8) {
+    for (int i = 0; i < n; ++i) vals[i] |= static_cast<uint8_t>(in[i] << shift);
+    return;
+  }
+  const unsigned mask = (1u << width) - 1u;
+  const int per = 8 / width;
+  for (int i = 0; i < n; ++i)
+    vals[i] |= static_cast<uint8_t>(((in[i / per] >> ((i % per) * width)) & mask) << shift);
+}
+
+}  // namespace tkv

