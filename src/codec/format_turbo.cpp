@@ -60,7 +60,7 @@ class TurboCodec final : public Codec {
       norm = std::sqrt(s);
     }
     if (norm >= kUNormMax)
-      return Status::Error("norm " + std::to_string(norm) + " exceeds the tq norm range (8.58e9)");
+      return Status::Error("norm " + std::to_string(norm) + " exceeds the tq norm range (4.29e9)");
     const float n = static_cast<float>(norm);
     const float inv = n > 0.0f ? 1.0f / n : 0.0f;
     uint8_t codes[1024];

@@ -48,11 +48,11 @@ inline uint16_t f32_to_bf16(float f) {
 inline float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
 
 // Norm storage: an unsigned float with 6 exponent bits and 10 mantissa bits
-// (fp16 precision, no sign bit since norms are >= 0). Range 2^-31 .. 2^33
-// (about 4.7e-10 .. 8.6e9) instead of fp16's 6e-5 .. 65504, so norms of 1e-6
-// and 1e6 keep 11 significant bits. 0 encodes exactly 0.
+// (fp16 precision, no sign bit since norms are >= 0). Range 2^-31 .. 2^32
+// (about 4.7e-10 .. 4.29e9) instead of fp16's 6e-5 .. 65504, so norms of 1e-6
+// and 1e6 keep 11 significant bits. 0 encodes exactly 0; smaller values flush to 0.
 constexpr uint32_t kUNormExpBias = 127 - 32;  // float exponent of code exponent 0
-constexpr float kUNormMax = 8.58e9f;           // below the largest code
+constexpr float kUNormMax = 4.29e9f;           // below the largest code (2^32 - 2^21)
 inline uint16_t f32_to_unorm16(float n) {      // n finite, >= 0, < kUNormMax
   uint32_t x = f32_bits(n);
   if (x < ((kUNormExpBias + 1) << 23)) return 0;  // below 2^-31: zero

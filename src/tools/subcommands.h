@@ -1,0 +1,16 @@
+// Every `turbokv` subcommand registers itself on the top-level app with one
+// function defined in its own file; main.cpp calls them all. A subcommand's
+// callback reports failures on stderr and throws CLI::RuntimeError(1), which
+// main turns into exit code 1 (never an abort).
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace tkv {
+
+void register_kv_stats(CLI::App& app);  // kv_stats_cli.cpp
+void register_demo(CLI::App& app);      // demo.cpp
+
+}  // namespace tkv
