@@ -18,6 +18,27 @@ namespace tkv {
 
 enum class FormatFamily { kPlain, kLlamaBlock, kTurbo };
 
+// What attention kernels need to read rows without going through Codec:
+// the kind of row, and for tq rows the code planes and centroid tables.
+struct RowLayout {
+  enum class Kind { kF32, kF16, kBF16, kQ8_0, kQ4_0, kTurbo };
+  struct Plane {
+    int width = 0;      // bits per code in this plane: 1, 2, 4 or 8
+    int shift = 0;      // where these bits go in the code
+    size_t offset = 0;  // byte offset of the plane in the row
+  };
+  struct Part {         // a run of coordinates coded with one codebook
+    int begin = 0, count = 0, bits = 0;
+    const float* centroids = nullptr;  // 2^bits entries
+    int nplanes = 0;
+    Plane planes[4];
+  };
+  Kind kind = Kind::kF32;
+  int d = 0;
+  int nparts = 0;       // kTurbo: coordinates [0, wide) then [wide, d)
+  Part parts[2];
+};
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -28,6 +49,7 @@ class Codec {
   FormatFamily family() const { return family_; }
   // Non-null when rows are coded after a rotation: decode_rotated() returns R x̂.
   const Rotation* rotation() const { return rotation_.get(); }
+  const RowLayout& layout() const { return layout_; }
 
   // Quantize n rows of d floats into n * row_bytes() bytes. A row with NaN or
   // Inf, or a value outside the format's range, fails with a message naming the
@@ -52,11 +74,12 @@ class Codec {
   FormatFamily family_;
   size_t row_bytes_ = 0;
   std::shared_ptr<const Rotation> rotation_;
+  RowLayout layout_;
 };
 
 // Creates a codec by name: f32 f16 bf16 q8_0 q4_0 q8_0r q4_0r tqB (B = 1..8),
-// tqB.5 (B = 1..7, B.5 bits per value in total, norm included) and tqB-nc /
-// tqB.5-nc (norm correction). d from 8 to 1024 (q formats: any d, the last
+// tqB.5 (B = 1..7, B.5 bits per value in total, norm included), each with an
+// optional suffix -nc (norm correction) or -ip (unbiased inner products). d from 8 to 1024 (q formats: any d, the last
 // block zero-padded); the seed picks the rotation.
 Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64_t seed = kDefaultSeed);
 

@@ -18,6 +18,8 @@ class LlamaBlockCodec final : public Codec {
     rotation_ = std::move(rot);
     nblocks_ = (d + 31) / 32;
     row_bytes_ = static_cast<size_t>(nblocks_) * (q8 ? 34 : 18);
+    layout_.kind = q8 ? RowLayout::Kind::kQ8_0 : RowLayout::Kind::kQ4_0;
+    layout_.d = d;
   }
 
  protected:

@@ -13,6 +13,8 @@ class PlainCodec final : public Codec {
   enum Kind { kF32, kF16, kBF16 };
   PlainCodec(std::string_view name, int d, Kind k) : Codec(std::string(name), d, FormatFamily::kPlain), kind_(k) {
     row_bytes_ = static_cast<size_t>(d) * (k == kF32 ? 4 : 2);
+    layout_.kind = k == kF32 ? RowLayout::Kind::kF32 : k == kF16 ? RowLayout::Kind::kF16 : RowLayout::Kind::kBF16;
+    layout_.d = d;
   }
 
  protected:

@@ -58,7 +58,7 @@ Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64
     std::string known;
     for (const auto& n : all_format_names()) known += (known.empty() ? "" : " ") + n;
     return Status::Error("unknown KV format '" + std::string(name) + "' (known: " + known +
-                         ", and tq1..tq8, tq1.5..tq7.5 with optional -nc)");
+                         ", and tq1..tq8, tq1.5..tq7.5 with optional -nc or -ip)");
   }
   return c;
 }
@@ -67,7 +67,7 @@ const std::vector<std::string>& all_format_names() {
   static const std::vector<std::string> names = {
       "f32",  "f16",   "bf16", "q8_0",  "q8_0r", "q4_0", "q4_0r",  "tq1",    "tq2",
       "tq2.5", "tq3",  "tq3.5", "tq4",  "tq4.5", "tq5",  "tq6",    "tq7",    "tq8",
-      "tq2-nc", "tq3-nc", "tq4-nc"};
+      "tq2-nc", "tq3-nc", "tq4-nc", "tq2-ip", "tq3-ip", "tq4-ip"};
   return names;
 }
 

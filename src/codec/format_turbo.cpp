@@ -29,10 +29,12 @@ size_t coded_bytes(int n, int bits) {
   return b;
 }
 
+enum class NormMode { kPlain, kCorrect, kUnbiased };
+
 class TurboCodec final : public Codec {
  public:
-  TurboCodec(std::string_view name, int d, int bits, bool half, bool nc, std::shared_ptr<const Rotation> rot)
-      : Codec(std::string(name), d, FormatFamily::kTurbo), bits_(bits), nc_(nc) {
+  TurboCodec(std::string_view name, int d, int bits, bool half, NormMode mode, std::shared_ptr<const Rotation> rot)
+      : Codec(std::string(name), d, FormatFamily::kTurbo), bits_(bits), mode_(mode) {
     rotation_ = std::move(rot);
     lo_ = &lloyd_max(d, bits);
     k_ = 0;
@@ -45,10 +47,25 @@ class TurboCodec final : public Codec {
       hi_ = lo_;
     }
     row_bytes_ = 2 + coded_bytes(k_, bits + (half ? 1 : 0)) + coded_bytes(d - k_, bits);
+    layout_.kind = RowLayout::Kind::kTurbo;
+    layout_.d = d;
+    size_t off = 2;
+    for (int w = 0; w < 2; ++w) {
+      const int n_vals = w == 0 ? k_ : d - k_;
+      if (n_vals == 0) continue;
+      RowLayout::Part& part = layout_.parts[layout_.nparts++];
+      part.begin = w == 0 ? 0 : k_;
+      part.count = n_vals;
+      part.bits = w == 0 ? hi_->bits : bits_;
+      part.centroids = (w == 0 ? hi_ : lo_)->centroids_f.data();
+      int shift = 0;
+      for (int width : plane_widths(part.bits)) {
+        part.planes[part.nplanes++] = {width, shift, off};
+        off += plane_bytes(n_vals, width);
+        shift += width;
+      }
+    }
   }
-
-  int bits() const { return bits_; }
-  int wide_coords() const { return k_; }
 
  protected:
   Status encode_row(float* y, uint8_t* out, Impl impl) const override {
@@ -68,26 +85,24 @@ class TurboCodec final : public Codec {
     enc(y, k_, inv, hi_->boundaries_f.data(), static_cast<int>(hi_->boundaries_f.size()), codes);
     enc(y + k_, d_ - k_, inv, lo_->boundaries_f.data(), static_cast<int>(lo_->boundaries_f.size()), codes + k_);
     float stored = n;
-    if (nc_ && n > 0.0f) {
-      double c2 = 0;
+    if (mode_ != NormMode::kPlain && n > 0.0f) {
+      double c2 = 0, uc = 0;
       for (int i = 0; i < d_; ++i) {
         const double c = (i < k_ ? hi_ : lo_)->centroids_f[codes[i]];
         c2 += c * c;
+        uc += c * (static_cast<double>(y[i]) / norm);
       }
-      stored = static_cast<float>(norm / std::sqrt(c2));
+      // -nc: decoded norm equals n.  -ip: the decoded row's component along x
+      // equals x, so q·x̂ - q·x is zero-mean over rotations (unbiased scores).
+      stored = static_cast<float>(mode_ == NormMode::kCorrect ? norm / std::sqrt(c2) : norm / uc);
     }
     const uint16_t h = f32_to_unorm16(stored);
     std::memcpy(out, &h, 2);
-    uint8_t* p = out + 2;
-    for (int w = 0, shift = 0; w < 2; ++w) {  // wide part, then narrow part
-      const int n_vals = w == 0 ? k_ : d_ - k_;
-      const int b = w == 0 ? hi_->bits : bits_;
-      if (n_vals == 0) continue;
-      shift = 0;
-      for (int width : plane_widths(b)) {
-        p += pack_plane(codes + (w == 0 ? 0 : k_), n_vals, width, shift, p);
-        shift += width;
-      }
+    for (int pi = 0; pi < layout_.nparts; ++pi) {
+      const RowLayout::Part& part = layout_.parts[pi];
+      for (int k = 0; k < part.nplanes; ++k)
+        pack_plane(codes + part.begin, part.count, part.planes[k].width, part.planes[k].shift,
+                   out + part.planes[k].offset);
     }
     return Status::Ok();
   }
@@ -97,17 +112,11 @@ class TurboCodec final : public Codec {
     std::memcpy(&h, in, 2);
     const float scale = unorm16_to_f32(h);
     uint8_t codes[1024] = {0};
-    const uint8_t* p = in + 2;
-    for (int w = 0; w < 2; ++w) {
-      const int n_vals = w == 0 ? k_ : d_ - k_;
-      const int b = w == 0 ? hi_->bits : bits_;
-      if (n_vals == 0) continue;
-      int shift = 0;
-      for (int width : plane_widths(b)) {
-        unpack_plane_or(p, n_vals, width, shift, codes + (w == 0 ? 0 : k_));
-        p += plane_bytes(n_vals, width);
-        shift += width;
-      }
+    for (int pi = 0; pi < layout_.nparts; ++pi) {
+      const RowLayout::Part& part = layout_.parts[pi];
+      for (int k = 0; k < part.nplanes; ++k)
+        unpack_plane_or(in + part.planes[k].offset, part.count, part.planes[k].width, part.planes[k].shift,
+                        codes + part.begin);
     }
     auto dec = impl == Impl::kRef ? ref::decode_cells : simd::decode_cells;
     dec(codes, k_, hi_->centroids_f.data(), scale, out);
@@ -116,7 +125,7 @@ class TurboCodec final : public Codec {
 
  private:
   int bits_;
-  bool nc_;
+  NormMode mode_;
   int k_;  // coordinates coded with hi_ (bits_ + 1 bits for tqB.5)
   const Codebook* lo_;
   const Codebook* hi_;
@@ -126,8 +135,9 @@ class TurboCodec final : public Codec {
 
 std::unique_ptr<Codec> make_turbo_codec(std::string_view name, int d, uint64_t seed) {
   std::string_view s = name.substr(2);
-  bool nc = false;
-  if (s.size() > 3 && s.substr(s.size() - 3) == "-nc") { nc = true; s.remove_suffix(3); }
+  NormMode mode = NormMode::kPlain;
+  if (s.size() > 3 && s.substr(s.size() - 3) == "-nc") { mode = NormMode::kCorrect; s.remove_suffix(3); }
+  else if (s.size() > 3 && s.substr(s.size() - 3) == "-ip") { mode = NormMode::kUnbiased; s.remove_suffix(3); }
   bool half = false;
   if (s.size() > 2 && s.substr(s.size() - 2) == ".5") { half = true; s.remove_suffix(2); }
   int bits = 0;
@@ -136,7 +146,7 @@ std::unique_ptr<Codec> make_turbo_codec(std::string_view name, int d, uint64_t s
   if (bits < 1 || bits > (half ? 7 : 8)) return nullptr;
   auto rot = Rotation::make(d, seed);
   if (!rot) return nullptr;
-  return std::make_unique<TurboCodec>(name, d, bits, half, nc, *rot);
+  return std::make_unique<TurboCodec>(name, d, bits, half, mode, *rot);
 }
 
 }  // namespace tkv

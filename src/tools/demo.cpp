@@ -58,7 +58,7 @@ std::vector<std::string> demo_verdicts(const std::vector<KvStatsRow>& rows) {
       std::snprintf(buf, sizeof buf, " (%.1fx the rate-distortion bound)", f->rd_ratio);
       line += buf;
     }
-    if (const KvStatsRow* c = find_row(rows, f->format, true); c && f->rel_mse > 0) {
+    if (const KvStatsRow* c = find_row(rows, f->format, true); c && f->rel_mse > 0) {  // DESIGN.md 1.4
       std::snprintf(buf, sizeof buf, ", %.2g mean-centred", c->rel_mse);
       line += buf;
     }
@@ -77,12 +77,27 @@ std::vector<std::string> demo_verdicts(const std::vector<KvStatsRow>& rows) {
         if (is_tq(g->format) && g->bits_per_value <= f->bits_per_value + 1e-9 && g->rel_mse < f->rel_mse &&
             (!better || g->bits_per_value < better->bits_per_value))
           better = g;
-    if (beaten) {
+    // ...else, for tq, how it compares with the largest baseline below it.
+    const KvStatsRow* below = nullptr;
+    for (const KvStatsRow* g : plain)
+      if (!is_tq(g->format) && g->bits_per_value < f->bits_per_value &&
+          (!below || g->bits_per_value > below->bits_per_value ||
+           (g->bits_per_value == below->bits_per_value && g->rel_mse < below->rel_mse)))
+        below = g;
+    if (f->rel_mse == 0) {
+      line += " -- lossless on these vectors";
+    } else if (beaten) {
       line += " -- beats " + beaten->format + " " + fewer_or_equal(f->bits_per_value, beaten->bits_per_value);
     } else if (better) {
       line += " -- " + better->format + " does better " + fewer_or_equal(better->bits_per_value, f->bits_per_value);
+    } else if (is_tq(f->format) && below && f->rel_mse < below->rel_mse) {
+      std::snprintf(buf, sizeof buf, " -- %.1fx less error than %s for %+.2f bits", below->rel_mse / f->rel_mse,
+                    below->format.c_str(), f->bits_per_value - below->bits_per_value);
+      line += buf;
+    } else if (is_tq(f->format) && !below) {
+      line += " -- no baseline format here is this small";
     } else {
-      line += " -- no baseline here has more error at this size";
+      line += " -- nothing here does better at no more bits";
     }
     out.push_back(line);
   }
@@ -96,7 +111,8 @@ Status run_demo(std::ostream& out) {
 
   auto synth = kv_stats(synthetic_kv({}), "synthetic", opt);
   if (!synth) return synth.status();
-  out << "Synthetic keys (2 heads x 2048 vectors, d = 128, channel RMS 0.2..6, mean offsets):\n"
+  out << "Synthetic keys (2 heads x 2048 vectors, d = 128; channel RMS 0.2..6, log-normal,\n"
+         "~half the energy in per-channel means, like real keys):\n"
       << kv_stats_table(*synth) << "\n";
 
   const std::vector<KvStatsRow>* verdict_rows = &*synth;

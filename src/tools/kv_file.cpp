@@ -75,8 +75,10 @@ Expected<KvFile> read_kv_file(const std::string& path) {
   const std::string dims = "kv_heads " + std::to_string(kv.kv_heads) + " x tokens " +
                            std::to_string(kv.tokens) + " x head_dim " + std::to_string(kv.head_dim);
   if (want_ld > static_cast<long double>(size)) {
+    char implied[64];  // may exceed 64 bits: print the exact long double
+    std::snprintf(implied, sizeof implied, "%.0Lf", want_ld);
     return Status::Error(path + ": truncated: file has " + std::to_string(size) + " bytes, header (" + dims +
-                         " float32) implies " + std::to_string(static_cast<unsigned long long>(want_ld)));
+                         " float32) implies " + implied);
   }
   const uint64_t want = static_cast<uint64_t>(want_ld);
   if (want != static_cast<uint64_t>(size))

@@ -246,26 +246,22 @@ Expected<KvFile> kv_roundtrip(const KvFile& kv, const std::string& format, bool 
 }
 
 std::string kv_stats_table(const std::vector<KvStatsRow>& rows) {
-  std::string t;
+  // Each variant's block is 48 characters wide: "%9 %9 %9 %9 %8" and spaces.
+  auto title = [](const std::string& name) {
+    const size_t left = (48 - name.size() - 2) / 2, right = 48 - name.size() - 2 - left;
+    return std::string(left, '-') + " " + name + " " + std::string(right, '-');
+  };
+  const std::string cols = "  rel MSE    cosine    IP err  attn err RD ratio";
+  std::string t = std::string(24, ' ') + " | " + title("plain") + " | " + title("mean-centred") + "\n" +
+                  "format   bits/val  x<f16 | " + cols + " | " + cols + "\n";
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-8s %8s %6s | %-56s | %-56s\n", "", "", "",
-                "------------------ plain ------------------",
-                "-------------- mean-centred --------------");
-  t += buf;
-  const char* metric_hdr = "%9s %9s %9s %9s %8s";
-  std::string m1(64, '\0');
-  std::snprintf(m1.data(), m1.size(), metric_hdr, "rel MSE", "cosine", "IP err", "attn err", "RD ratio");
-  m1.resize(std::strlen(m1.c_str()));
-  std::snprintf(buf, sizeof buf, "%-8s %8s %6s | %-56s | %-56s\n", "format", "bits/val", "x<f16", m1.c_str(),
-                m1.c_str());
-  t += buf;
   auto metrics = [](const KvStatsRow* r) {
     char b[96];
     if (!r) {
       std::snprintf(b, sizeof b, "%9s %9s %9s %9s %8s", "-", "-", "-", "-", "-");
     } else {
-      std::snprintf(b, sizeof b, "%9.3e %9.6f %9.3e %9.3e %8.3f", r->rel_mse, r->cosine, r->ip_rel_err,
-                    r->attn_rel_err, r->rd_ratio);
+      std::snprintf(b, sizeof b, r->rd_ratio < 1000 ? "%9.3e %9.6f %9.3e %9.3e %8.4g" : "%9.3e %9.6f %9.3e %9.3e %8.2e",
+                    r->rel_mse, r->cosine, r->ip_rel_err, r->attn_rel_err, r->rd_ratio);
     }
     return std::string(b);
   };
@@ -277,7 +273,7 @@ std::string kv_stats_table(const std::vector<KvStatsRow>& rows) {
     for (const auto& r : rows)
       if (r.format == name) (r.mean_centered ? centered : plain) = &r;
     const KvStatsRow* any = plain ? plain : centered;
-    std::snprintf(buf, sizeof buf, "%-8s %8.3f %6.2f | %-56s | %-56s\n", name.c_str(), any->bits_per_value,
+    std::snprintf(buf, sizeof buf, "%-8s %8.3f %6.2f | %s | %s\n", name.c_str(), any->bits_per_value,
                   any->size_vs_f16, metrics(plain).c_str(), metrics(centered).c_str());
     t += buf;
   }

@@ -77,7 +77,7 @@ void run_kv_stats(const KvStatsArgs& a) {
     so.seed = a.data_seed;
     report(synthetic_kv(so), "synthetic",
            "synthetic keys: " + std::to_string(a.heads) + " heads x " + std::to_string(a.n) + " vectors, d = " +
-               std::to_string(a.d) + " (channel RMS 0.2..6, mean offsets on 1/4 of channels)");
+               std::to_string(a.d) + " (channel RMS 0.2..6, ~half the energy in channel means)");
   }
   for (const auto& path : a.kv_files) {
     auto kv = read_kv_file(path);

@@ -15,7 +15,7 @@ constexpr const char* kVersion = "turbokv 0.1.0";
 int main(int argc, char** argv) {
   CLI::App app{"turbokv: LLM inference with a compressed KV cache (rotation + Lloyd-Max codebooks)"};
   app.set_version_flag("--version", kVersion);
-  app.require_subcommand(1);
+  // No require_subcommand(): it would be reported before an unknown flag.
   tkv::register_kv_stats(app);
   tkv::register_demo(app);
   try {
@@ -24,6 +24,10 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const std::exception& e) {  // e.g. out of memory: report, never abort
     std::cerr << "turbokv: error: " << e.what() << "\n";
+    return 1;
+  }
+  if (app.get_subcommands().empty()) {
+    std::cerr << app.help() << "\nturbokv: error: give a subcommand\n";
     return 1;
   }
   return 0;

@@ -1,5 +1,6 @@
 #include "tools/synthetic_kv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -14,19 +15,19 @@ KvFile synthetic_kv(const SyntheticKvOptions& opt) {
   kv.head_dim = static_cast<uint32_t>(opt.d);
   kv.data.resize(kv.values());
   Rng rng(opt.seed);
-  const double log_lo = std::log(opt.rms_lo), log_hi = std::log(opt.rms_hi);
-  std::vector<double> scale(opt.d), mean(opt.d);
+  std::vector<double> sd(opt.d), mean(opt.d);
   for (int h = 0; h < opt.heads; ++h) {
     for (int c = 0; c < opt.d; ++c) {
-      scale[c] = std::exp(log_lo + (log_hi - log_lo) * rng.uniform());
-      const bool offset = rng.uniform() < opt.mean_fraction;
+      const double rms =
+          std::clamp(opt.rms_median * std::exp(opt.rms_log_sigma * rng.gaussian()), opt.rms_lo, opt.rms_hi);
+      const double share = opt.max_mean_share * rng.uniform();  // of rms², held by the mean
       const double sign = rng.uniform() < 0.5 ? -1.0 : 1.0;
-      mean[c] = offset ? sign * opt.mean_scale * scale[c] : 0.0;
+      mean[c] = sign * rms * std::sqrt(share);
+      sd[c] = rms * std::sqrt(1.0 - share);
     }
     float* x = kv.head(static_cast<uint32_t>(h));
-    for (int t = 0; t < opt.tokens; ++t)
-      for (int c = 0; c < opt.d; ++c)
-        x[size_t{static_cast<size_t>(t)} * opt.d + c] = static_cast<float>(mean[c] + scale[c] * rng.gaussian());
+    for (size_t t = 0; t < kv.tokens; ++t)
+      for (int c = 0; c < opt.d; ++c) x[t * opt.d + c] = static_cast<float>(mean[c] + sd[c] * rng.gaussian());
   }
   return kv;
 }

@@ -31,6 +31,7 @@ class Expected {
   T&& value() && { return std::get<0>(std::move(v_)); }
   const T& value() const& { return std::get<0>(v_); }
   T& operator*() & { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }

@@ -1,0 +1,173 @@
+// Attention driver: prepares queries (rotate into K's domain, scale), splits the
+// work into (query tile, KV head, KV chunk) items run on OpenMP threads, merges
+// the partial softmax states in a fixed order (results do not depend on the
+// thread count), then rotates each output back from V's domain and adds mu_v.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <hwy/aligned_allocator.h>
+
+#include "attention/attention.h"
+#include "attention/kernel.h"
+#include "codec/kernels.h"
+
+namespace tkv {
+namespace {
+
+void init_reader(attn::RowReader& r, const Codec* c) {
+  r.codec = c;
+  r.layout = c->layout();
+  r.d = c->dim();
+  r.dp = padded(r.d);
+  r.row_bytes = c->row_bytes();
+  r.fast = attn::reader_fast_ok(r.layout, r.d);
+  std::memset(r.tables, 0, sizeof(r.tables));
+  for (int p = 0; p < r.layout.nparts; ++p)
+    std::memcpy(r.tables[p], r.layout.parts[p].centroids, sizeof(float) * (1u << r.layout.parts[p].bits));
+}
+
+// Chunk length depends only on n_kv, never on the thread count.
+int chunk_rows(int n_kv) { return std::clamp((n_kv / 16 + 31) / 32 * 32, 256, 2048); }
+
+}  // namespace
+
+Status attention(const AttentionArgs& a) {
+  Status st = check_attention_args(a);
+  if (!st.ok()) return st;
+  const int d = a.d, dp = padded(d), g = a.n_q_heads / a.n_kv_heads;
+  const float scale = a.scale > 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  attn::RowReader K, V;
+  init_reader(K, a.k.codec);
+  init_reader(V, a.v.codec);
+  const size_t ks = a.k.token_stride ? a.k.token_stride : a.n_kv_heads * K.row_bytes;
+  const size_t vs = a.v.token_stride ? a.v.token_stride : a.n_kv_heads * V.row_bytes;
+  const uint8_t* k_end = a.n_kv > 0 ? a.k.data + (a.n_kv - 1) * ks + a.n_kv_heads * K.row_bytes : a.k.data;
+  const uint8_t* v_end = a.n_kv > 0 ? a.v.data + (a.n_kv - 1) * vs + a.n_kv_heads * V.row_bytes : a.v.data;
+
+  // Queries in K's coding domain, pre-scaled: [n_q][n_q_heads][dp].
+  hwy::AlignedFreeUniquePtr<float[]> qp = hwy::AllocateAligned<float>(static_cast<size_t>(a.n_q) * a.n_q_heads * dp);
+  {
+    std::vector<float> tmp(dp, 0.0f);
+    for (int i = 0; i < a.n_q * a.n_q_heads; ++i) {
+      const float* q = a.q + static_cast<size_t>(i) * d;
+      float* dst = qp.get() + static_cast<size_t>(i) * dp;
+      if (const Rotation* R = a.k.codec->rotation()) {
+        R->forward(q, tmp.data());
+      } else {
+        std::memcpy(tmp.data(), q, sizeof(float) * d);
+      }
+      for (int c = 0; c < d; ++c) dst[c] = tmp[c] * scale;
+      for (int c = d; c < dp; ++c) dst[c] = 0.0f;
+    }
+  }
+
+  // Tiles of query tokens share every decoded row; prefill uses 8 tokens a tile.
+  const int tile = a.n_q == 1 ? 1 : std::min(8, a.n_q);
+  const int n_tiles = (a.n_q + tile - 1) / tile;
+  const int G_max = tile * g;
+  auto limit_of = [&](int i) {
+    return a.causal_offset < 0 ? a.n_kv : std::clamp(a.causal_offset + i + 1, 0, a.n_kv);
+  };
+  struct Item { int tile, head, r0, r1; size_t slot; };
+  std::vector<Item> items;
+  std::vector<size_t> first_item(static_cast<size_t>(n_tiles) * a.n_kv_heads + 1, 0);
+  const int chunk = chunk_rows(a.n_kv);
+  for (int t = 0; t < n_tiles; ++t) {
+    const int last_q = std::min(a.n_q, (t + 1) * tile) - 1;
+    const int rows = limit_of(last_q);
+    for (int h = 0; h < a.n_kv_heads; ++h) {
+      first_item[static_cast<size_t>(t) * a.n_kv_heads + h] = items.size();
+      for (int r0 = 0; r0 < rows; r0 += chunk)
+        items.push_back({t, h, r0, std::min(rows, r0 + chunk), items.size()});
+    }
+  }
+  first_item.back() = items.size();
+  const size_t n_items = items.size();
+  hwy::AlignedFreeUniquePtr<float[]> acc = hwy::AllocateAligned<float>(std::max<size_t>(1, n_items * G_max * dp));
+  std::vector<float> mbuf(n_items * G_max), lbuf(n_items * G_max);
+  std::vector<uint64_t> skipped(n_items, 0);
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(a.threads)
+  for (size_t it = 0; it < n_items; ++it) {
+    const Item& item = items[it];
+    const int q0 = item.tile * tile, q1 = std::min(a.n_q, q0 + tile);
+    const int G = (q1 - q0) * g;
+    int limits[8 * 64];
+    // Query vectors of this tile and head group are contiguous in qp only per
+    // token; gather them (order: token-major, then head within the group).
+    hwy::AlignedFreeUniquePtr<float[]> qg = hwy::AllocateAligned<float>(static_cast<size_t>(G) * dp);
+    for (int i = q0; i < q1; ++i)
+      for (int hq = 0; hq < g; ++hq) {
+        const int j = (i - q0) * g + hq;
+        std::memcpy(qg.get() + static_cast<size_t>(j) * dp,
+                    qp.get() + (static_cast<size_t>(i) * a.n_q_heads + item.head * g + hq) * dp, sizeof(float) * dp);
+        limits[j] = limit_of(i);
+      }
+    attn::Work w;
+    w.q = qg.get();
+    w.limit = limits;
+    w.G = G;
+    w.r0 = item.r0;
+    w.r1 = item.r1;
+    w.k_base = a.k.data + item.head * K.row_bytes;
+    w.v_base = a.v.data + item.head * V.row_bytes;
+    w.k_stride = ks;
+    w.v_stride = vs;
+    w.k_end = k_end;
+    w.v_end = v_end;
+    w.sparse_v = a.sparse_v;
+    w.m = &mbuf[it * G_max];
+    w.l = &lbuf[it * G_max];
+    w.acc = acc.get() + it * G_max * dp;
+    w.skipped = &skipped[it];
+    attn::run_work(K, V, w);
+  }
+
+  // Merge chunks (fixed order), normalise, rotate back, add mu_v.
+  std::vector<double> o(dp);
+  std::vector<float> of(dp), res(dp);
+  for (int t = 0; t < n_tiles; ++t)
+    for (int h = 0; h < a.n_kv_heads; ++h) {
+      const size_t b = first_item[static_cast<size_t>(t) * a.n_kv_heads + h];
+      const size_t e = first_item[static_cast<size_t>(t) * a.n_kv_heads + h + 1];
+      const int q0 = t * tile, q1 = std::min(a.n_q, q0 + tile);
+      for (int i = q0; i < q1; ++i)
+        for (int hq = 0; hq < g; ++hq) {
+          const int j = (i - q0) * g + hq;
+          float m = -std::numeric_limits<float>::infinity();
+          for (size_t it = b; it < e; ++it) m = std::max(m, mbuf[it * G_max + j]);
+          float* out = a.out + (static_cast<size_t>(i) * a.n_q_heads + h * g + hq) * d;
+          if (m == -std::numeric_limits<float>::infinity()) {  // nothing visible
+            std::memset(out, 0, sizeof(float) * d);
+            continue;
+          }
+          double l = 0;
+          std::fill(o.begin(), o.end(), 0.0);
+          for (size_t it = b; it < e; ++it) {
+            const float mi = mbuf[it * G_max + j];
+            if (mi == -std::numeric_limits<float>::infinity()) continue;
+            const double f = std::exp(static_cast<double>(mi) - m);
+            l += f * lbuf[it * G_max + j];
+            const float* ai = acc.get() + (it * G_max + j) * dp;
+            for (int c = 0; c < d; ++c) o[c] += f * ai[c];
+          }
+          for (int c = 0; c < d; ++c) of[c] = static_cast<float>(o[c] / l);
+          if (const Rotation* R = a.v.codec->rotation()) {
+            R->inverse(of.data(), res.data());
+          } else {
+            std::memcpy(res.data(), of.data(), sizeof(float) * d);
+          }
+          for (int c = 0; c < d; ++c) out[c] = res[c] + (a.mu_v ? a.mu_v[h * d + c] : 0.0f);
+        }
+    }
+  if (a.stats) {
+    for (const Item& item : items) a.stats->rows_scored += item.r1 - item.r0;
+    for (uint64_t s : skipped) a.stats->v_rows_skipped += s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace tkv

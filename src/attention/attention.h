@@ -1,0 +1,56 @@
+// Attention directly on compressed K/V rows (DESIGN.md 1.5). Rows are never
+// rebuilt in the original domain: each query is rotated once into K's coding
+// domain, scores come from codes and row scales, V is accumulated in V's
+// coding domain and rotated back once per output row.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "codec/format.h"
+#include "util/status.h"
+
+namespace tkv {
+
+// One layer's cached rows: row (token t, kv head h) is at data + t*token_stride + h*row_bytes.
+struct KvRows {
+  const Codec* codec = nullptr;
+  const uint8_t* data = nullptr;
+  size_t token_stride = 0;  // bytes; 0 means n_kv_heads * row_bytes
+};
+
+struct AttnStats {
+  uint64_t rows_scored = 0;   // K rows visited (per KV head, per query tile)
+  uint64_t v_rows_skipped = 0;  // V rows skipped by sparse V
+};
+
+struct AttentionArgs {
+  const float* q = nullptr;  // [n_q][n_q_heads][d]
+  int n_q = 1;
+  int n_q_heads = 1;
+  int n_kv = 0;              // cached tokens
+  int n_kv_heads = 1;        // n_q_heads must be a multiple
+  int d = 0;
+  KvRows k, v;
+  // Causal mask: query i attends to cached tokens j <= causal_offset + i.
+  // Negative means no mask (every query sees all n_kv tokens).
+  int causal_offset = -1;
+  float scale = 0.0f;        // softmax scale; 0 means 1/sqrt(d)
+  // Exact mean centring: rows hold codes of (k - mu_k) and (v - mu_v);
+  // [n_kv_heads][d] each, or null.
+  const float* mu_k = nullptr;
+  const float* mu_v = nullptr;
+  int threads = 1;
+  float sparse_v = 0.0f;     // skip V rows whose weight (relative to the max) is below this
+  float* out = nullptr;      // [n_q][n_q_heads][d]
+  AttnStats* stats = nullptr;
+};
+
+// Fast path: SIMD, threaded, fused on codes.
+Status attention(const AttentionArgs& a);
+// Scalar reference: dequantizes each row (original domain, + mu) and runs a
+// plain two-pass softmax in double. Slow; kept for tests.
+Status attention_ref(const AttentionArgs& a);
+// Validates shapes and pointers (shared by both).
+Status check_attention_args(const AttentionArgs& a);
+
+}  // namespace tkv

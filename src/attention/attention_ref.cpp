@@ -1,0 +1,80 @@
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attention/attention.h"
+
+namespace tkv {
+
+Status check_attention_args(const AttentionArgs& a) {
+  auto err = [](const std::string& m) { return Status::Error("attention: " + m); };
+  if (!a.q || !a.out) return err("null query or output pointer");
+  if (!a.k.codec || !a.v.codec) return err("K and V codecs are required");
+  if (a.n_kv > 0 && (!a.k.data || !a.v.data)) return err("null K or V data");
+  if (a.n_q < 1 || a.n_q_heads < 1 || a.n_kv_heads < 1 || a.n_kv < 0)
+    return err("bad shape: n_q " + std::to_string(a.n_q) + ", n_q_heads " + std::to_string(a.n_q_heads) +
+               ", n_kv_heads " + std::to_string(a.n_kv_heads) + ", n_kv " + std::to_string(a.n_kv));
+  if (a.n_q_heads % a.n_kv_heads != 0)
+    return err("n_q_heads " + std::to_string(a.n_q_heads) + " is not a multiple of n_kv_heads " +
+               std::to_string(a.n_kv_heads));
+  if (a.k.codec->dim() != a.d || a.v.codec->dim() != a.d)
+    return err("head dim " + std::to_string(a.d) + " does not match the K/V codecs (" +
+               std::to_string(a.k.codec->dim()) + ", " + std::to_string(a.v.codec->dim()) + ")");
+  if (a.threads < 1) return err("threads must be >= 1");
+  if (!(a.sparse_v >= 0.0f && a.sparse_v < 1.0f)) return err("sparse_v threshold must be in [0, 1)");
+  return Status::Ok();
+}
+
+Status attention_ref(const AttentionArgs& a) {
+  Status s = check_attention_args(a);
+  if (!s.ok()) return s;
+  const int d = a.d, g = a.n_q_heads / a.n_kv_heads;
+  const double scale = a.scale > 0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  const size_t ks = a.k.token_stride ? a.k.token_stride : a.n_kv_heads * a.k.codec->row_bytes();
+  const size_t vs = a.v.token_stride ? a.v.token_stride : a.n_kv_heads * a.v.codec->row_bytes();
+  // Dequantize every row once (original domain, mean added back).
+  std::vector<float> K(static_cast<size_t>(a.n_kv) * a.n_kv_heads * d), V(K.size());
+  for (int t = 0; t < a.n_kv; ++t)
+    for (int h = 0; h < a.n_kv_heads; ++h) {
+      float* kr = &K[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
+      float* vr = &V[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
+      a.k.codec->dequantize(a.k.data + t * ks + h * a.k.codec->row_bytes(), 1, kr, Impl::kRef);
+      a.v.codec->dequantize(a.v.data + t * vs + h * a.v.codec->row_bytes(), 1, vr, Impl::kRef);
+      for (int i = 0; i < d; ++i) {
+        if (a.mu_k) kr[i] += a.mu_k[h * d + i];
+        if (a.mu_v) vr[i] += a.mu_v[h * d + i];
+      }
+    }
+  std::vector<double> sc(a.n_kv);
+  for (int i = 0; i < a.n_q; ++i)
+    for (int hq = 0; hq < a.n_q_heads; ++hq) {
+      const int h = hq / g;
+      const float* q = a.q + (static_cast<size_t>(i) * a.n_q_heads + hq) * d;
+      float* o = a.out + (static_cast<size_t>(i) * a.n_q_heads + hq) * d;
+      int limit = a.causal_offset < 0 ? a.n_kv : std::min(a.n_kv, a.causal_offset + i + 1);
+      if (limit <= 0) {  // nothing visible: output zeros (plus nothing)
+        for (int c = 0; c < d; ++c) o[c] = 0.0f;
+        continue;
+      }
+      double mx = -INFINITY;
+      for (int t = 0; t < limit; ++t) {
+        const float* kr = &K[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
+        double dot = 0;
+        for (int c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * kr[c];
+        sc[t] = dot * scale;
+        mx = std::max(mx, sc[t]);
+      }
+      double sum = 0;
+      std::vector<double> acc(d, 0.0);
+      for (int t = 0; t < limit; ++t) {
+        const double p = std::exp(sc[t] - mx);
+        sum += p;
+        const float* vr = &V[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
+        for (int c = 0; c < d; ++c) acc[c] += p * vr[c];
+      }
+      for (int c = 0; c < d; ++c) o[c] = static_cast<float>(acc[c] / sum);
+    }
+  return Status::Ok();
+}
+
+}  // namespace tkv

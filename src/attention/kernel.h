@@ -1,0 +1,48 @@
+// Internal interface between the attention driver (attention.cpp) and the
+// SIMD kernel (attention_simd.cpp). Not part of the public API.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "codec/format.h"
+
+namespace tkv::attn {
+
+constexpr int kMaxTable = 256 + 16;
+
+// A row reader prepared once per call: how to turn a row into floats in the
+// codec's coding domain, natural coordinate order, padded to dp with zeros.
+struct RowReader {
+  const Codec* codec = nullptr;
+  RowLayout layout;
+  int d = 0, dp = 0;
+  bool fast = false;        // SIMD decoder usable for this layout and vector width
+  size_t row_bytes = 0;
+  float tables[2][kMaxTable];  // tq centroid tables, zero-padded (for lane lookups)
+};
+
+// One unit of work: G query vectors (already in K's domain and scaled) over
+// rows [r0, r1) of one KV head; query j sees rows < limit[j].
+struct Work {
+  const float* q;           // [G][dp]
+  const int* limit;         // [G]
+  int G;
+  int r0, r1;
+  const uint8_t* k_base;    // row t at k_base + t * k_stride
+  const uint8_t* v_base;
+  size_t k_stride, v_stride;
+  const uint8_t* k_end;     // one past the last readable byte of K / V data
+  const uint8_t* v_end;
+  float sparse_v;
+  // Outputs: running max, sum and accumulator (V's domain) per query.
+  float* m;                 // [G]
+  float* l;                 // [G]
+  float* acc;               // [G][dp]
+  uint64_t* skipped;
+};
+
+// Lanes of the dispatched target and whether its decoders handle this layout.
+bool reader_fast_ok(const RowLayout& layout, int d);
+void run_work(const RowReader& k, const RowReader& v, const Work& w);
+
+}  // namespace tkv::attn
