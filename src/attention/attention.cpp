@@ -27,6 +27,11 @@ void init_reader(attn::RowReader& r, const Codec* c) {
   std::memset(r.tables, 0, sizeof(r.tables));
   for (int p = 0; p < r.layout.nparts; ++p)
     std::memcpy(r.tables[p], r.layout.parts[p].centroids, sizeof(float) * (1u << r.layout.parts[p].bits));
+  if (r.fast) {
+    attn::reader_perm(r.layout, r.dp, r.perm);
+  } else {
+    for (int i = 0; i < r.dp; ++i) r.perm[i] = i;
+  }
 }
 
 // Chunk length depends only on n_kv, never on the thread count.
@@ -59,8 +64,8 @@ Status attention(const AttentionArgs& a) {
       } else {
         std::memcpy(tmp.data(), q, sizeof(float) * d);
       }
-      for (int c = 0; c < d; ++c) dst[c] = tmp[c] * scale;
-      for (int c = d; c < dp; ++c) dst[c] = 0.0f;
+      // Position p of the kernel's K decode order holds coordinate perm[p].
+      for (int c = 0; c < dp; ++c) dst[c] = K.perm[c] < d ? tmp[K.perm[c]] * scale : 0.0f;
     }
   }
 
@@ -71,23 +76,20 @@ Status attention(const AttentionArgs& a) {
   auto limit_of = [&](int i) {
     return a.causal_offset < 0 ? a.n_kv : std::clamp(a.causal_offset + i + 1, 0, a.n_kv);
   };
-  struct Item { int tile, head, r0, r1; size_t slot; };
+  struct Item { int tile, r0, r1; };
   std::vector<Item> items;
-  std::vector<size_t> first_item(static_cast<size_t>(n_tiles) * a.n_kv_heads + 1, 0);
+  std::vector<size_t> first_item(n_tiles + 1, 0);
   const int chunk = chunk_rows(a.n_kv);
   for (int t = 0; t < n_tiles; ++t) {
-    const int last_q = std::min(a.n_q, (t + 1) * tile) - 1;
-    const int rows = limit_of(last_q);
-    for (int h = 0; h < a.n_kv_heads; ++h) {
-      first_item[static_cast<size_t>(t) * a.n_kv_heads + h] = items.size();
-      for (int r0 = 0; r0 < rows; r0 += chunk)
-        items.push_back({t, h, r0, std::min(rows, r0 + chunk), items.size()});
-    }
+    first_item[t] = items.size();
+    const int rows = limit_of(std::min(a.n_q, (t + 1) * tile) - 1);
+    for (int r0 = 0; r0 < rows; r0 += chunk) items.push_back({t, r0, std::min(rows, r0 + chunk)});
   }
-  first_item.back() = items.size();
-  const size_t n_items = items.size();
-  hwy::AlignedFreeUniquePtr<float[]> acc = hwy::AllocateAligned<float>(std::max<size_t>(1, n_items * G_max * dp));
-  std::vector<float> mbuf(n_items * G_max), lbuf(n_items * G_max);
+  first_item[n_tiles] = items.size();
+  const int H = a.n_kv_heads;
+  const size_t n_items = items.size(), per_item = static_cast<size_t>(H) * G_max;
+  hwy::AlignedFreeUniquePtr<float[]> acc = hwy::AllocateAligned<float>(std::max<size_t>(1, n_items * per_item * dp));
+  std::vector<float> mbuf(n_items * per_item), lbuf(n_items * per_item);
   std::vector<uint64_t> skipped(n_items, 0);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(a.threads)
@@ -96,32 +98,33 @@ Status attention(const AttentionArgs& a) {
     const int q0 = item.tile * tile, q1 = std::min(a.n_q, q0 + tile);
     const int G = (q1 - q0) * g;
     int limits[8 * 64];
-    // Query vectors of this tile and head group are contiguous in qp only per
-    // token; gather them (order: token-major, then head within the group).
-    hwy::AlignedFreeUniquePtr<float[]> qg = hwy::AllocateAligned<float>(static_cast<size_t>(G) * dp);
-    for (int i = q0; i < q1; ++i)
-      for (int hq = 0; hq < g; ++hq) {
-        const int j = (i - q0) * g + hq;
-        std::memcpy(qg.get() + static_cast<size_t>(j) * dp,
-                    qp.get() + (static_cast<size_t>(i) * a.n_q_heads + item.head * g + hq) * dp, sizeof(float) * dp);
-        limits[j] = limit_of(i);
-      }
+    // Queries of this tile per KV head: [H][G][dp], j = token-major, then head in group.
+    hwy::AlignedFreeUniquePtr<float[]> qg = hwy::AllocateAligned<float>(static_cast<size_t>(H) * G * dp);
+    for (int h = 0; h < H; ++h)
+      for (int i = q0; i < q1; ++i)
+        for (int hq = 0; hq < g; ++hq) {
+          const int j = (i - q0) * g + hq;
+          std::memcpy(qg.get() + (static_cast<size_t>(h) * G + j) * dp,
+                      qp.get() + (static_cast<size_t>(i) * a.n_q_heads + h * g + hq) * dp, sizeof(float) * dp);
+          limits[j] = limit_of(i);
+        }
     attn::Work w;
     w.q = qg.get();
     w.limit = limits;
     w.G = G;
+    w.H = H;
     w.r0 = item.r0;
     w.r1 = item.r1;
-    w.k_base = a.k.data + item.head * K.row_bytes;
-    w.v_base = a.v.data + item.head * V.row_bytes;
+    w.k_base = a.k.data;
+    w.v_base = a.v.data;
     w.k_stride = ks;
     w.v_stride = vs;
     w.k_end = k_end;
     w.v_end = v_end;
     w.sparse_v = a.sparse_v;
-    w.m = &mbuf[it * G_max];
-    w.l = &lbuf[it * G_max];
-    w.acc = acc.get() + it * G_max * dp;
+    w.m = &mbuf[it * per_item];
+    w.l = &lbuf[it * per_item];
+    w.acc = acc.get() + it * per_item * dp;
     w.skipped = &skipped[it];
     attn::run_work(K, V, w);
   }
@@ -129,16 +132,16 @@ Status attention(const AttentionArgs& a) {
   // Merge chunks (fixed order), normalise, rotate back, add mu_v.
   std::vector<double> o(dp);
   std::vector<float> of(dp), res(dp);
-  for (int t = 0; t < n_tiles; ++t)
-    for (int h = 0; h < a.n_kv_heads; ++h) {
-      const size_t b = first_item[static_cast<size_t>(t) * a.n_kv_heads + h];
-      const size_t e = first_item[static_cast<size_t>(t) * a.n_kv_heads + h + 1];
-      const int q0 = t * tile, q1 = std::min(a.n_q, q0 + tile);
+  for (int t = 0; t < n_tiles; ++t) {
+    const size_t b = first_item[t], e = first_item[t + 1];
+    const int q0 = t * tile, q1 = std::min(a.n_q, q0 + tile);
+    const int G = (q1 - q0) * g;
+    for (int h = 0; h < H; ++h)
       for (int i = q0; i < q1; ++i)
         for (int hq = 0; hq < g; ++hq) {
-          const int j = (i - q0) * g + hq;
+          const size_t j = static_cast<size_t>(h) * G + (i - q0) * g + hq;  // slot within an item
           float m = -std::numeric_limits<float>::infinity();
-          for (size_t it = b; it < e; ++it) m = std::max(m, mbuf[it * G_max + j]);
+          for (size_t it = b; it < e; ++it) m = std::max(m, mbuf[it * per_item + j]);
           float* out = a.out + (static_cast<size_t>(i) * a.n_q_heads + h * g + hq) * d;
           if (m == -std::numeric_limits<float>::infinity()) {  // nothing visible
             std::memset(out, 0, sizeof(float) * d);
@@ -147,14 +150,15 @@ Status attention(const AttentionArgs& a) {
           double l = 0;
           std::fill(o.begin(), o.end(), 0.0);
           for (size_t it = b; it < e; ++it) {
-            const float mi = mbuf[it * G_max + j];
+            const float mi = mbuf[it * per_item + j];
             if (mi == -std::numeric_limits<float>::infinity()) continue;
             const double f = std::exp(static_cast<double>(mi) - m);
-            l += f * lbuf[it * G_max + j];
-            const float* ai = acc.get() + (it * G_max + j) * dp;
-            for (int c = 0; c < d; ++c) o[c] += f * ai[c];
+            l += f * lbuf[it * per_item + j];
+            const float* ai = acc.get() + (it * per_item + j) * dp;
+            for (int c = 0; c < dp; ++c) o[c] += f * ai[c];
           }
-          for (int c = 0; c < d; ++c) of[c] = static_cast<float>(o[c] / l);
+          for (int c = 0; c < dp; ++c)
+            if (V.perm[c] < d) of[V.perm[c]] = static_cast<float>(o[c] / l);
           if (const Rotation* R = a.v.codec->rotation()) {
             R->inverse(of.data(), res.data());
           } else {
@@ -162,9 +166,9 @@ Status attention(const AttentionArgs& a) {
           }
           for (int c = 0; c < d; ++c) out[c] = res[c] + (a.mu_v ? a.mu_v[h * d + c] : 0.0f);
         }
-    }
+  }
   if (a.stats) {
-    for (const Item& item : items) a.stats->rows_scored += item.r1 - item.r0;
+    for (const Item& item : items) a.stats->rows_scored += static_cast<uint64_t>(item.r1 - item.r0) * H;
     for (uint64_t s : skipped) a.stats->v_rows_skipped += s;
   }
   return Status::Ok();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "attention/kernel.h"
 #include "util/fp16.h"
@@ -13,6 +14,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/attention_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/aligned_allocator.h>
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
 
@@ -47,108 +49,221 @@ bool FastOk(const RowLayout& L, int d) {
   return false;
 }
 
-// Codes of N consecutive coordinates (part-relative index c, a multiple of N)
-// from a row's bit planes, natural order, as i32 lanes.
-HWY_INLINE hn::Vec<DI> PartCodes(const uint8_t* row, const RowLayout::Part& part, int c) {
+// Number of whole super-chunks (8N coordinates) of a part, 0 when a plane is
+// 8 bits wide (no sub-byte structure to exploit).
+HWY_INLINE int SuperCount(const RowLayout::Part& part) {
+  for (int k = 0; k < part.nplanes; ++k)
+    if (part.planes[k].width == 8) return 0;
+  return part.count / (8 * Lanes());
+}
+
+// perm[pos] = coordinate read at position pos (identity outside super-chunks).
+void FillPerm(const RowLayout& L, int dp, int* perm) {
+  const int N = Lanes();
+  for (int i = 0; i < dp; ++i) perm[i] = i;
+  if (L.kind != RowLayout::Kind::kTurbo) return;
+  for (int p = 0; p < L.nparts; ++p) {
+    const RowLayout::Part& part = L.parts[p];
+    const int n_super = SuperCount(part);
+    for (int S = 0; S < n_super; ++S)
+      for (int sub = 0; sub < 8; ++sub)
+        for (int i = 0; i < N; ++i)
+          perm[part.begin + S * 8 * N + sub * N + i] = part.begin + S * 8 * N + 8 * i + sub;
+  }
+}
+
+// Per-call constants for reading tq rows: for each part and bit plane, which
+// 32-bit word and shift each lane's code sits at, so a chunk of N codes costs
+// one 16-byte load, one lane permute, one shift and one mask per plane.
+struct TurboConsts {
+  struct Plane {
+    size_t offset;
+    int width, shift;
+    hn::Vec<DU> sh, mask;
+    decltype(hn::IndicesFromVec(DU(), hn::Zero(DU()))) idx;
+  };
+  struct Part {
+    int begin, nplanes, levels;
+    int super_end;  // positions [begin, super_end) use the interleaved order below
+    Plane planes[4];
+    hn::Vec<DF> t0, t1;  // centroid table, first and second N entries
+    const float* table;
+  };
+  int nparts = 0;
+  Part parts[2];
+};
+
+HWY_INLINE void MakeTurboConsts(const RowReader& R, TurboConsts& tc) {
+  const DF df;
+  const DU du;
+  const int N = Lanes();
+  const auto lane = hn::Iota(du, 0);
+  tc.nparts = R.layout.nparts;
+  for (int p = 0; p < tc.nparts; ++p) {
+    const RowLayout::Part& src = R.layout.parts[p];
+    TurboConsts::Part& dst = tc.parts[p];
+    dst.begin = src.begin;
+    dst.nplanes = src.nplanes;
+    dst.super_end = src.begin + SuperCount(src) * 8 * N;
+    dst.levels = 1 << src.bits;
+    dst.table = R.tables[p];
+    dst.t0 = hn::LoadU(df, R.tables[p]);
+    dst.t1 = hn::LoadU(df, R.tables[p] + (2 * N <= kMaxTable ? N : 0));
+    for (int k = 0; k < src.nplanes; ++k) {
+      const RowLayout::Plane& pl = src.planes[k];
+      TurboConsts::Plane& q = dst.planes[k];
+      q.offset = pl.offset;
+      q.width = pl.width;
+      q.shift = pl.shift;
+      const auto bitpos = hn::Mul(lane, hn::Set(du, static_cast<uint32_t>(pl.width)));
+      q.idx = hn::IndicesFromVec(du, hn::ShiftRight<5>(bitpos));
+      q.sh = hn::And(bitpos, hn::Set(du, 31u));
+      q.mask = hn::Set(du, (1u << pl.width) - 1u);
+    }
+  }
+}
+
+// Where the codes of the N positions starting at c sit in every row: computed
+// once per chunk and applied to many rows.
+// Inside a part's "super-chunks" of 8N coordinates, position S*8N + s*N + i
+// holds coordinate S*8N + 8i + s: lane i then reads one w-byte word of each
+// w-bit plane (w = 1, 2, 4) and sub-chunk s is just a shift, with no lane
+// permute. Queries and accumulators are permuted to match (see FillPerm).
+struct ChunkPlan {
+  int c = 0;
+  const TurboConsts::Part* part = nullptr;
+  bool super = false;
+  int nplanes = 0;
+  size_t off[4] = {0, 0, 0, 0};
+  int rshift[4] = {0, 0, 0, 0};
+};
+
+HWY_INLINE ChunkPlan TurboPlan(const TurboConsts& tc, int c) {
+  const int N = Lanes();
+  ChunkPlan p;
+  p.c = c;
+  p.part = &tc.parts[(tc.nparts > 1 && c >= tc.parts[1].begin) ? 1 : 0];
+  const int cr = c - p.part->begin;
+  p.super = c < p.part->super_end;
+  p.nplanes = p.part->nplanes;
+  for (int k = 0; k < p.nplanes; ++k) {
+    const TurboConsts::Plane& pl = p.part->planes[k];
+    if (p.super) {
+      p.off[k] = pl.offset + static_cast<size_t>(cr / (8 * N)) * N * pl.width;
+      p.rshift[k] = ((cr / N) % 8) * pl.width;
+    } else {
+      p.off[k] = pl.offset + static_cast<size_t>(cr) * pl.width / 8;
+    }
+  }
+  return p;
+}
+
+HWY_INLINE hn::Vec<DU> SuperWords(const uint8_t* src, int width) {
+  const DU du;
+  if (width == 1) return hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, DU>(), src));
+  if (width == 2)
+    return hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint16_t, DU>(), reinterpret_cast<const uint16_t*>(src)));
+  return hn::LoadU(du, reinterpret_cast<const uint32_t*>(src));
+}
+
+HWY_INLINE hn::Vec<DF> TurboDecode(const ChunkPlan& p, const uint8_t* row) {
+  const DF df;
   const DI di;
   const DU du;
-  const auto lane = hn::Iota(du, 0);
-  auto code = hn::Zero(du);
-  for (int k = 0; k < part.nplanes; ++k) {
-    const RowLayout::Plane& pl = part.planes[k];
-    const int w = pl.width;
-    // N codes of w bits = N*w bits <= 128: one 16-byte load, broadcast per block.
-    const auto words = hn::LoadDup128(du, reinterpret_cast<const uint32_t*>(row + pl.offset + c * w / 8));
-    const auto bitpos = hn::Mul(lane, hn::Set(du, static_cast<uint32_t>(w)));
-    const auto idx = hn::IndicesFromVec(du, hn::ShiftRight<5>(bitpos));
-    const auto sh = hn::And(bitpos, hn::Set(du, 31u));
-    auto v = hn::And(hn::Shr(hn::TableLookupLanes(words, idx), sh), hn::Set(du, (1u << w) - 1u));
-    code = hn::Or(code, hn::ShiftLeftSame(v, pl.shift));
+  const int N = Lanes();
+  const TurboConsts::Part& part = *p.part;
+  hn::Vec<DU> code;
+  if (p.super) {
+    const TurboConsts::Plane& p0 = part.planes[0];
+    code = hn::And(hn::ShiftRightSame(SuperWords(row + p.off[0], p0.width), p.rshift[0]), p0.mask);
+    for (int k = 1; k < p.nplanes; ++k) {
+      const TurboConsts::Plane& pl = part.planes[k];
+      const auto v = hn::And(hn::ShiftRightSame(SuperWords(row + p.off[k], pl.width), p.rshift[k]), pl.mask);
+      code = hn::Or(code, hn::ShiftLeftSame(v, pl.shift));
+    }
+  } else {
+    code = hn::Zero(du);
+    for (int k = 0; k < p.nplanes; ++k) {
+      const TurboConsts::Plane& pl = part.planes[k];
+      // N codes of w bits = N*w <= 128 bits: one 16-byte load, broadcast per block.
+      const auto words = hn::LoadDup128(du, reinterpret_cast<const uint32_t*>(row + p.off[k]));
+      const auto v = hn::And(hn::Shr(hn::TableLookupLanes(words, pl.idx), pl.sh), pl.mask);
+      code = hn::Or(code, hn::ShiftLeftSame(v, pl.shift));
+    }
   }
-  return hn::BitCast(di, code);
+  const auto ci = hn::BitCast(di, code);
+  if (part.levels <= N) return hn::TableLookupLanes(part.t0, hn::IndicesFromVec(df, ci));
+  if (part.levels <= 2 * N) {
+    const auto lo_idx = hn::IndicesFromVec(df, hn::And(ci, hn::Set(di, N - 1)));
+    return hn::IfThenElse(hn::RebindMask(df, hn::Gt(ci, hn::Set(di, N - 1))), hn::TableLookupLanes(part.t1, lo_idx),
+                          hn::TableLookupLanes(part.t0, lo_idx));
+  }
+  return hn::GatherIndex(df, part.table, ci);
 }
 
-HWY_INLINE hn::Vec<DF> Lookup(const float* table, int levels, hn::Vec<DI> code) {
+using Kind = RowLayout::Kind;
+
+// N values of a row starting at coordinate c (a multiple of N), in the coding
+// domain, without the row scale (see RowScale).
+template <Kind KIND>
+HWY_INLINE ChunkPlan Plan(const TurboConsts& tc, int c) {
+  if constexpr (KIND == Kind::kTurbo) {
+    return TurboPlan(tc, c);
+  } else {
+    ChunkPlan p;
+    p.c = c;
+    return p;
+  }
+}
+
+template <Kind KIND>
+HWY_INLINE hn::Vec<DF> Decode(const ChunkPlan& plan, const uint8_t* row) {
   const DF df;
   const DI di;
-  const int N = Lanes();
-  if (levels <= N) return hn::TableLookupLanes(hn::LoadU(df, table), hn::IndicesFromVec(df, code));
-  if (levels <= 2 * N) {
-    const auto lo_idx = hn::IndicesFromVec(df, hn::And(code, hn::Set(di, N - 1)));
-    const auto lo = hn::TableLookupLanes(hn::LoadU(df, table), lo_idx);
-    const auto hi = hn::TableLookupLanes(hn::LoadU(df, table + N), lo_idx);
-    return hn::IfThenElse(hn::RebindMask(df, hn::Gt(code, hn::Set(di, N - 1))), hi, lo);
+  const int c = plan.c;
+  if constexpr (KIND == Kind::kF32) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(row) + c);
+  } else if constexpr (KIND == Kind::kF16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + c));
+  } else if constexpr (KIND == Kind::kBF16) {
+    const hn::Rebind<hwy::bfloat16_t, DF> db;
+    return hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(row) + c));
+  } else if constexpr (KIND == Kind::kQ8_0) {
+    const hn::Rebind<int8_t, DI> d8;
+    const uint8_t* blk = row + (c / 32) * 34;
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    const auto q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2 + c % 32)));
+    return hn::Mul(hn::ConvertTo(df, q), hn::Set(df, f16_to_f32(h)));
+  } else if constexpr (KIND == Kind::kQ4_0) {
+    const hn::Rebind<uint8_t, DI> d8;
+    const uint8_t* blk = row + (c / 32) * 18;
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    const int o = c % 32;
+    auto b = hn::PromoteTo(di, hn::LoadU(d8, blk + 2 + (o & 15)));
+    b = o < 16 ? hn::And(b, hn::Set(di, 15)) : hn::ShiftRight<4>(b);
+    return hn::Mul(hn::ConvertTo(df, hn::Sub(b, hn::Set(di, 8))), hn::Set(df, f16_to_f32(h)));
+  } else {  // kTurbo: codes -> centroids; the norm is the row scale
+    return TurboDecode(plan, row);
   }
-  return hn::GatherIndex(df, table, code);
 }
 
-// Decodes one row into out[0, dp) (coding domain, natural order); returns the
-// factor the row's values must still be multiplied by (tq: the norm).
-float DecodeRow(const RowReader& R, const uint8_t* row, float* out) {
-  const DF df;
-  const int N = Lanes();
-  const int d = R.d;
-  if (!R.fast) {
-    R.codec->decode_rotated(row, out);
-    for (int i = d; i < R.dp; ++i) out[i] = 0.0f;
+template <Kind KIND>
+HWY_INLINE hn::Vec<DF> Chunk(const TurboConsts& tc, const uint8_t* row, int c) {
+  return Decode<KIND>(Plan<KIND>(tc, c), row);
+}
+
+template <Kind KIND>
+HWY_INLINE float RowScale(const uint8_t* row) {
+  if constexpr (KIND == Kind::kTurbo) {
+    uint16_t h;
+    std::memcpy(&h, row, 2);
+    return unorm16_to_f32(h);
+  } else {
     return 1.0f;
   }
-  const RowLayout& L = R.layout;
-  switch (L.kind) {
-    case RowLayout::Kind::kF32:
-      std::memcpy(out, row, sizeof(float) * d);
-      return 1.0f;
-    case RowLayout::Kind::kF16: {
-      const hn::Rebind<hwy::float16_t, DF> dh;
-      const auto* p = reinterpret_cast<const hwy::float16_t*>(row);
-      for (int c = 0; c < d; c += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, p + c)), df, out + c);
-      return 1.0f;
-    }
-    case RowLayout::Kind::kBF16: {
-      const hn::Rebind<hwy::bfloat16_t, DF> db;
-      const auto* p = reinterpret_cast<const hwy::bfloat16_t*>(row);
-      for (int c = 0; c < d; c += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(db, p + c)), df, out + c);
-      return 1.0f;
-    }
-    case RowLayout::Kind::kQ8_0: {
-      const DI di;
-      const hn::Rebind<int8_t, DI> d8;
-      for (int c = 0; c < d; c += N) {
-        const uint8_t* blk = row + (c / 32) * 34;
-        uint16_t h;
-        std::memcpy(&h, blk, 2);
-        const auto q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2 + c % 32)));
-        hn::StoreU(hn::Mul(hn::ConvertTo(df, q), hn::Set(df, f16_to_f32(h))), df, out + c);
-      }
-      return 1.0f;
-    }
-    case RowLayout::Kind::kQ4_0: {
-      const DI di;
-      const hn::Rebind<uint8_t, DI> d8;
-      for (int c = 0; c < d; c += N) {
-        const uint8_t* blk = row + (c / 32) * 18;
-        uint16_t h;
-        std::memcpy(&h, blk, 2);
-        const int o = c % 32;
-        auto b = hn::PromoteTo(di, hn::LoadU(d8, blk + 2 + (o & 15)));
-        b = o < 16 ? hn::And(b, hn::Set(di, 15)) : hn::ShiftRight<4>(b);
-        hn::StoreU(hn::Mul(hn::ConvertTo(df, hn::Sub(b, hn::Set(di, 8))), hn::Set(df, f16_to_f32(h))), df,
-                   out + c);
-      }
-      return 1.0f;
-    }
-    case RowLayout::Kind::kTurbo: {
-      for (int p = 0; p < L.nparts; ++p) {
-        const RowLayout::Part& part = L.parts[p];
-        for (int c = 0; c < part.count; c += N)
-          hn::StoreU(Lookup(R.tables[p], 1 << part.bits, PartCodes(row, part, c)), df, out + part.begin + c);
-      }
-      uint16_t h;
-      std::memcpy(&h, row, 2);
-      return unorm16_to_f32(h);
-    }
-  }
-  return 1.0f;
 }
 
 // Copies rows that end within 16 bytes of the buffer end, so decoders may
@@ -160,120 +275,307 @@ HWY_INLINE const uint8_t* SafeRow(const uint8_t* row, size_t bytes, const uint8_
   return scratch;
 }
 
-constexpr int kBlock = 32;
+// Sums of the lanes of 4 vectors, written to out[0..3]. Interleaves inside
+// 128-bit blocks, then folds the blocks: ~3 ops per sum instead of a full
+// horizontal reduction each.
+HWY_INLINE void Sum4(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3, float* out) {
+  const DF df;
+#if HWY_TARGET == HWY_SCALAR
+  out[0] = hn::GetLane(v0);
+  out[1] = hn::GetLane(v1);
+  out[2] = hn::GetLane(v2);
+  out[3] = hn::GetLane(v3);
+#else
+  const int N = Lanes();
+  const hn::Repartition<uint64_t, DF> d64;
+  const auto t01 = hn::Add(hn::InterleaveLower(df, v0, v1), hn::InterleaveUpper(df, v0, v1));
+  const auto t23 = hn::Add(hn::InterleaveLower(df, v2, v3), hn::InterleaveUpper(df, v2, v3));
+  const auto a = hn::BitCast(df, hn::InterleaveLower(d64, hn::BitCast(d64, t01), hn::BitCast(d64, t23)));
+  const auto b = hn::BitCast(df, hn::InterleaveUpper(d64, hn::BitCast(d64, t01), hn::BitCast(d64, t23)));
+  auto x = hn::Add(a, b);  // each 128-bit block: partial sums of v0, v1, v2, v3
+  const DI di;
+  for (int s = 4; s < N; s *= 2)
+    x = hn::Add(x, hn::TableLookupLanes(x, hn::IndicesFromVec(df, hn::Xor(hn::Iota(di, 0), hn::Set(di, s)))));
+  HWY_ALIGN float tmp[hn::MaxLanes(df) < 4 ? 4 : hn::MaxLanes(df)];
+  hn::Store(x, df, tmp);
+  out[0] = tmp[0];
+  out[1] = tmp[1];
+  out[2] = tmp[2];
+  out[3] = tmp[3];
+#endif
+}
 
-void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
+constexpr int kBlock = 32;
+constexpr int kPrefetchBlocks = 4;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Rows of one block for one head: pointers (safe to over-read) and scales.
+struct BlockRows {
+  const uint8_t* row[kBlock];
+  float scale[kBlock];
+  uint8_t scratch[2][1024 * 4 + 64];
+};
+
+// p[j][r] = score of query j on row r (or -inf when masked), for 4 rows at a time.
+template <Kind KIND>
+void Scores(const RowReader& R, const BlockRows& B, int nb, const float* qh, int G, const int* limit, int b0,
+            float* p) {
+  const DF df;
+  const int N = Lanes(), dp = R.dp;
+  TurboConsts tc;
+  if constexpr (KIND == Kind::kTurbo) MakeTurboConsts(R, tc);
+  for (int r = 0; r < nb; r += 4) {
+    const int nr = std::min(4, nb - r);
+    const uint8_t* rows[4];
+    for (int i = 0; i < 4; ++i) rows[i] = B.row[r + std::min(i, nr - 1)];
+    for (int j0 = 0; j0 < G; j0 += 4) {
+      const int nj = std::min(4, G - j0);
+      const float* q[4];
+      for (int j = 0; j < 4; ++j) q[j] = qh + static_cast<size_t>(j0 + std::min(j, nj - 1)) * dp;
+      auto a00 = hn::Zero(df), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+      auto a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+      for (int c = 0; c < dp; c += N) {
+        const ChunkPlan plan = Plan<KIND>(tc, c);
+        const auto q0 = hn::Load(df, q[0] + c), q1 = hn::Load(df, q[1] + c);
+        const auto q2 = hn::Load(df, q[2] + c), q3 = hn::Load(df, q[3] + c);
+        const auto k0 = Decode<KIND>(plan, rows[0]);
+        a00 = hn::MulAdd(k0, q0, a00); a01 = hn::MulAdd(k0, q1, a01);
+        a02 = hn::MulAdd(k0, q2, a02); a03 = hn::MulAdd(k0, q3, a03);
+        const auto k1 = Decode<KIND>(plan, rows[1]);
+        a10 = hn::MulAdd(k1, q0, a10); a11 = hn::MulAdd(k1, q1, a11);
+        a12 = hn::MulAdd(k1, q2, a12); a13 = hn::MulAdd(k1, q3, a13);
+        const auto k2 = Decode<KIND>(plan, rows[2]);
+        a20 = hn::MulAdd(k2, q0, a20); a21 = hn::MulAdd(k2, q1, a21);
+        a22 = hn::MulAdd(k2, q2, a22); a23 = hn::MulAdd(k2, q3, a23);
+        const auto k3 = Decode<KIND>(plan, rows[3]);
+        a30 = hn::MulAdd(k3, q0, a30); a31 = hn::MulAdd(k3, q1, a31);
+        a32 = hn::MulAdd(k3, q2, a32); a33 = hn::MulAdd(k3, q3, a33);
+      }
+      float dot4[4][4];
+      Sum4(a00, a01, a02, a03, dot4[0]);
+      Sum4(a10, a11, a12, a13, dot4[1]);
+      Sum4(a20, a21, a22, a23, dot4[2]);
+      Sum4(a30, a31, a32, a33, dot4[3]);
+      for (int i = 0; i < nr; ++i) {
+        const float* dots = dot4[i];
+        const int row = b0 + r + i;
+        for (int j = 0; j < nj; ++j)
+          p[(j0 + j) * kBlock + r + i] = row < limit[j0 + j] ? dots[j] * B.scale[r + i] : kNegInf;
+      }
+    }
+  }
+}
+
+// acc[j] += Σ_r p[j][r] · scale_r · row_r, 4 rows at a time.
+template <Kind KIND>
+void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, int G, const bool* keep,
+                float* acch) {
+  const DF df;
+  const int N = Lanes(), dp = R.dp;
+  TurboConsts tc;
+  if constexpr (KIND == Kind::kTurbo) MakeTurboConsts(R, tc);
+  for (int r = 0; r < nb; r += 4) {
+    const int nr = std::min(4, nb - r);
+    bool any = false;
+    for (int i = 0; i < nr; ++i) any |= keep[r + i];
+    if (!any) continue;
+    const uint8_t* rows[4];
+    float f[4];
+    for (int i = 0; i < 4; ++i) {
+      const bool live = i < nr && keep[r + i];
+      rows[i] = B.row[r + std::min(i, nr - 1)];
+      f[i] = live ? B.scale[r + i] : 0.0f;
+    }
+    for (int j0 = 0; j0 < G; j0 += 4) {
+      const int nj = std::min(4, G - j0);
+      hn::Vec<DF> wv[4][4];
+      for (int j = 0; j < 4; ++j)
+        for (int i = 0; i < 4; ++i)
+          wv[j][i] = hn::Set(df, (j < nj && i < nr) ? p[(j0 + j) * kBlock + r + i] * f[i] : 0.0f);
+      float* a0 = acch + static_cast<size_t>(j0) * dp;
+      float* a1 = a0 + (nj > 1 ? dp : 0);
+      float* a2 = a0 + (nj > 2 ? 2 * dp : 0);
+      float* a3 = a0 + (nj > 3 ? 3 * dp : 0);
+      // Rows of absent queries alias query 0's accumulator with zero weights.
+      for (int c = 0; c < dp; c += N) {
+        const ChunkPlan plan = Plan<KIND>(tc, c);
+        const auto v0 = Decode<KIND>(plan, rows[0]), v1 = Decode<KIND>(plan, rows[1]);
+        const auto v2 = Decode<KIND>(plan, rows[2]), v3 = Decode<KIND>(plan, rows[3]);
+        auto x0 = hn::Load(df, a0 + c);
+        x0 = hn::MulAdd(wv[0][0], v0, x0); x0 = hn::MulAdd(wv[0][1], v1, x0);
+        x0 = hn::MulAdd(wv[0][2], v2, x0); x0 = hn::MulAdd(wv[0][3], v3, x0);
+        hn::Store(x0, df, a0 + c);
+        if (nj > 1) {
+          auto x1 = hn::Load(df, a1 + c);
+          x1 = hn::MulAdd(wv[1][0], v0, x1); x1 = hn::MulAdd(wv[1][1], v1, x1);
+          x1 = hn::MulAdd(wv[1][2], v2, x1); x1 = hn::MulAdd(wv[1][3], v3, x1);
+          hn::Store(x1, df, a1 + c);
+        }
+        if (nj > 2) {
+          auto x2 = hn::Load(df, a2 + c);
+          x2 = hn::MulAdd(wv[2][0], v0, x2); x2 = hn::MulAdd(wv[2][1], v1, x2);
+          x2 = hn::MulAdd(wv[2][2], v2, x2); x2 = hn::MulAdd(wv[2][3], v3, x2);
+          hn::Store(x2, df, a2 + c);
+        }
+        if (nj > 3) {
+          auto x3 = hn::Load(df, a3 + c);
+          x3 = hn::MulAdd(wv[3][0], v0, x3); x3 = hn::MulAdd(wv[3][1], v1, x3);
+          x3 = hn::MulAdd(wv[3][2], v2, x3); x3 = hn::MulAdd(wv[3][3], v3, x3);
+          hn::Store(x3, df, a3 + c);
+        }
+      }
+    }
+  }
+}
+
+// Fills B for rows [b0, b0+nb) of head h. With many queries (G > 4) or no
+// SIMD decoder for the layout, rows are decoded once into `dec` (f32, scale
+// folded in) so every query group reuses them; returns the kind to read B with.
+Kind PrepareRows(const RowReader& R, const uint8_t* base, size_t stride, const uint8_t* end, int b0, int nb,
+                 int G, BlockRows& B, float* dec) {
+  const int dp = R.dp;
+  std::unique_ptr<TurboConsts> tcp;
+  if (R.fast && G > 4) {
+    tcp = std::make_unique<TurboConsts>();
+    if (R.layout.kind == Kind::kTurbo) MakeTurboConsts(R, *tcp);
+  }
+  for (int i = 0; i < nb; ++i) {
+    const uint8_t* row = base + static_cast<size_t>(b0 + i) * stride;
+    if (R.layout.kind == Kind::kTurbo && R.fast) row = SafeRow(row, R.row_bytes, end, B.scratch[i & 1]);
+    B.row[i] = row;
+    B.scale[i] = R.layout.kind == Kind::kTurbo ? RowScale<Kind::kTurbo>(row) : 1.0f;
+    if (!R.fast || G > 4) {
+      float* out = dec + static_cast<size_t>(i) * dp;
+      if (!R.fast) {
+        R.codec->decode_rotated(B.row[i], out);
+        for (int c = R.d; c < dp; ++c) out[c] = 0.0f;
+      } else {
+        const DF df;
+        const int N = Lanes();
+        const auto sc = hn::Set(df, B.scale[i]);
+        TurboConsts& tc = *tcp;
+        for (int c = 0; c < dp; c += N) {
+          hn::Vec<DF> v;
+          switch (R.layout.kind) {
+            case Kind::kF32: v = Chunk<Kind::kF32>(tc, row, c); break;
+            case Kind::kF16: v = Chunk<Kind::kF16>(tc, row, c); break;
+            case Kind::kBF16: v = Chunk<Kind::kBF16>(tc, row, c); break;
+            case Kind::kQ8_0: v = Chunk<Kind::kQ8_0>(tc, row, c); break;
+            case Kind::kQ4_0: v = Chunk<Kind::kQ4_0>(tc, row, c); break;
+            default: v = hn::Mul(Chunk<Kind::kTurbo>(tc, row, c), sc); break;
+          }
+          hn::Store(v, df, out + c);
+        }
+      }
+      B.row[i] = reinterpret_cast<const uint8_t*>(out);
+      B.scale[i] = 1.0f;
+    }
+  }
+  return (!R.fast || G > 4) ? Kind::kF32 : R.layout.kind;
+}
+
+template <template <Kind> class F, class... Args>
+void ByKind(Kind k, Args&&... args) {
+  switch (k) {
+    case Kind::kF32: F<Kind::kF32>::Run(args...); break;
+    case Kind::kF16: F<Kind::kF16>::Run(args...); break;
+    case Kind::kBF16: F<Kind::kBF16>::Run(args...); break;
+    case Kind::kQ8_0: F<Kind::kQ8_0>::Run(args...); break;
+    case Kind::kQ4_0: F<Kind::kQ4_0>::Run(args...); break;
+    case Kind::kTurbo: F<Kind::kTurbo>::Run(args...); break;
+  }
+}
+template <Kind K>
+struct ScoresOp {
+  template <class... A>
+  static void Run(A&&... a) { Scores<K>(a...); }
+};
+template <Kind K>
+struct AccumulateOp {
+  template <class... A>
+  static void Run(A&&... a) { Accumulate<K>(a...); }
+};
+
+// Scores, softmax update and V accumulation of one block of rows for the G
+// queries of KV head h.
+void HeadBlock(const RowReader& K, const RowReader& V, const Work& w, int h, int b0, int nb, float* p,
+               BlockRows& B, float* dec) {
   const DF df;
   const int N = Lanes();
   const int dp = K.dp, G = w.G;
-  HWY_ALIGN float kbuf[4][1024 + 16];
-  HWY_ALIGN float vbuf[4][1024 + 16];
-  HWY_ALIGN float s[kBlock];
-  uint8_t kscratch[1024 * 4 + 64], vscratch[1024 * 4 + 64];
-  float kscale[kBlock];
+  const float* qh = w.q + static_cast<size_t>(h) * G * dp;
+  float* mh = w.m + h * G;
+  float* lh = w.l + h * G;
+  float* acch = w.acc + static_cast<size_t>(h) * G * dp;
+  // Ask for this head's rows two blocks ahead (spread over heads so the
+  // requests stream instead of arriving in one burst).
+  const int ahead = b0 + kPrefetchBlocks * kBlock;
+  if (ahead < w.r1) {
+    const int n = std::min(kBlock, w.r1 - ahead);
+    for (int i = 0; i < n; ++i) {
+      const uint8_t* kr = w.k_base + static_cast<size_t>(ahead + i) * w.k_stride + h * K.row_bytes;
+      const uint8_t* vr = w.v_base + static_cast<size_t>(ahead + i) * w.v_stride + h * V.row_bytes;
+      for (size_t o = 0; o < K.row_bytes; o += 64) __builtin_prefetch(kr + o);
+      for (size_t o = 0; o < V.row_bytes; o += 64) __builtin_prefetch(vr + o);
+    }
+  }
+  // ---- scores
+  Kind kk = PrepareRows(K, w.k_base + h * K.row_bytes, w.k_stride, w.k_end, b0, nb, G, B, dec);
+  ByKind<ScoresOp>(kk, K, B, nb, qh, G, w.limit, b0, p);
+  // ---- online softmax per query over this block
+  const auto neg_inf = hn::Set(df, kNegInf);
+  for (int j = 0; j < G; ++j) {
+    float* pj = p + j * kBlock;
+    for (int i = nb; i < kBlock; ++i) pj[i] = kNegInf;
+    auto vmax = neg_inf;
+    for (int i = 0; i < kBlock; i += N) vmax = hn::Max(vmax, hn::LoadU(df, pj + i));
+    const float bmax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    if (bmax == kNegInf) {
+      for (int i = 0; i < kBlock; ++i) pj[i] = 0.0f;
+      continue;
+    }
+    const float mnew = std::max(mh[j], bmax);
+    if (mnew > mh[j]) {
+      const float corr = std::exp(mh[j] - mnew);  // 0 when m was -inf
+      lh[j] *= corr;
+      float* aj = acch + static_cast<size_t>(j) * dp;
+      const auto vc = hn::Set(df, corr);
+      for (int c = 0; c < dp; c += N) hn::Store(hn::Mul(hn::Load(df, aj + c), vc), df, aj + c);
+      mh[j] = mnew;
+    }
+    const auto vm = hn::Set(df, mnew);
+    auto vsum = hn::Zero(df);
+    for (int i = 0; i < kBlock; i += N) {
+      const auto x = hn::LoadU(df, pj + i);
+      const auto e = hn::IfThenZeroElse(hn::Eq(x, neg_inf), hn::Exp(df, hn::Sub(x, vm)));
+      hn::StoreU(e, df, pj + i);
+      vsum = hn::Add(vsum, e);
+    }
+    lh[j] += hn::GetLane(hn::SumOfLanes(df, vsum));
+  }
+  // ---- values (sparse V: skip rows no query gives weight >= threshold)
+  bool keep[kBlock];
+  for (int i = 0; i < nb; ++i) {
+    bool k = w.sparse_v <= 0.0f;
+    for (int j = 0; j < G && !k; ++j) k = p[j * kBlock + i] >= w.sparse_v;
+    if (!k) ++*w.skipped;
+    keep[i] = k;
+  }
+  Kind vk = PrepareRows(V, w.v_base + h * V.row_bytes, w.v_stride, w.v_end, b0, nb, G, B, dec);
+  ByKind<AccumulateOp>(vk, V, B, nb, p, G, keep, acch);
+}
+
+void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
+  const int dp = K.dp, G = w.G, H = w.H;
   // p[j][r]: softmax weights of the current block for query j.
   float* p = static_cast<float*>(alloca(sizeof(float) * G * kBlock));
-  for (int j = 0; j < G; ++j) { w.m[j] = -std::numeric_limits<float>::infinity(); w.l[j] = 0.0f; }
-  std::memset(w.acc, 0, sizeof(float) * G * dp);
-  const auto neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
-
+  auto B = std::make_unique<BlockRows>();
+  auto dec = hwy::AllocateAligned<float>(static_cast<size_t>(kBlock) * dp);
+  for (int j = 0; j < H * G; ++j) { w.m[j] = -std::numeric_limits<float>::infinity(); w.l[j] = 0.0f; }
+  std::memset(w.acc, 0, sizeof(float) * H * G * dp);
   for (int b0 = w.r0; b0 < w.r1; b0 += kBlock) {
     const int nb = std::min(kBlock, w.r1 - b0);
-    // ---- scores: K rows decoded 4 at a time, each used for all G queries.
-    for (int r = 0; r < nb; r += 4) {
-      const int nr = std::min(4, nb - r);
-      for (int i = 0; i < nr; ++i) {
-        const uint8_t* row = SafeRow(w.k_base + (b0 + r + i) * w.k_stride, K.row_bytes, w.k_end, kscratch);
-        kscale[r + i] = DecodeRow(K, row, kbuf[i]);
-      }
-      for (int i = nr; i < 4; ++i) std::memset(kbuf[i], 0, sizeof(float) * dp);
-      for (int j = 0; j < G; ++j) {
-        const float* q = w.q + static_cast<size_t>(j) * dp;
-        auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
-        for (int c = 0; c < dp; c += N) {
-          const auto qv = hn::Load(df, q + c);
-          a0 = hn::MulAdd(qv, hn::Load(df, kbuf[0] + c), a0);
-          a1 = hn::MulAdd(qv, hn::Load(df, kbuf[1] + c), a1);
-          a2 = hn::MulAdd(qv, hn::Load(df, kbuf[2] + c), a2);
-          a3 = hn::MulAdd(qv, hn::Load(df, kbuf[3] + c), a3);
-        }
-        float* pj = p + j * kBlock;
-        const float dots[4] = {hn::GetLane(hn::SumOfLanes(df, a0)), hn::GetLane(hn::SumOfLanes(df, a1)),
-                               hn::GetLane(hn::SumOfLanes(df, a2)), hn::GetLane(hn::SumOfLanes(df, a3))};
-        for (int i = 0; i < nr; ++i)
-          pj[r + i] = (b0 + r + i < w.limit[j]) ? dots[i] * kscale[r + i] : -std::numeric_limits<float>::infinity();
-      }
-    }
-    // ---- online softmax per query over this block.
-    for (int j = 0; j < G; ++j) {
-      float* pj = p + j * kBlock;
-      for (int i = nb; i < kBlock; ++i) pj[i] = -std::numeric_limits<float>::infinity();
-      auto vmax = neg_inf;
-      for (int i = 0; i < kBlock; i += N) vmax = hn::Max(vmax, hn::LoadU(df, pj + i));
-      const float bmax = hn::GetLane(hn::MaxOfLanes(df, vmax));
-      if (bmax == -std::numeric_limits<float>::infinity()) {
-        for (int i = 0; i < kBlock; ++i) pj[i] = 0.0f;
-        continue;
-      }
-      const float mnew = std::max(w.m[j], bmax);
-      if (mnew > w.m[j]) {
-        const float corr = std::exp(w.m[j] - mnew);  // 0 when m was -inf
-        w.l[j] *= corr;
-        float* aj = w.acc + static_cast<size_t>(j) * dp;
-        const auto vc = hn::Set(df, corr);
-        for (int c = 0; c < dp; c += N) hn::Store(hn::Mul(hn::Load(df, aj + c), vc), df, aj + c);
-        w.m[j] = mnew;
-      }
-      const auto vm = hn::Set(df, mnew);
-      auto vsum = hn::Zero(df);
-      for (int i = 0; i < kBlock; i += N) {
-        const auto x = hn::LoadU(df, pj + i);
-        const auto e = hn::IfThenZeroElse(hn::Eq(x, neg_inf), hn::Exp(df, hn::Sub(x, vm)));
-        hn::StoreU(e, df, pj + i);
-        vsum = hn::Add(vsum, e);
-      }
-      w.l[j] += hn::GetLane(hn::SumOfLanes(df, vsum));
-    }
-    // ---- values: V rows decoded 4 at a time, accumulated for all G queries.
-    for (int r = 0; r < nb; r += 4) {
-      const int nr = std::min(4, nb - r);
-      float vs[4] = {0, 0, 0, 0};
-      int live = 0;
-      for (int i = 0; i < nr; ++i) {
-        bool keep = true;
-        if (w.sparse_v > 0.0f) {
-          keep = false;  // weights are relative to the running max (<= 1)
-          for (int j = 0; j < G && !keep; ++j) keep = p[j * kBlock + r + i] >= w.sparse_v;
-          if (!keep) ++*w.skipped;
-        }
-        if (keep) {
-          const uint8_t* row = SafeRow(w.v_base + (b0 + r + i) * w.v_stride, V.row_bytes, w.v_end, vscratch);
-          vs[i] = DecodeRow(V, row, vbuf[i]);
-          ++live;
-        } else {
-          vs[i] = 0.0f;
-          std::memset(vbuf[i], 0, sizeof(float) * dp);
-        }
-      }
-      if (live == 0) continue;
-      for (int i = nr; i < 4; ++i) { vs[i] = 0.0f; std::memset(vbuf[i], 0, sizeof(float) * dp); }
-      for (int j = 0; j < G; ++j) {
-        const float* pj = p + j * kBlock + r;
-        const auto w0 = hn::Set(df, pj[0] * vs[0]);
-        const auto w1 = hn::Set(df, nr > 1 ? pj[1] * vs[1] : 0.0f);
-        const auto w2 = hn::Set(df, nr > 2 ? pj[2] * vs[2] : 0.0f);
-        const auto w3 = hn::Set(df, nr > 3 ? pj[3] * vs[3] : 0.0f);
-        float* aj = w.acc + static_cast<size_t>(j) * dp;
-        for (int c = 0; c < dp; c += N) {
-          auto a = hn::Load(df, aj + c);
-          a = hn::MulAdd(w0, hn::Load(df, vbuf[0] + c), a);
-          a = hn::MulAdd(w1, hn::Load(df, vbuf[1] + c), a);
-          a = hn::MulAdd(w2, hn::Load(df, vbuf[2] + c), a);
-          a = hn::MulAdd(w3, hn::Load(df, vbuf[3] + c), a);
-          hn::Store(a, df, aj + c);
-        }
-      }
-    }
+    for (int h = 0; h < H; ++h) HeadBlock(K, V, w, h, b0, nb, p, *B, dec.get());
   }
 }
 
@@ -284,7 +586,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace tkv::attn {
 HWY_EXPORT(FastOk);
+HWY_EXPORT(FillPerm);
 HWY_EXPORT(RunWork);
+void reader_perm(const RowLayout& layout, int dp, int* perm) { HWY_DYNAMIC_DISPATCH(FillPerm)(layout, dp, perm); }
 bool reader_fast_ok(const RowLayout& layout, int d) { return HWY_DYNAMIC_DISPATCH(FastOk)(layout, d); }
 void run_work(const RowReader& k, const RowReader& v, const Work& w) { HWY_DYNAMIC_DISPATCH(RunWork)(k, v, w); }
 }  // namespace tkv::attn

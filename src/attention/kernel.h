@@ -19,30 +19,35 @@ struct RowReader {
   bool fast = false;        // SIMD decoder usable for this layout and vector width
   size_t row_bytes = 0;
   float tables[2][kMaxTable];  // tq centroid tables, zero-padded (for lane lookups)
+  int perm[1024 + 16];      // SIMD decoders emit coordinate perm[pos] at position pos
 };
 
-// One unit of work: G query vectors (already in K's domain and scaled) over
-// rows [r0, r1) of one KV head; query j sees rows < limit[j].
+// One unit of work: tokens [r0, r1) of every KV head, for the G query vectors
+// of each head's group (already in K's domain and scaled); query j sees rows
+// < limit[j]. Blocks of tokens are streamed once, all heads per block, so the
+// cache is read sequentially.
 struct Work {
-  const float* q;           // [G][dp]
+  const float* q;           // [H][G][dp]
   const int* limit;         // [G]
-  int G;
+  int G, H;
   int r0, r1;
-  const uint8_t* k_base;    // row t at k_base + t * k_stride
+  const uint8_t* k_base;    // row (t, h) at k_base + t * k_stride + h * row_bytes
   const uint8_t* v_base;
   size_t k_stride, v_stride;
   const uint8_t* k_end;     // one past the last readable byte of K / V data
   const uint8_t* v_end;
   float sparse_v;
-  // Outputs: running max, sum and accumulator (V's domain) per query.
-  float* m;                 // [G]
-  float* l;                 // [G]
-  float* acc;               // [G][dp]
+  // Outputs: running max, sum and accumulator (V's domain) per head and query.
+  float* m;                 // [H][G]
+  float* l;                 // [H][G]
+  float* acc;               // [H][G][dp]
   uint64_t* skipped;
 };
 
 // Lanes of the dispatched target and whether its decoders handle this layout.
 bool reader_fast_ok(const RowLayout& layout, int d);
 void run_work(const RowReader& k, const RowReader& v, const Work& w);
+// The decode order of the dispatched target's fast decoder (identity otherwise).
+void reader_perm(const RowLayout& layout, int dp, int* perm);
 
 }  // namespace tkv::attn

@@ -3,6 +3,8 @@
 // subcommands.h and call it below.
 #include <exception>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -12,12 +14,27 @@ namespace {
 constexpr const char* kVersion = "turbokv 0.1.0";
 }
 
+// llama.cpp's multi-letter single-dash flags, which CLI11 cannot declare.
+const char* llama_alias(const std::string& a) {
+  if (a == "-ctk") return "--cache-type-k";
+  if (a == "-ctv") return "--cache-type-v";
+  return nullptr;
+}
+
 int main(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (auto& a : args)
+    if (const char* alias = llama_alias(a)) a = alias;
+  std::vector<char*> argp;
+  for (auto& a : args) argp.push_back(a.data());
+  argc = static_cast<int>(argp.size());
+  argv = argp.data();
   CLI::App app{"turbokv: LLM inference with a compressed KV cache (rotation + Lloyd-Max codebooks)"};
   app.set_version_flag("--version", kVersion);
   // No require_subcommand(): it would be reported before an unknown flag.
   tkv::register_kv_stats(app);
   tkv::register_demo(app);
+  tkv::register_bench_attn(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,268 @@
+// `turbokv bench-attn`: decode and prefill speed of the fused attention kernel
+// per K/V format pair, context length and thread count, with the KV bytes each
+// decode step must read and how close that is to the machine's copy bandwidth,
+// measured in the same run (the floor for long-context attention is
+// KV bytes / bandwidth).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "attention/attention.h"
+#include "codec/format.h"
+#include "tools/subcommands.h"
+#include "util/rng.h"
+
+namespace tkv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Options {
+  int d = 128, kv_heads = 8, q_heads = 32;
+  std::string ctx = "1024,4096,16384,65536";
+  std::string formats, ctk = "f16,q8_0,q4_0r,tq4,tq3", ctv;
+  std::string threads = "2";
+  int prefill_max = 4096;
+  double min_time = 0.3;
+  bool json = false;
+};
+
+std::vector<int> parse_ints(const std::string& s, const char* what) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v <= 0 || v > (1 << 24))
+      throw std::invalid_argument(std::string("bad ") + what + " value '" + item + "'");
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) throw std::invalid_argument(std::string("empty ") + what + " list");
+  return out;
+}
+
+// Copy bandwidth: memory traffic (bytes read + written) of a large memcpy split
+// across threads, best of several runs. Also the read-only bandwidth.
+std::pair<double, double> measure_bandwidth(int threads) {
+  const size_t n = size_t(256) << 20;
+  std::vector<char> a(n, 1), b(n, 2);
+  double best_copy = 1e30, best_read = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+#pragma omp parallel for num_threads(threads)
+    for (int t = 0; t < threads; ++t) {
+      const size_t c = n / threads;
+      std::memcpy(b.data() + t * c, a.data() + t * c, c);
+    }
+    best_copy = std::min(best_copy, seconds_since(t0));
+    t0 = Clock::now();
+    uint64_t sink = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : sink)
+    for (int t = 0; t < threads; ++t) {
+      const size_t c = n / threads / 8;
+      const uint64_t* p = reinterpret_cast<const uint64_t*>(a.data()) + t * c;
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (size_t i = 0; i + 4 <= c; i += 4) { s0 += p[i]; s1 += p[i + 1]; s2 += p[i + 2]; s3 += p[i + 3]; }
+      sink += s0 + s1 + s2 + s3;
+    }
+    best_read = std::min(best_read, seconds_since(t0));
+    if (sink == 42) std::cerr << "";
+  }
+  return {2.0 * n / best_copy / 1e9, n / best_read / 1e9};
+}
+
+struct Quantized {
+  std::unique_ptr<Codec> codec;
+  std::vector<uint8_t> rows;  // [max_ctx][kv_heads]
+};
+
+int run(const Options& o) {
+  const auto ctxs = parse_ints(o.ctx, "--ctx");
+  const auto threads = parse_ints(o.threads, "--threads");
+  if (o.q_heads % o.kv_heads != 0) throw std::invalid_argument("--q-heads must be a multiple of --kv-heads");
+  auto fk = parse_format_list(o.formats.empty() ? o.ctk : o.formats);
+  if (!fk) throw std::invalid_argument(fk.error());
+  auto fv = parse_format_list(o.formats.empty() ? (o.ctv.empty() ? o.ctk : o.ctv) : o.formats);
+  if (!fv) throw std::invalid_argument(fv.error());
+  std::vector<std::pair<std::string, std::string>> pairs;
+  if (!o.formats.empty() || o.ctv.empty()) {
+    for (const auto& f : *fk) pairs.push_back({f, f});  // K and V alike
+  } else {
+    for (const auto& a : *fk)
+      for (const auto& b : *fv) pairs.push_back({a, b});
+  }
+  const int max_ctx = *std::max_element(ctxs.begin(), ctxs.end());
+  const int max_threads = *std::max_element(threads.begin(), threads.end());
+  const int d = o.d, H = o.kv_heads;
+  const size_t max_rows = size_t(max_ctx) * H;
+
+  const auto [copy_bw, read_bw] = measure_bandwidth(max_threads);
+  if (!o.json)
+    std::cout << "bench-attn: d " << d << ", " << H << " KV heads, " << o.q_heads << " query heads; copy bandwidth "
+              << copy_bw << " GB/s (read+write traffic, " << max_threads << " threads), read-only " << read_bw
+              << " GB/s\n";
+  // Random K/V rows: a pool of Gaussians, tiled with a per-row offset.
+  Rng rng(1);
+  std::vector<float> pool(1 << 20);
+  for (auto& x : pool) x = static_cast<float>(rng.gaussian());
+  auto fill = [&](std::vector<float>& x, size_t rows, uint64_t salt) {
+    x.resize(rows * d);
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t off = (r * 7919 + salt * 104729) % (pool.size() - d);
+      std::memcpy(&x[r * d], &pool[off], sizeof(float) * d);
+    }
+  };
+  std::vector<float> kf, vf;
+  fill(kf, max_rows, 1);
+  fill(vf, max_rows, 2);
+
+  std::map<std::string, Quantized> cache;
+  auto quantized = [&](const std::string& f, bool is_v) -> Quantized& {
+    const std::string key = f + (is_v ? "/v" : "/k");
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    Quantized q;
+    q.codec = std::move(*make_codec(f, d));
+    q.rows.resize(max_rows * q.codec->row_bytes() + 64);
+    const auto& src = is_v ? vf : kf;
+    const size_t chunk = 4096;
+#pragma omp parallel for num_threads(max_threads) schedule(dynamic, 1)
+    for (size_t r0 = 0; r0 < max_rows; r0 += chunk) {
+      const size_t n = std::min(chunk, max_rows - r0);
+      (void)q.codec->quantize(&src[r0 * d], n, q.rows.data() + r0 * q.codec->row_bytes());
+    }
+    return cache.emplace(key, std::move(q)).first->second;
+  };
+
+  nlohmann::json results = nlohmann::json::array();
+  if (!o.json)
+    std::printf("%-7s %-7s %7s %-8s %3s %12s %10s %10s %8s %7s %9s\n", "type_k", "type_v", "ctx", "mode", "thr",
+                "tokens/s", "ms", "KV MB/step", "GB/s", "bw %", "vs f16");
+  std::map<std::string, double> f16_rate;  // "mode/ctx/threads" -> tokens/s of the f16 pair
+  for (const auto& [tk, tv] : pairs) {
+    Quantized& K = quantized(tk, false);
+    Quantized& V = quantized(tv, true);
+    for (int ctx : ctxs)
+      for (int th : threads) {
+        for (int mode = 0; mode < 2; ++mode) {
+          const bool prefill = mode == 1;
+          if (prefill && ctx > o.prefill_max) continue;
+          const int n_q = prefill ? ctx : 1;
+          std::vector<float> q(size_t(n_q) * o.q_heads * d), out(q.size());
+          for (size_t i = 0; i < q.size(); ++i) q[i] = pool[(i * 31) % pool.size()];
+          AttentionArgs a;
+          a.q = q.data();
+          a.n_q = n_q;
+          a.n_q_heads = o.q_heads;
+          a.n_kv = ctx;
+          a.n_kv_heads = H;
+          a.d = d;
+          a.k = {K.codec.get(), K.rows.data(), 0};
+          a.v = {V.codec.get(), V.rows.data(), 0};
+          a.causal_offset = prefill ? 0 : -1;
+          a.threads = th;
+          a.out = out.data();
+          std::vector<uint8_t> kw, vw;
+          if (prefill) {  // a prefill also quantizes the rows it writes
+            kw.resize(size_t(ctx) * H * K.codec->row_bytes());
+            vw.resize(size_t(ctx) * H * V.codec->row_bytes());
+          }
+          auto step = [&]() {
+            if (prefill) {
+              const size_t rows = size_t(ctx) * H, chunk = 1024;
+#pragma omp parallel for num_threads(th) schedule(dynamic, 1)
+              for (size_t r0 = 0; r0 < rows; r0 += chunk) {
+                const size_t n = std::min(chunk, rows - r0);
+                (void)K.codec->quantize(&kf[r0 * d], n, kw.data() + r0 * K.codec->row_bytes());
+                (void)V.codec->quantize(&vf[r0 * d], n, vw.data() + r0 * V.codec->row_bytes());
+              }
+            }
+            Status s = attention(a);
+            if (!s.ok()) throw std::runtime_error(s.message());
+          };
+          step();  // warm-up
+          std::vector<double> times;
+          const auto t_all = Clock::now();
+          while (times.size() < 3 || (seconds_since(t_all) < o.min_time && times.size() < 200)) {
+            const auto t0 = Clock::now();
+            step();
+            times.push_back(seconds_since(t0));
+          }
+          std::sort(times.begin(), times.end());
+          const double t = times[times.size() / 2];
+          const double kv_bytes = double(ctx) * H * (K.codec->row_bytes() + V.codec->row_bytes());
+          const double tps = n_q / t;
+          const double gbs = prefill ? 0.0 : kv_bytes / t / 1e9;
+          const std::string key = std::string(prefill ? "prefill/" : "decode/") + std::to_string(ctx) + "/" +
+                                  std::to_string(th);
+          if (tk == "f16" && tv == "f16") f16_rate[key] = tps;
+          const double vs_f16 = f16_rate.count(key) ? tps / f16_rate[key] : 0.0;
+          nlohmann::json r = {{"type_k", tk},
+                              {"type_v", tv},
+                              {"ctx", ctx},
+                              {"mode", prefill ? "prefill" : "decode"},
+                              {"threads", th},
+                              {"tokens_per_s", tps},
+                              {"ms", t * 1e3},
+                              {"kv_bytes_per_step", prefill ? 0.0 : kv_bytes},
+                              {"gb_per_s", gbs},
+                              {"bandwidth_pct", prefill ? 0.0 : 100.0 * gbs / copy_bw},
+                              {"copy_gb_per_s", copy_bw},
+                              {"d", d},
+                              {"kv_heads", H},
+                              {"q_heads", o.q_heads}};
+          if (vs_f16 > 0) r["speedup_vs_f16"] = vs_f16;
+          results.push_back(r);
+          if (!o.json) {
+            std::printf("%-7s %-7s %7d %-8s %3d %12.1f %10.3f %10.2f %8.2f %7.1f %9s\n", tk.c_str(), tv.c_str(), ctx,
+                        prefill ? "prefill" : "decode", th, tps, t * 1e3, prefill ? 0.0 : kv_bytes / 1e6, gbs,
+                        prefill ? 0.0 : 100.0 * gbs / copy_bw,
+                        vs_f16 > 0 ? (std::to_string(vs_f16).substr(0, 4) + "x").c_str() : "-");
+            std::fflush(stdout);
+          }
+        }
+      }
+  }
+  if (o.json) std::cout << results.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void register_bench_attn(CLI::App& app) {
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("bench-attn", "Speed of fused attention on compressed KV rows");
+  cmd->add_option("--d", opt->d, "head dim")->check(CLI::Range(8, 1024));
+  cmd->add_option("--kv-heads", opt->kv_heads, "KV heads")->check(CLI::Range(1, 256));
+  cmd->add_option("--q-heads", opt->q_heads, "query heads (a multiple of --kv-heads)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--ctx", opt->ctx, "context lengths, comma separated");
+  cmd->add_option("--formats", opt->formats, "formats for K and V alike (overrides -ctk/-ctv)");
+  cmd->add_option("--cache-type-k", opt->ctk, "K formats, comma separated (-ctk)");
+  cmd->add_option("--cache-type-v", opt->ctv, "V formats (every K x V pair; -ctv); default: same as K");
+  cmd->add_option("-t,--threads", opt->threads, "thread counts, comma separated");
+  cmd->add_option("--prefill-max", opt->prefill_max, "largest context also run as a prefill");
+  cmd->add_option("--min-time", opt->min_time, "seconds to repeat each measurement");
+  cmd->add_flag("--json", opt->json, "print a JSON list");
+  cmd->callback([opt]() {
+    try {
+      run(*opt);
+    } catch (const std::exception& e) {
+      std::cerr << "turbokv bench-attn: error: " << e.what() << "\n";
+      throw CLI::RuntimeError(1);
+    }
+  });
+}
+
+}  // namespace tkv
