@@ -83,7 +83,7 @@ struct TurboConsts {
     decltype(hn::IndicesFromVec(DU(), hn::Zero(DU()))) idx;
   };
   struct Part {
-    int begin, nplanes, levels;
+    int begin, count, nplanes, levels;
     int super_end;  // positions [begin, super_end) use the interleaved order below
     Plane planes[4];
     hn::Vec<DF> t0, t1;  // centroid table, first and second N entries
@@ -103,6 +103,7 @@ HWY_INLINE void MakeTurboConsts(const RowReader& R, TurboConsts& tc) {
     const RowLayout::Part& src = R.layout.parts[p];
     TurboConsts::Part& dst = tc.parts[p];
     dst.begin = src.begin;
+    dst.count = src.count;
     dst.nplanes = src.nplanes;
     dst.super_end = src.begin + SuperCount(src) * 8 * N;
     dst.levels = 1 << src.bits;
@@ -281,6 +282,7 @@ HWY_INLINE const uint8_t* SafeRow(const uint8_t* row, size_t bytes, const uint8_
 HWY_INLINE void Sum4(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3, float* out) {
   const DF df;
 #if HWY_TARGET == HWY_SCALAR
+  (void)df;
   out[0] = hn::GetLane(v0);
   out[1] = hn::GetLane(v1);
   out[2] = hn::GetLane(v2);
@@ -316,12 +318,97 @@ struct BlockRows {
   uint8_t scratch[2][1024 * 4 + 64];
 };
 
+// Super-chunk loop of a tq part with planes W0, W1, W2 (0 = absent): each
+// row's plane words are loaded once per 8N coordinates and every sub-chunk is
+// a shift, a mask and a table permute. Calls fn(pos, k0, k1, k2, k3).
+template <int W0, int W1, int W2, class Fn>
+HWY_INLINE void SuperLoop(const TurboConsts::Part& part, const uint8_t* const* rows, Fn&& fn) {
+  const DF df;
+  const DI di;
+  const DU du;
+  const int N = Lanes();
+  const int n_super = (part.super_end - part.begin) / (8 * N);
+  const size_t o0 = part.planes[0].offset;
+  const size_t o1 = W1 ? part.planes[1].offset : 0;
+  const size_t o2 = W2 ? part.planes[2].offset : 0;
+  const auto m0 = hn::Set(du, (1u << W0) - 1u);
+  const auto m1 = hn::Set(du, W1 ? (1u << W1) - 1u : 0u);
+  const auto m2 = hn::Set(du, W2 ? (1u << W2) - 1u : 0u);
+  constexpr int kLevels = 1 << (W0 + W1 + W2);
+  for (int S = 0; S < n_super; ++S) {
+    hn::Vec<DU> w0[4], w1[4], w2[4];
+    for (int r = 0; r < 4; ++r) {
+      w0[r] = SuperWords(rows[r] + o0 + static_cast<size_t>(S) * N * W0, W0);
+      if (W1) w1[r] = SuperWords(rows[r] + o1 + static_cast<size_t>(S) * N * W1, W1);
+      if (W2) w2[r] = SuperWords(rows[r] + o2 + static_cast<size_t>(S) * N * W2, W2);
+    }
+    const int pos0 = part.begin + S * 8 * N;
+    for (int sub = 0; sub < 8; ++sub) {
+      hn::Vec<DF> k[4];
+      for (int r = 0; r < 4; ++r) {
+        auto code = hn::And(hn::ShiftRightSame(w0[r], sub * W0), m0);
+        if (W1) code = hn::Or(code, hn::ShiftLeft<W0>(hn::And(hn::ShiftRightSame(w1[r], sub * W1), m1)));
+        if (W2) code = hn::Or(code, hn::ShiftLeft<W0 + W1>(hn::And(hn::ShiftRightSame(w2[r], sub * W2), m2)));
+        const auto ci = hn::BitCast(di, code);
+        if (kLevels <= static_cast<int>(hn::MaxLanes(df)) && kLevels <= N) {
+          k[r] = hn::TableLookupLanes(part.t0, hn::IndicesFromVec(df, ci));
+        } else if (kLevels <= 2 * N) {
+          const auto lo_idx = hn::IndicesFromVec(df, hn::And(ci, hn::Set(di, N - 1)));
+          k[r] = hn::IfThenElse(hn::RebindMask(df, hn::Gt(ci, hn::Set(di, N - 1))),
+                                hn::TableLookupLanes(part.t1, lo_idx), hn::TableLookupLanes(part.t0, lo_idx));
+        } else {
+          k[r] = hn::GatherIndex(df, part.table, ci);
+        }
+      }
+      fn(pos0 + sub * N, k[0], k[1], k[2], k[3]);
+    }
+  }
+}
+
+// Calls fn(pos, v0, v1, v2, v3) for every chunk position of 4 rows, decoding
+// each row's chunk once.
+template <Kind KIND, class Fn>
+HWY_INLINE void ForEachChunk(const TurboConsts& tc, const uint8_t* const* rows, int dp, Fn&& fn) {
+  const int N = Lanes();
+  if constexpr (KIND != Kind::kTurbo) {
+    for (int c = 0; c < dp; c += N) {
+      const ChunkPlan plan = Plan<KIND>(tc, c);
+      fn(c, Decode<KIND>(plan, rows[0]), Decode<KIND>(plan, rows[1]), Decode<KIND>(plan, rows[2]),
+         Decode<KIND>(plan, rows[3]));
+    }
+  } else {
+    for (int p = 0; p < tc.nparts; ++p) {
+      const TurboConsts::Part& part = tc.parts[p];
+      if (part.super_end > part.begin) {
+        int w[3] = {0, 0, 0};
+        for (int k = 0; k < part.nplanes; ++k) w[k] = part.planes[k].width;
+        const int cfg = w[0] * 100 + w[1] * 10 + w[2];
+        switch (cfg) {
+          case 400: SuperLoop<4, 0, 0>(part, rows, fn); break;
+          case 200: SuperLoop<2, 0, 0>(part, rows, fn); break;
+          case 100: SuperLoop<1, 0, 0>(part, rows, fn); break;
+          case 210: SuperLoop<2, 1, 0>(part, rows, fn); break;
+          case 410: SuperLoop<4, 1, 0>(part, rows, fn); break;
+          case 420: SuperLoop<4, 2, 0>(part, rows, fn); break;
+          default: SuperLoop<4, 2, 1>(part, rows, fn); break;  // 7 bits: the only other mix
+        }
+      }
+      for (int c = part.super_end; c < part.begin + part.count; c += N) {
+        const ChunkPlan plan = TurboPlan(tc, c);
+        fn(c, TurboDecode(plan, rows[0]), TurboDecode(plan, rows[1]), TurboDecode(plan, rows[2]),
+           TurboDecode(plan, rows[3]));
+      }
+    }
+    // Zero padding past d: chunks of the padded row hold nothing.
+  }
+}
+
 // p[j][r] = score of query j on row r (or -inf when masked), for 4 rows at a time.
 template <Kind KIND>
 void Scores(const RowReader& R, const BlockRows& B, int nb, const float* qh, int G, const int* limit, int b0,
             float* p) {
   const DF df;
-  const int N = Lanes(), dp = R.dp;
+  const int dp = R.dp;
   TurboConsts tc;
   if constexpr (KIND == Kind::kTurbo) MakeTurboConsts(R, tc);
   for (int r = 0; r < nb; r += 4) {
@@ -330,37 +417,33 @@ void Scores(const RowReader& R, const BlockRows& B, int nb, const float* qh, int
     for (int i = 0; i < 4; ++i) rows[i] = B.row[r + std::min(i, nr - 1)];
     for (int j0 = 0; j0 < G; j0 += 4) {
       const int nj = std::min(4, G - j0);
-      const float* q[4];
-      for (int j = 0; j < 4; ++j) q[j] = qh + static_cast<size_t>(j0 + std::min(j, nj - 1)) * dp;
+      const float* q0p = qh + static_cast<size_t>(j0) * dp;
+      const float* q1p = qh + static_cast<size_t>(j0 + std::min(1, nj - 1)) * dp;
+      const float* q2p = qh + static_cast<size_t>(j0 + std::min(2, nj - 1)) * dp;
+      const float* q3p = qh + static_cast<size_t>(j0 + std::min(3, nj - 1)) * dp;
       auto a00 = hn::Zero(df), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
       auto a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
-      for (int c = 0; c < dp; c += N) {
-        const ChunkPlan plan = Plan<KIND>(tc, c);
-        const auto q0 = hn::Load(df, q[0] + c), q1 = hn::Load(df, q[1] + c);
-        const auto q2 = hn::Load(df, q[2] + c), q3 = hn::Load(df, q[3] + c);
-        const auto k0 = Decode<KIND>(plan, rows[0]);
+      ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> k0, hn::Vec<DF> k1, hn::Vec<DF> k2, hn::Vec<DF> k3) {
+        const auto q0 = hn::Load(df, q0p + c), q1 = hn::Load(df, q1p + c);
+        const auto q2 = hn::Load(df, q2p + c), q3 = hn::Load(df, q3p + c);
         a00 = hn::MulAdd(k0, q0, a00); a01 = hn::MulAdd(k0, q1, a01);
         a02 = hn::MulAdd(k0, q2, a02); a03 = hn::MulAdd(k0, q3, a03);
-        const auto k1 = Decode<KIND>(plan, rows[1]);
         a10 = hn::MulAdd(k1, q0, a10); a11 = hn::MulAdd(k1, q1, a11);
         a12 = hn::MulAdd(k1, q2, a12); a13 = hn::MulAdd(k1, q3, a13);
-        const auto k2 = Decode<KIND>(plan, rows[2]);
         a20 = hn::MulAdd(k2, q0, a20); a21 = hn::MulAdd(k2, q1, a21);
         a22 = hn::MulAdd(k2, q2, a22); a23 = hn::MulAdd(k2, q3, a23);
-        const auto k3 = Decode<KIND>(plan, rows[3]);
         a30 = hn::MulAdd(k3, q0, a30); a31 = hn::MulAdd(k3, q1, a31);
         a32 = hn::MulAdd(k3, q2, a32); a33 = hn::MulAdd(k3, q3, a33);
-      }
+      });
       float dot4[4][4];
       Sum4(a00, a01, a02, a03, dot4[0]);
       Sum4(a10, a11, a12, a13, dot4[1]);
       Sum4(a20, a21, a22, a23, dot4[2]);
       Sum4(a30, a31, a32, a33, dot4[3]);
       for (int i = 0; i < nr; ++i) {
-        const float* dots = dot4[i];
         const int row = b0 + r + i;
         for (int j = 0; j < nj; ++j)
-          p[(j0 + j) * kBlock + r + i] = row < limit[j0 + j] ? dots[j] * B.scale[r + i] : kNegInf;
+          p[(j0 + j) * kBlock + r + i] = row < limit[j0 + j] ? dot4[i][j] * B.scale[r + i] : kNegInf;
       }
     }
   }
@@ -371,7 +454,7 @@ template <Kind KIND>
 void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, int G, const bool* keep,
                 float* acch) {
   const DF df;
-  const int N = Lanes(), dp = R.dp;
+  const int dp = R.dp;
   TurboConsts tc;
   if constexpr (KIND == Kind::kTurbo) MakeTurboConsts(R, tc);
   for (int r = 0; r < nb; r += 4) {
@@ -386,43 +469,53 @@ void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, 
       rows[i] = B.row[r + std::min(i, nr - 1)];
       f[i] = live ? B.scale[r + i] : 0.0f;
     }
+    // Up to 4 queries per pass; absent queries get zero weights on query 0's
+    // accumulator, so every pass runs the same straight-line code.
     for (int j0 = 0; j0 < G; j0 += 4) {
       const int nj = std::min(4, G - j0);
-      hn::Vec<DF> wv[4][4];
-      for (int j = 0; j < 4; ++j)
-        for (int i = 0; i < 4; ++i)
-          wv[j][i] = hn::Set(df, (j < nj && i < nr) ? p[(j0 + j) * kBlock + r + i] * f[i] : 0.0f);
+      auto wt = [&](int j, int i) { return hn::Set(df, (j < nj && i < nr) ? p[(j0 + j) * kBlock + r + i] * f[i] : 0.0f); };
+      const auto w00 = wt(0, 0), w01 = wt(0, 1), w02 = wt(0, 2), w03 = wt(0, 3);
+      const auto w10 = wt(1, 0), w11 = wt(1, 1), w12 = wt(1, 2), w13 = wt(1, 3);
+      const auto w20 = wt(2, 0), w21 = wt(2, 1), w22 = wt(2, 2), w23 = wt(2, 3);
+      const auto w30 = wt(3, 0), w31 = wt(3, 1), w32 = wt(3, 2), w33 = wt(3, 3);
       float* a0 = acch + static_cast<size_t>(j0) * dp;
-      float* a1 = a0 + (nj > 1 ? dp : 0);
-      float* a2 = a0 + (nj > 2 ? 2 * dp : 0);
-      float* a3 = a0 + (nj > 3 ? 3 * dp : 0);
-      // Rows of absent queries alias query 0's accumulator with zero weights.
-      for (int c = 0; c < dp; c += N) {
-        const ChunkPlan plan = Plan<KIND>(tc, c);
-        const auto v0 = Decode<KIND>(plan, rows[0]), v1 = Decode<KIND>(plan, rows[1]);
-        const auto v2 = Decode<KIND>(plan, rows[2]), v3 = Decode<KIND>(plan, rows[3]);
-        auto x0 = hn::Load(df, a0 + c);
-        x0 = hn::MulAdd(wv[0][0], v0, x0); x0 = hn::MulAdd(wv[0][1], v1, x0);
-        x0 = hn::MulAdd(wv[0][2], v2, x0); x0 = hn::MulAdd(wv[0][3], v3, x0);
-        hn::Store(x0, df, a0 + c);
-        if (nj > 1) {
-          auto x1 = hn::Load(df, a1 + c);
-          x1 = hn::MulAdd(wv[1][0], v0, x1); x1 = hn::MulAdd(wv[1][1], v1, x1);
-          x1 = hn::MulAdd(wv[1][2], v2, x1); x1 = hn::MulAdd(wv[1][3], v3, x1);
-          hn::Store(x1, df, a1 + c);
-        }
-        if (nj > 2) {
-          auto x2 = hn::Load(df, a2 + c);
-          x2 = hn::MulAdd(wv[2][0], v0, x2); x2 = hn::MulAdd(wv[2][1], v1, x2);
-          x2 = hn::MulAdd(wv[2][2], v2, x2); x2 = hn::MulAdd(wv[2][3], v3, x2);
-          hn::Store(x2, df, a2 + c);
-        }
-        if (nj > 3) {
-          auto x3 = hn::Load(df, a3 + c);
-          x3 = hn::MulAdd(wv[3][0], v0, x3); x3 = hn::MulAdd(wv[3][1], v1, x3);
-          x3 = hn::MulAdd(wv[3][2], v2, x3); x3 = hn::MulAdd(wv[3][3], v3, x3);
-          hn::Store(x3, df, a3 + c);
-        }
+      float* a1 = acch + static_cast<size_t>(j0 + std::min(1, nj - 1)) * dp;
+      float* a2 = acch + static_cast<size_t>(j0 + std::min(2, nj - 1)) * dp;
+      float* a3 = acch + static_cast<size_t>(j0 + std::min(3, nj - 1)) * dp;
+      if (nj == 4) {
+        ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3) {
+          auto x0 = hn::Load(df, a0 + c), x1 = hn::Load(df, a1 + c);
+          auto x2 = hn::Load(df, a2 + c), x3 = hn::Load(df, a3 + c);
+          x0 = hn::MulAdd(w00, v0, x0); x1 = hn::MulAdd(w10, v0, x1);
+          x2 = hn::MulAdd(w20, v0, x2); x3 = hn::MulAdd(w30, v0, x3);
+          x0 = hn::MulAdd(w01, v1, x0); x1 = hn::MulAdd(w11, v1, x1);
+          x2 = hn::MulAdd(w21, v1, x2); x3 = hn::MulAdd(w31, v1, x3);
+          x0 = hn::MulAdd(w02, v2, x0); x1 = hn::MulAdd(w12, v2, x1);
+          x2 = hn::MulAdd(w22, v2, x2); x3 = hn::MulAdd(w32, v2, x3);
+          x0 = hn::MulAdd(w03, v3, x0); x1 = hn::MulAdd(w13, v3, x1);
+          x2 = hn::MulAdd(w23, v3, x2); x3 = hn::MulAdd(w33, v3, x3);
+          hn::Store(x0, df, a0 + c); hn::Store(x1, df, a1 + c);
+          hn::Store(x2, df, a2 + c); hn::Store(x3, df, a3 + c);
+        });
+      } else {  // fewer queries: accumulate one at a time (stores must not alias)
+        ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3) {
+          auto x0 = hn::Load(df, a0 + c);
+          x0 = hn::MulAdd(w00, v0, x0); x0 = hn::MulAdd(w01, v1, x0);
+          x0 = hn::MulAdd(w02, v2, x0); x0 = hn::MulAdd(w03, v3, x0);
+          hn::Store(x0, df, a0 + c);
+          if (nj > 1) {
+            auto x1 = hn::Load(df, a1 + c);
+            x1 = hn::MulAdd(w10, v0, x1); x1 = hn::MulAdd(w11, v1, x1);
+            x1 = hn::MulAdd(w12, v2, x1); x1 = hn::MulAdd(w13, v3, x1);
+            hn::Store(x1, df, a1 + c);
+          }
+          if (nj > 2) {
+            auto x2 = hn::Load(df, a2 + c);
+            x2 = hn::MulAdd(w20, v0, x2); x2 = hn::MulAdd(w21, v1, x2);
+            x2 = hn::MulAdd(w22, v2, x2); x2 = hn::MulAdd(w23, v3, x2);
+            hn::Store(x2, df, a2 + c);
+          }
+        });
       }
     }
   }
