@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 
@@ -79,8 +80,8 @@ std::unique_ptr<Built> build(const Case& c) {
   a.n_kv = c.n_kv;
   a.n_kv_heads = H;
   a.d = d;
-  a.k = {b->ck.get(), b->kq.data(), 0};
-  a.v = {b->cv.get(), b->vq.data(), 0};
+  a.k = {b->ck.get(), b->kq.data(), 0, 0};
+  a.v = {b->cv.get(), b->vq.data(), 0, 0};
   a.causal_offset = c.causal;
   a.mu_k = c.center ? b->mu_k.data() : nullptr;
   a.mu_v = c.center ? b->mu_v.data() : nullptr;
@@ -314,6 +315,39 @@ TEST(Attention, SparseVSkipsOnlyNegligibleRows) {
   EXPECT_LT(std::sqrt(e / n), 1e-4);
 }
 
+TEST(Attention, HeadMajorLayoutGivesTheSameResult) {
+  for (const char* f : {"f16", "q8_0", "tq4", "tq3"}) {
+    Case c;
+    c.fk = c.fv = f;
+    c.n_kv = 700;
+    c.n_kv_heads = 3;
+    c.gqa = 2;
+    c.threads = 2;
+    auto b = build(c);
+    ASSERT_TRUE(attention(b->args).ok());
+    // Re-lay the rows head-major with spare capacity: [head][capacity].
+    const int cap = c.n_kv + 5, H = c.n_kv_heads;
+    const size_t kb = b->ck->row_bytes(), vb = b->cv->row_bytes();
+    std::vector<uint8_t> kh(size_t(H) * cap * kb + 16), vh(size_t(H) * cap * vb + 16);
+    for (int t = 0; t < c.n_kv; ++t)
+      for (int h = 0; h < H; ++h) {
+        std::memcpy(&kh[(size_t(h) * cap + t) * kb], &b->kq[(size_t(t) * H + h) * kb], kb);
+        std::memcpy(&vh[(size_t(h) * cap + t) * vb], &b->vq[(size_t(t) * H + h) * vb], vb);
+      }
+    std::vector<float> out(b->out.size());
+    AttentionArgs a = b->args;
+    a.k = {b->ck.get(), kh.data(), kb, cap * kb};
+    a.v = {b->cv.get(), vh.data(), vb, cap * vb};
+    a.out = out.data();
+    ASSERT_TRUE(attention(a).ok());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], b->out[i], 1e-6) << f;
+    std::vector<float> ref(out.size());
+    a.out = ref.data();
+    ASSERT_TRUE(attention_ref(a).ok());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << f;
+  }
+}
+
 TEST(Attention, BadArgumentsAreErrors) {
   Case c;
   c.fk = c.fv = "tq4";
@@ -390,8 +424,8 @@ TEST(Attention, RealDataErrorPerFormat) {
       a.n_kv = T;
       a.n_kv_heads = H;
       a.d = d;
-      a.k = {ck.get(), kq.data(), 0};
-      a.v = {cv.get(), vq.data(), 0};
+      a.k = {ck.get(), kq.data(), 0, 0};
+      a.v = {cv.get(), vq.data(), 0, 0};
       a.out = out.data();
       ASSERT_TRUE(attention(a).ok());
       double e = 0, n = 0;

@@ -49,8 +49,15 @@ Status attention(const AttentionArgs& a) {
   init_reader(V, a.v.codec);
   const size_t ks = a.k.token_stride ? a.k.token_stride : a.n_kv_heads * K.row_bytes;
   const size_t vs = a.v.token_stride ? a.v.token_stride : a.n_kv_heads * V.row_bytes;
-  const uint8_t* k_end = a.n_kv > 0 ? a.k.data + (a.n_kv - 1) * ks + a.n_kv_heads * K.row_bytes : a.k.data;
-  const uint8_t* v_end = a.n_kv > 0 ? a.v.data + (a.n_kv - 1) * vs + a.n_kv_heads * V.row_bytes : a.v.data;
+  const size_t khs = a.k.head_stride ? a.k.head_stride : K.row_bytes;
+  const size_t vhs = a.v.head_stride ? a.v.head_stride : V.row_bytes;
+  const uint8_t* k_end =
+      a.n_kv > 0 ? a.k.data + (a.n_kv - 1) * ks + (a.n_kv_heads - 1) * khs + K.row_bytes : a.k.data;
+  const uint8_t* v_end =
+      a.n_kv > 0 ? a.v.data + (a.n_kv - 1) * vs + (a.n_kv_heads - 1) * vhs + V.row_bytes : a.v.data;
+  // Token-major caches are streamed a block of tokens at a time for all heads;
+  // head-major caches one head at a time (each item then reads one range).
+  const bool per_head = khs > ks || vhs > vs;
 
   // Queries in K's coding domain, pre-scaled: [n_q][n_q_heads][dp].
   hwy::AlignedFreeUniquePtr<float[]> qp = hwy::AllocateAligned<float>(static_cast<size_t>(a.n_q) * a.n_q_heads * dp);
@@ -76,17 +83,19 @@ Status attention(const AttentionArgs& a) {
   auto limit_of = [&](int i) {
     return a.causal_offset < 0 ? a.n_kv : std::clamp(a.causal_offset + i + 1, 0, a.n_kv);
   };
-  struct Item { int tile, r0, r1; };
+  const int H = a.n_kv_heads;
+  struct Item { int tile, h0, h1, r0, r1; };
   std::vector<Item> items;
   std::vector<size_t> first_item(n_tiles + 1, 0);
   const int chunk = chunk_rows(a.n_kv);
   for (int t = 0; t < n_tiles; ++t) {
     first_item[t] = items.size();
     const int rows = limit_of(std::min(a.n_q, (t + 1) * tile) - 1);
-    for (int r0 = 0; r0 < rows; r0 += chunk) items.push_back({t, r0, std::min(rows, r0 + chunk)});
+    for (int r0 = 0; r0 < rows; r0 += chunk)
+      for (int h = 0; h < (per_head ? H : 1); ++h)
+        items.push_back({t, per_head ? h : 0, per_head ? h + 1 : H, r0, std::min(rows, r0 + chunk)});
   }
   first_item[n_tiles] = items.size();
-  const int H = a.n_kv_heads;
   const size_t n_items = items.size(), per_item = static_cast<size_t>(H) * G_max;
   hwy::AlignedFreeUniquePtr<float[]> acc = hwy::AllocateAligned<float>(std::max<size_t>(1, n_items * per_item * dp));
   std::vector<float> mbuf(n_items * per_item), lbuf(n_items * per_item);
@@ -113,12 +122,16 @@ Status attention(const AttentionArgs& a) {
     w.limit = limits;
     w.G = G;
     w.H = H;
+    w.h0 = item.h0;
+    w.h1 = item.h1;
     w.r0 = item.r0;
     w.r1 = item.r1;
     w.k_base = a.k.data;
     w.v_base = a.v.data;
     w.k_stride = ks;
     w.v_stride = vs;
+    w.k_hstride = khs;
+    w.v_hstride = vhs;
     w.k_end = k_end;
     w.v_end = v_end;
     w.sparse_v = a.sparse_v;

@@ -11,11 +11,16 @@
 
 namespace tkv {
 
-// One layer's cached rows: row (token t, kv head h) is at data + t*token_stride + h*row_bytes.
+// One layer's cached rows: row (token t, kv head h) is at
+// data + t * token_stride + h * head_stride. Token-major (llama.cpp's layout):
+// head_stride = row_bytes, token_stride = n_kv_heads * row_bytes (the defaults).
+// Head-major (each head's rows contiguous, best for streaming): token_stride =
+// row_bytes, head_stride = capacity * row_bytes.
 struct KvRows {
   const Codec* codec = nullptr;
   const uint8_t* data = nullptr;
   size_t token_stride = 0;  // bytes; 0 means n_kv_heads * row_bytes
+  size_t head_stride = 0;   // bytes; 0 means row_bytes
 };
 
 struct AttnStats {

@@ -32,14 +32,16 @@ Status attention_ref(const AttentionArgs& a) {
   const double scale = a.scale > 0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(d));
   const size_t ks = a.k.token_stride ? a.k.token_stride : a.n_kv_heads * a.k.codec->row_bytes();
   const size_t vs = a.v.token_stride ? a.v.token_stride : a.n_kv_heads * a.v.codec->row_bytes();
+  const size_t khs = a.k.head_stride ? a.k.head_stride : a.k.codec->row_bytes();
+  const size_t vhs = a.v.head_stride ? a.v.head_stride : a.v.codec->row_bytes();
   // Dequantize every row once (original domain, mean added back).
   std::vector<float> K(static_cast<size_t>(a.n_kv) * a.n_kv_heads * d), V(K.size());
   for (int t = 0; t < a.n_kv; ++t)
     for (int h = 0; h < a.n_kv_heads; ++h) {
       float* kr = &K[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
       float* vr = &V[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
-      a.k.codec->dequantize(a.k.data + t * ks + h * a.k.codec->row_bytes(), 1, kr, Impl::kRef);
-      a.v.codec->dequantize(a.v.data + t * vs + h * a.v.codec->row_bytes(), 1, vr, Impl::kRef);
+      a.k.codec->dequantize(a.k.data + t * ks + h * khs, 1, kr, Impl::kRef);
+      a.v.codec->dequantize(a.v.data + t * vs + h * vhs, 1, vr, Impl::kRef);
       for (int i = 0; i < d; ++i) {
         if (a.mu_k) kr[i] += a.mu_k[h * d + i];
         if (a.mu_v) vr[i] += a.mu_v[h * d + i];

@@ -606,14 +606,14 @@ void HeadBlock(const RowReader& K, const RowReader& V, const Work& w, int h, int
   if (ahead < w.r1) {
     const int n = std::min(kBlock, w.r1 - ahead);
     for (int i = 0; i < n; ++i) {
-      const uint8_t* kr = w.k_base + static_cast<size_t>(ahead + i) * w.k_stride + h * K.row_bytes;
-      const uint8_t* vr = w.v_base + static_cast<size_t>(ahead + i) * w.v_stride + h * V.row_bytes;
+      const uint8_t* kr = w.k_base + static_cast<size_t>(ahead + i) * w.k_stride + h * w.k_hstride;
+      const uint8_t* vr = w.v_base + static_cast<size_t>(ahead + i) * w.v_stride + h * w.v_hstride;
       for (size_t o = 0; o < K.row_bytes; o += 64) __builtin_prefetch(kr + o);
       for (size_t o = 0; o < V.row_bytes; o += 64) __builtin_prefetch(vr + o);
     }
   }
   // ---- scores
-  Kind kk = PrepareRows(K, w.k_base + h * K.row_bytes, w.k_stride, w.k_end, b0, nb, G, B, dec);
+  Kind kk = PrepareRows(K, w.k_base + h * w.k_hstride, w.k_stride, w.k_end, b0, nb, G, B, dec);
   ByKind<ScoresOp>(kk, K, B, nb, qh, G, w.limit, b0, p);
   // ---- online softmax per query over this block
   const auto neg_inf = hn::Set(df, kNegInf);
@@ -654,7 +654,7 @@ void HeadBlock(const RowReader& K, const RowReader& V, const Work& w, int h, int
     if (!k) ++*w.skipped;
     keep[i] = k;
   }
-  Kind vk = PrepareRows(V, w.v_base + h * V.row_bytes, w.v_stride, w.v_end, b0, nb, G, B, dec);
+  Kind vk = PrepareRows(V, w.v_base + h * w.v_hstride, w.v_stride, w.v_end, b0, nb, G, B, dec);
   ByKind<AccumulateOp>(vk, V, B, nb, p, G, keep, acch);
 }
 
@@ -664,11 +664,12 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   float* p = static_cast<float*>(alloca(sizeof(float) * G * kBlock));
   auto B = std::make_unique<BlockRows>();
   auto dec = hwy::AllocateAligned<float>(static_cast<size_t>(kBlock) * dp);
+  // Slots of heads outside [h0, h1) stay at m = -inf: the merge skips them.
   for (int j = 0; j < H * G; ++j) { w.m[j] = -std::numeric_limits<float>::infinity(); w.l[j] = 0.0f; }
-  std::memset(w.acc, 0, sizeof(float) * H * G * dp);
+  std::memset(w.acc + static_cast<size_t>(w.h0) * G * dp, 0, sizeof(float) * (w.h1 - w.h0) * G * dp);
   for (int b0 = w.r0; b0 < w.r1; b0 += kBlock) {
     const int nb = std::min(kBlock, w.r1 - b0);
-    for (int h = 0; h < H; ++h) HeadBlock(K, V, w, h, b0, nb, p, *B, dec.get());
+    for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, V, w, h, b0, nb, p, *B, dec.get());
   }
 }
 

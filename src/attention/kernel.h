@@ -29,11 +29,12 @@ struct RowReader {
 struct Work {
   const float* q;           // [H][G][dp]
   const int* limit;         // [G]
-  int G, H;
+  int G, H;                 // queries per head, heads in the state arrays
+  int h0, h1;               // heads this item computes
   int r0, r1;
-  const uint8_t* k_base;    // row (t, h) at k_base + t * k_stride + h * row_bytes
+  const uint8_t* k_base;    // row (t, h) at k_base + t * k_stride + h * k_hstride
   const uint8_t* v_base;
-  size_t k_stride, v_stride;
+  size_t k_stride, v_stride, k_hstride, v_hstride;
   const uint8_t* k_end;     // one past the last readable byte of K / V data
   const uint8_t* v_end;
   float sparse_v;

@@ -20,6 +20,7 @@
 #include "attention/attention.h"
 #include "codec/format.h"
 #include "tools/subcommands.h"
+#include "util/huge_buffer.h"
 #include "util/rng.h"
 
 namespace tkv {
@@ -36,6 +37,7 @@ struct Options {
   int prefill_max = 4096;
   double min_time = 0.3;
   bool json = false;
+  std::string layout = "head";
 };
 
 std::vector<int> parse_ints(const std::string& s, const char* what) {
@@ -57,7 +59,9 @@ std::vector<int> parse_ints(const std::string& s, const char* what) {
 // across threads, best of several runs. Also the read-only bandwidth.
 std::pair<double, double> measure_bandwidth(int threads) {
   const size_t n = size_t(256) << 20;
-  std::vector<char> a(n, 1), b(n, 2);
+  HugeBuffer a(n), b(n);  // the same kind of memory the KV rows live in
+  std::memset(a.data(), 1, n);
+  std::memset(b.data(), 2, n);
   double best_copy = 1e30, best_read = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
     auto t0 = Clock::now();
@@ -85,7 +89,7 @@ std::pair<double, double> measure_bandwidth(int threads) {
 
 struct Quantized {
   std::unique_ptr<Codec> codec;
-  std::vector<uint8_t> rows;  // [max_ctx][kv_heads]
+  HugeBuffer rows;  // [max_ctx][kv_heads] or [kv_heads][max_ctx]
 };
 
 int run(const Options& o) {
@@ -135,13 +139,21 @@ int run(const Options& o) {
     if (it != cache.end()) return it->second;
     Quantized q;
     q.codec = std::move(*make_codec(f, d));
-    q.rows.resize(max_rows * q.codec->row_bytes() + 64);
+    q.rows = HugeBuffer(max_rows * q.codec->row_bytes() + 64);
     const auto& src = is_v ? vf : kf;
     const size_t chunk = 4096;
 #pragma omp parallel for num_threads(max_threads) schedule(dynamic, 1)
     for (size_t r0 = 0; r0 < max_rows; r0 += chunk) {
       const size_t n = std::min(chunk, max_rows - r0);
       (void)q.codec->quantize(&src[r0 * d], n, q.rows.data() + r0 * q.codec->row_bytes());
+    }
+    if (o.layout == "head") {  // [token][head] -> [head][token]
+      const size_t rb = q.codec->row_bytes();
+      HugeBuffer hm(q.rows.size());
+      for (size_t t = 0; t < size_t(max_ctx); ++t)
+        for (int h = 0; h < H; ++h)
+          std::memcpy(hm.data() + (size_t(h) * max_ctx + t) * rb, q.rows.data() + (t * H + h) * rb, rb);
+      q.rows = std::move(hm);
     }
     return cache.emplace(key, std::move(q)).first->second;
   };
@@ -169,8 +181,13 @@ int run(const Options& o) {
           a.n_kv = ctx;
           a.n_kv_heads = H;
           a.d = d;
-          a.k = {K.codec.get(), K.rows.data(), 0};
-          a.v = {V.codec.get(), V.rows.data(), 0};
+          if (o.layout == "head") {
+            a.k = {K.codec.get(), K.rows.data(), K.codec->row_bytes(), size_t(max_ctx) * K.codec->row_bytes()};
+            a.v = {V.codec.get(), V.rows.data(), V.codec->row_bytes(), size_t(max_ctx) * V.codec->row_bytes()};
+          } else {
+            a.k = {K.codec.get(), K.rows.data(), 0, 0};
+            a.v = {V.codec.get(), V.rows.data(), 0, 0};
+          }
           a.causal_offset = prefill ? 0 : -1;
           a.threads = th;
           a.out = out.data();
@@ -222,7 +239,8 @@ int run(const Options& o) {
                               {"copy_gb_per_s", copy_bw},
                               {"d", d},
                               {"kv_heads", H},
-                              {"q_heads", o.q_heads}};
+                              {"q_heads", o.q_heads},
+                              {"layout", o.layout}};
           if (vs_f16 > 0) r["speedup_vs_f16"] = vs_f16;
           results.push_back(r);
           if (!o.json) {
@@ -255,6 +273,8 @@ void register_bench_attn(CLI::App& app) {
   cmd->add_option("--prefill-max", opt->prefill_max, "largest context also run as a prefill");
   cmd->add_option("--min-time", opt->min_time, "seconds to repeat each measurement");
   cmd->add_flag("--json", opt->json, "print a JSON list");
+  cmd->add_option("--layout", opt->layout, "cache layout: head (head-major, each head's rows contiguous) or token")
+      ->check(CLI::IsMember({"head", "token"}));
   cmd->callback([opt]() {
     try {
       run(*opt);
