@@ -86,8 +86,29 @@ void BM_dequantize(benchmark::State& state, std::string name, int d) {
   set_row_counters(state, d, codec.row_bytes());
 }
 
+// One row per call, as when a decoder appends one token per (layer, KV head):
+// the same kRows rows, but kRows calls. The difference to BM_quantize is the
+// per-call overhead (buffer allocation, dispatch).
+void BM_quantize_1row(benchmark::State& state, std::string name, int d) {
+  auto c = make_codec(name, d);
+  if (!c) { state.SkipWithError(c.error().c_str()); return; }
+  const Codec& codec = **c;
+  const auto x = gaussian_rows(kRows, d, 42);
+  std::vector<uint8_t> out(codec.row_bytes() * kRows);
+  for (auto _ : state) {
+    Status s;
+    for (int r = 0; r < kRows && s.ok(); ++r)
+      s = codec.quantize(x.data() + static_cast<size_t>(r) * d, 1, out.data() + r * codec.row_bytes());
+    if (!s.ok()) { state.SkipWithError(s.message().c_str()); break; }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_row_counters(state, d, codec.row_bytes());
+}
+
 // Registered at static-initialisation time (benchmark_main provides main()).
-// Order: per d, the baseline first, then quantize and dequantize per format.
+// Order: per d, the baseline first, then quantize and dequantize per format;
+// last, single-row quantize calls for a few formats at d = 128.
 const bool kRegistered = [] {
   for (int d : kDims) {
     const std::string ds = "/d:" + std::to_string(d);
@@ -97,6 +118,9 @@ const bool kRegistered = [] {
       benchmark::RegisterBenchmark(("dequantize/" + name + ds).c_str(), BM_dequantize, name, d);
     }
   }
+  for (const char* name : {"f16", "q8_0", "q8_0r", "tq3", "tq4", "tq4.5"})
+    benchmark::RegisterBenchmark((std::string("quantize_1row/") + name + "/d:128").c_str(),
+                                 BM_quantize_1row, std::string(name), 128);
   return true;
 }();
 

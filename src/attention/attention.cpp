@@ -96,9 +96,26 @@ Status attention(const AttentionArgs& a) {
         items.push_back({t, per_head ? h : 0, per_head ? h + 1 : H, r0, std::min(rows, r0 + chunk)});
   }
   first_item[n_tiles] = items.size();
-  const size_t n_items = items.size(), per_item = static_cast<size_t>(H) * G_max;
-  hwy::AlignedFreeUniquePtr<float[]> acc = hwy::AllocateAligned<float>(std::max<size_t>(1, n_items * per_item * dp));
-  std::vector<float> mbuf(n_items * per_item), lbuf(n_items * per_item);
+  // Partial softmax states: one slot per (item, head of the item, query).
+  const size_t n_items = items.size(), heads_per_item = per_head ? 1 : H;
+  const size_t per_item = heads_per_item * G_max;
+  // Scratch reused across calls (per calling thread): fresh multi-MB buffers
+  // would cost page faults on every decode step.
+  thread_local hwy::AlignedFreeUniquePtr<float[]> acc_store;
+  thread_local size_t acc_cap = 0;
+  const size_t acc_need = std::max<size_t>(1, n_items * per_item * dp);
+  if (acc_cap < acc_need) {
+    acc_store = hwy::AllocateAligned<float>(acc_need);
+    acc_cap = acc_need;
+  }
+  float* acc = acc_store.get();
+  thread_local std::vector<float> m_store, l_store;
+  m_store.resize(n_items * per_item);
+  l_store.resize(n_items * per_item);
+  // Plain pointers: inside the parallel region a thread_local name would mean
+  // each worker's own (empty) instance.
+  float* mbuf = m_store.data();
+  float* lbuf = l_store.data();
   std::vector<uint64_t> skipped(n_items, 0);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(a.threads)
@@ -121,7 +138,6 @@ Status attention(const AttentionArgs& a) {
     w.q = qg.get();
     w.limit = limits;
     w.G = G;
-    w.H = H;
     w.h0 = item.h0;
     w.h1 = item.h1;
     w.r0 = item.r0;
@@ -135,9 +151,9 @@ Status attention(const AttentionArgs& a) {
     w.k_end = k_end;
     w.v_end = v_end;
     w.sparse_v = a.sparse_v;
-    w.m = &mbuf[it * per_item];
-    w.l = &lbuf[it * per_item];
-    w.acc = acc.get() + it * per_item * dp;
+    w.m = mbuf + it * per_item;
+    w.l = lbuf + it * per_item;
+    w.acc = acc + it * per_item * dp;
     w.skipped = &skipped[it];
     attn::run_work(K, V, w);
   }
@@ -152,9 +168,12 @@ Status attention(const AttentionArgs& a) {
     for (int h = 0; h < H; ++h)
       for (int i = q0; i < q1; ++i)
         for (int hq = 0; hq < g; ++hq) {
-          const size_t j = static_cast<size_t>(h) * G + (i - q0) * g + hq;  // slot within an item
+          // Slot within an item: (head - item.h0) * G + query.
+          const size_t jq = static_cast<size_t>((i - q0) * g + hq);
           float m = -std::numeric_limits<float>::infinity();
-          for (size_t it = b; it < e; ++it) m = std::max(m, mbuf[it * per_item + j]);
+          for (size_t it = b; it < e; ++it)
+            if (h >= items[it].h0 && h < items[it].h1)
+              m = std::max(m, mbuf[it * per_item + (h - items[it].h0) * G + jq]);
           float* out = a.out + (static_cast<size_t>(i) * a.n_q_heads + h * g + hq) * d;
           if (m == -std::numeric_limits<float>::infinity()) {  // nothing visible
             std::memset(out, 0, sizeof(float) * d);
@@ -163,11 +182,13 @@ Status attention(const AttentionArgs& a) {
           double l = 0;
           std::fill(o.begin(), o.end(), 0.0);
           for (size_t it = b; it < e; ++it) {
-            const float mi = mbuf[it * per_item + j];
+            if (h < items[it].h0 || h >= items[it].h1) continue;
+            const size_t slot = it * per_item + (h - items[it].h0) * G + jq;
+            const float mi = mbuf[slot];
             if (mi == -std::numeric_limits<float>::infinity()) continue;
             const double f = std::exp(static_cast<double>(mi) - m);
-            l += f * lbuf[it * per_item + j];
-            const float* ai = acc.get() + (it * per_item + j) * dp;
+            l += f * lbuf[slot];
+            const float* ai = acc + slot * dp;
             for (int c = 0; c < dp; ++c) o[c] += f * ai[c];
           }
           for (int c = 0; c < dp; ++c)

@@ -206,6 +206,16 @@ using Kind = RowLayout::Kind;
 
 // N values of a row starting at coordinate c (a multiple of N), in the coding
 // domain, without the row scale (see RowScale).
+// A q8_0/q4_0 block's f16 scale broadcast to all lanes (hardware f16 -> f32).
+HWY_INLINE hn::Vec<DF> BlockScale(const uint8_t* blk) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const hn::Rebind<uint16_t, DF> du16;
+  uint16_t h;
+  std::memcpy(&h, blk, 2);
+  return hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16, h)));
+}
+
 template <Kind KIND>
 HWY_INLINE ChunkPlan Plan(const TurboConsts& tc, int c) {
   if constexpr (KIND == Kind::kTurbo) {
@@ -233,19 +243,15 @@ HWY_INLINE hn::Vec<DF> Decode(const ChunkPlan& plan, const uint8_t* row) {
   } else if constexpr (KIND == Kind::kQ8_0) {
     const hn::Rebind<int8_t, DI> d8;
     const uint8_t* blk = row + (c / 32) * 34;
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
     const auto q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2 + c % 32)));
-    return hn::Mul(hn::ConvertTo(df, q), hn::Set(df, f16_to_f32(h)));
+    return hn::Mul(hn::ConvertTo(df, q), BlockScale(blk));
   } else if constexpr (KIND == Kind::kQ4_0) {
     const hn::Rebind<uint8_t, DI> d8;
     const uint8_t* blk = row + (c / 32) * 18;
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
     const int o = c % 32;
     auto b = hn::PromoteTo(di, hn::LoadU(d8, blk + 2 + (o & 15)));
     b = o < 16 ? hn::And(b, hn::Set(di, 15)) : hn::ShiftRight<4>(b);
-    return hn::Mul(hn::ConvertTo(df, hn::Sub(b, hn::Set(di, 8))), hn::Set(df, f16_to_f32(h)));
+    return hn::Mul(hn::ConvertTo(df, hn::Sub(b, hn::Set(di, 8))), BlockScale(blk));
   } else {  // kTurbo: codes -> centroids; the norm is the row scale
     return TurboDecode(plan, row);
   }
@@ -308,7 +314,7 @@ HWY_INLINE void Sum4(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF>
 }
 
 constexpr int kBlock = 32;
-constexpr int kPrefetchBlocks = 4;
+constexpr int kPrefetchBlocks = 16;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Rows of one block for one head: pointers (safe to over-read) and scales.
@@ -597,9 +603,9 @@ void HeadBlock(const RowReader& K, const RowReader& V, const Work& w, int h, int
   const int N = Lanes();
   const int dp = K.dp, G = w.G;
   const float* qh = w.q + static_cast<size_t>(h) * G * dp;
-  float* mh = w.m + h * G;
-  float* lh = w.l + h * G;
-  float* acch = w.acc + static_cast<size_t>(h) * G * dp;
+  float* mh = w.m + (h - w.h0) * G;
+  float* lh = w.l + (h - w.h0) * G;
+  float* acch = w.acc + static_cast<size_t>(h - w.h0) * G * dp;
   // Ask for this head's rows two blocks ahead (spread over heads so the
   // requests stream instead of arriving in one burst).
   const int ahead = b0 + kPrefetchBlocks * kBlock;
@@ -608,8 +614,8 @@ void HeadBlock(const RowReader& K, const RowReader& V, const Work& w, int h, int
     for (int i = 0; i < n; ++i) {
       const uint8_t* kr = w.k_base + static_cast<size_t>(ahead + i) * w.k_stride + h * w.k_hstride;
       const uint8_t* vr = w.v_base + static_cast<size_t>(ahead + i) * w.v_stride + h * w.v_hstride;
-      for (size_t o = 0; o < K.row_bytes; o += 64) __builtin_prefetch(kr + o);
-      for (size_t o = 0; o < V.row_bytes; o += 64) __builtin_prefetch(vr + o);
+      for (size_t o = 0; o < K.row_bytes; o += 64) __builtin_prefetch(kr + o, 0, 2);
+      for (size_t o = 0; o < V.row_bytes; o += 64) __builtin_prefetch(vr + o, 0, 2);
     }
   }
   // ---- scores
@@ -659,14 +665,14 @@ void HeadBlock(const RowReader& K, const RowReader& V, const Work& w, int h, int
 }
 
 void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
-  const int dp = K.dp, G = w.G, H = w.H;
+  const int dp = K.dp, G = w.G;
   // p[j][r]: softmax weights of the current block for query j.
   float* p = static_cast<float*>(alloca(sizeof(float) * G * kBlock));
   auto B = std::make_unique<BlockRows>();
   auto dec = hwy::AllocateAligned<float>(static_cast<size_t>(kBlock) * dp);
-  // Slots of heads outside [h0, h1) stay at m = -inf: the merge skips them.
-  for (int j = 0; j < H * G; ++j) { w.m[j] = -std::numeric_limits<float>::infinity(); w.l[j] = 0.0f; }
-  std::memset(w.acc + static_cast<size_t>(w.h0) * G * dp, 0, sizeof(float) * (w.h1 - w.h0) * G * dp);
+  const int nh = w.h1 - w.h0;
+  for (int j = 0; j < nh * G; ++j) { w.m[j] = -std::numeric_limits<float>::infinity(); w.l[j] = 0.0f; }
+  std::memset(w.acc, 0, sizeof(float) * nh * G * dp);
   for (int b0 = w.r0; b0 < w.r1; b0 += kBlock) {
     const int nb = std::min(kBlock, w.r1 - b0);
     for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, V, w, h, b0, nb, p, *B, dec.get());

@@ -27,9 +27,9 @@ struct RowReader {
 // < limit[j]. Blocks of tokens are streamed once, all heads per block, so the
 // cache is read sequentially.
 struct Work {
-  const float* q;           // [H][G][dp]
+  const float* q;           // [H][G][dp] (all heads; the item reads h0..h1)
   const int* limit;         // [G]
-  int G, H;                 // queries per head, heads in the state arrays
+  int G;                    // queries per head
   int h0, h1;               // heads this item computes
   int r0, r1;
   const uint8_t* k_base;    // row (t, h) at k_base + t * k_stride + h * k_hstride
@@ -39,9 +39,9 @@ struct Work {
   const uint8_t* v_end;
   float sparse_v;
   // Outputs: running max, sum and accumulator (V's domain) per head and query.
-  float* m;                 // [H][G]
-  float* l;                 // [H][G]
-  float* acc;               // [H][G][dp]
+  float* m;                 // [h1 - h0][G]
+  float* l;                 // [h1 - h0][G]
+  float* acc;               // [h1 - h0][G][dp]
   uint64_t* skipped;
 };
 
