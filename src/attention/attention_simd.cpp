@@ -314,12 +314,16 @@ HWY_INLINE void Sum4(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF>
 }
 
 constexpr int kBlock = 32;
-constexpr int kPrefetchBlocks = 16;
+// Rows are requested this far ahead of their use, a few lines per row
+// processed, so the memory pipeline stays full without bursts.
+constexpr int kPrefetchRows = 32;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Rows of one block for one head: pointers (safe to over-read) and scales.
 struct BlockRows {
   const uint8_t* row[kBlock];
+  const uint8_t* ahead[kBlock];  // the row kPrefetchRows later in the stream (or null)
+  size_t ahead_bytes = 0;
   float scale[kBlock];
   uint8_t scratch[2][1024 * 4 + 64];
 };
@@ -409,6 +413,12 @@ HWY_INLINE void ForEachChunk(const TurboConsts& tc, const uint8_t* const* rows, 
   }
 }
 
+HWY_INLINE void PrefetchAhead(const BlockRows& B, int r, int nr) {
+  for (int i = 0; i < nr; ++i)
+    if (const uint8_t* a = B.ahead[r + i])
+      for (size_t o = 0; o < B.ahead_bytes; o += 64) __builtin_prefetch(a + o);
+}
+
 // p[j][r] = score of query j on row r (or -inf when masked), for 4 rows at a time.
 template <Kind KIND>
 void Scores(const RowReader& R, const BlockRows& B, int nb, const float* qh, int G, const int* limit, int b0,
@@ -421,6 +431,7 @@ void Scores(const RowReader& R, const BlockRows& B, int nb, const float* qh, int
     const int nr = std::min(4, nb - r);
     const uint8_t* rows[4];
     for (int i = 0; i < 4; ++i) rows[i] = B.row[r + std::min(i, nr - 1)];
+    PrefetchAhead(B, r, nr);
     for (int j0 = 0; j0 < G; j0 += 4) {
       const int nj = std::min(4, G - j0);
       const float* q0p = qh + static_cast<size_t>(j0) * dp;
@@ -467,6 +478,7 @@ void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, 
     const int nr = std::min(4, nb - r);
     bool any = false;
     for (int i = 0; i < nr; ++i) any |= keep[r + i];
+    PrefetchAhead(B, r, nr);
     if (!any) continue;
     const uint8_t* rows[4];
     float f[4];
@@ -531,8 +543,9 @@ void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, 
 // SIMD decoder for the layout, rows are decoded once into `dec` (f32, scale
 // folded in) so every query group reuses them; returns the kind to read B with.
 Kind PrepareRows(const RowReader& R, const uint8_t* base, size_t stride, const uint8_t* end, int b0, int nb,
-                 int G, BlockRows& B, float* dec) {
+                 int limit_rows, int G, BlockRows& B, float* dec) {
   const int dp = R.dp;
+  B.ahead_bytes = R.row_bytes;
   std::unique_ptr<TurboConsts> tcp;
   if (R.fast && G > 4) {
     tcp = std::make_unique<TurboConsts>();
@@ -542,6 +555,8 @@ Kind PrepareRows(const RowReader& R, const uint8_t* base, size_t stride, const u
     const uint8_t* row = base + static_cast<size_t>(b0 + i) * stride;
     if (R.layout.kind == Kind::kTurbo && R.fast) row = SafeRow(row, R.row_bytes, end, B.scratch[i & 1]);
     B.row[i] = row;
+    const int fut = b0 + i + kPrefetchRows;
+    B.ahead[i] = fut < limit_rows ? base + static_cast<size_t>(fut) * stride : nullptr;
     B.scale[i] = R.layout.kind == Kind::kTurbo ? RowScale<Kind::kTurbo>(row) : 1.0f;
     if (!R.fast || G > 4) {
       float* out = dec + static_cast<size_t>(i) * dp;
@@ -606,20 +621,8 @@ void HeadBlock(const RowReader& K, const RowReader& V, const Work& w, int h, int
   float* mh = w.m + (h - w.h0) * G;
   float* lh = w.l + (h - w.h0) * G;
   float* acch = w.acc + static_cast<size_t>(h - w.h0) * G * dp;
-  // Ask for this head's rows two blocks ahead (spread over heads so the
-  // requests stream instead of arriving in one burst).
-  const int ahead = b0 + kPrefetchBlocks * kBlock;
-  if (ahead < w.r1) {
-    const int n = std::min(kBlock, w.r1 - ahead);
-    for (int i = 0; i < n; ++i) {
-      const uint8_t* kr = w.k_base + static_cast<size_t>(ahead + i) * w.k_stride + h * w.k_hstride;
-      const uint8_t* vr = w.v_base + static_cast<size_t>(ahead + i) * w.v_stride + h * w.v_hstride;
-      for (size_t o = 0; o < K.row_bytes; o += 64) __builtin_prefetch(kr + o, 0, 2);
-      for (size_t o = 0; o < V.row_bytes; o += 64) __builtin_prefetch(vr + o, 0, 2);
-    }
-  }
   // ---- scores
-  Kind kk = PrepareRows(K, w.k_base + h * w.k_hstride, w.k_stride, w.k_end, b0, nb, G, B, dec);
+  Kind kk = PrepareRows(K, w.k_base + h * w.k_hstride, w.k_stride, w.k_end, b0, nb, w.r1, G, B, dec);
   ByKind<ScoresOp>(kk, K, B, nb, qh, G, w.limit, b0, p);
   // ---- online softmax per query over this block
   const auto neg_inf = hn::Set(df, kNegInf);
@@ -660,7 +663,7 @@ void HeadBlock(const RowReader& K, const RowReader& V, const Work& w, int h, int
     if (!k) ++*w.skipped;
     keep[i] = k;
   }
-  Kind vk = PrepareRows(V, w.v_base + h * w.v_hstride, w.v_stride, w.v_end, b0, nb, G, B, dec);
+  Kind vk = PrepareRows(V, w.v_base + h * w.v_hstride, w.v_stride, w.v_end, b0, nb, w.r1, G, B, dec);
   ByKind<AccumulateOp>(vk, V, B, nb, p, G, keep, acch);
 }
 
