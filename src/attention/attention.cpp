@@ -76,8 +76,8 @@ Status attention(const AttentionArgs& a) {
     }
   }
 
-  // Tiles of query tokens share every decoded row; prefill uses 8 tokens a tile.
-  const int tile = a.n_q == 1 ? 1 : std::min(8, a.n_q);
+  // Tiles of query tokens share every decoded row; prefill uses 16 tokens a tile.
+  const int tile = a.n_q == 1 ? 1 : std::min(16, a.n_q);
   const int n_tiles = (a.n_q + tile - 1) / tile;
   const int G_max = tile * g;
   auto limit_of = [&](int i) {
@@ -123,7 +123,7 @@ Status attention(const AttentionArgs& a) {
     const Item& item = items[it];
     const int q0 = item.tile * tile, q1 = std::min(a.n_q, q0 + tile);
     const int G = (q1 - q0) * g;
-    int limits[8 * 64];
+    int limits[16 * 64];
     // Queries of this tile per KV head: [H][G][dp], j = token-major, then head in group.
     hwy::AlignedFreeUniquePtr<float[]> qg = hwy::AllocateAligned<float>(static_cast<size_t>(H) * G * dp);
     for (int h = 0; h < H; ++h)

@@ -17,6 +17,8 @@ Status check_attention_args(const AttentionArgs& a) {
   if (a.n_q_heads % a.n_kv_heads != 0)
     return err("n_q_heads " + std::to_string(a.n_q_heads) + " is not a multiple of n_kv_heads " +
                std::to_string(a.n_kv_heads));
+  if (a.n_q_heads / a.n_kv_heads > 64)
+    return err("GQA ratio " + std::to_string(a.n_q_heads / a.n_kv_heads) + " is above the supported 64");
   if (a.k.codec->dim() != a.d || a.v.codec->dim() != a.d)
     return err("head dim " + std::to_string(a.d) + " does not match the K/V codecs (" +
                std::to_string(a.k.codec->dim()) + ", " + std::to_string(a.v.codec->dim()) + ")");

@@ -325,7 +325,7 @@ struct BlockRows {
   const uint8_t* ahead[kBlock];  // the row kPrefetchRows later in the stream (or null)
   size_t ahead_bytes = 0;
   float scale[kBlock];
-  uint8_t scratch[2][1024 * 4 + 64];
+  uint8_t scratch[kBlock][1024 + 64];  // copies of tq rows near the buffer end (<= 1026 bytes)
 };
 
 // Super-chunk loop of a tq part with planes W0, W1, W2 (0 = absent): each
@@ -542,54 +542,76 @@ void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, 
 // Fills B for rows [b0, b0+nb) of head h. With many queries (G > 4) or no
 // SIMD decoder for the layout, rows are decoded once into `dec` (f32, scale
 // folded in) so every query group reuses them; returns the kind to read B with.
+// Decodes nb rows (scale folded in) into out[i * dp], 4 rows at a time so tq
+// rows use the super-chunk loop.
+template <Kind KIND>
+void DecodeRows(const RowReader& R, const BlockRows& B, int nb, float* out) {
+  const DF df;
+  const int dp = R.dp;
+  TurboConsts tc;
+  if constexpr (KIND == Kind::kTurbo) MakeTurboConsts(R, tc);
+  for (int r = 0; r < nb; r += 4) {
+    const int nr = std::min(4, nb - r);
+    const uint8_t* rows[4];
+    for (int i = 0; i < 4; ++i) rows[i] = B.row[r + std::min(i, nr - 1)];
+    float* o[4];
+    for (int i = 0; i < 4; ++i) o[i] = out + static_cast<size_t>(r + std::min(i, nr - 1)) * dp;
+    const auto s0 = hn::Set(df, B.scale[r]), s1 = hn::Set(df, B.scale[r + std::min(1, nr - 1)]);
+    const auto s2 = hn::Set(df, B.scale[r + std::min(2, nr - 1)]), s3 = hn::Set(df, B.scale[r + std::min(3, nr - 1)]);
+    // Duplicate rows (nr < 4) write the same values twice; harmless.
+    ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3) {
+      hn::Store(hn::Mul(v0, s0), df, o[0] + c);
+      hn::Store(hn::Mul(v1, s1), df, o[1] + c);
+      hn::Store(hn::Mul(v2, s2), df, o[2] + c);
+      hn::Store(hn::Mul(v3, s3), df, o[3] + c);
+    });
+  }
+}
+
+template <Kind K>
+struct DecodeRowsOp {
+  template <class... A>
+  static void Run(A&&... a) { DecodeRows<K>(a...); }
+};
+
+template <template <Kind> class F, class... Args>
+void ByKind(Kind k, Args&&... args);
+
+// Fills B for rows [b0, b0+nb) of one head. With many queries (G > 4) or no
+// SIMD decoder for the layout, rows are decoded once into `dec` (f32, scale
+// folded in) so every query group reuses them; returns the kind to read B with.
 Kind PrepareRows(const RowReader& R, const uint8_t* base, size_t stride, const uint8_t* end, int b0, int nb,
                  int limit_rows, int G, BlockRows& B, float* dec) {
   const int dp = R.dp;
+  const bool turbo = R.layout.kind == Kind::kTurbo;
   B.ahead_bytes = R.row_bytes;
-  std::unique_ptr<TurboConsts> tcp;
-  if (R.fast && G > 4) {
-    tcp = std::make_unique<TurboConsts>();
-    if (R.layout.kind == Kind::kTurbo) MakeTurboConsts(R, *tcp);
-  }
   for (int i = 0; i < nb; ++i) {
     const uint8_t* row = base + static_cast<size_t>(b0 + i) * stride;
-    if (R.layout.kind == Kind::kTurbo && R.fast) row = SafeRow(row, R.row_bytes, end, B.scratch[i & 1]);
+    if (turbo && R.fast) row = SafeRow(row, R.row_bytes, end, B.scratch[i]);
     B.row[i] = row;
     const int fut = b0 + i + kPrefetchRows;
     B.ahead[i] = fut < limit_rows ? base + static_cast<size_t>(fut) * stride : nullptr;
-    B.scale[i] = R.layout.kind == Kind::kTurbo ? RowScale<Kind::kTurbo>(row) : 1.0f;
-    if (!R.fast || G > 4) {
+    B.scale[i] = turbo ? RowScale<Kind::kTurbo>(row) : 1.0f;
+  }
+  if (R.fast && G <= 4) return R.layout.kind;
+  if (R.fast) {
+    ByKind<DecodeRowsOp>(R.layout.kind, R, B, nb, dec);
+  } else {
+    for (int i = 0; i < nb; ++i) {
       float* out = dec + static_cast<size_t>(i) * dp;
-      if (!R.fast) {
-        R.codec->decode_rotated(B.row[i], out);
-        for (int c = R.d; c < dp; ++c) out[c] = 0.0f;
-      } else {
-        const DF df;
-        const int N = Lanes();
-        const auto sc = hn::Set(df, B.scale[i]);
-        TurboConsts& tc = *tcp;
-        for (int c = 0; c < dp; c += N) {
-          hn::Vec<DF> v;
-          switch (R.layout.kind) {
-            case Kind::kF32: v = Chunk<Kind::kF32>(tc, row, c); break;
-            case Kind::kF16: v = Chunk<Kind::kF16>(tc, row, c); break;
-            case Kind::kBF16: v = Chunk<Kind::kBF16>(tc, row, c); break;
-            case Kind::kQ8_0: v = Chunk<Kind::kQ8_0>(tc, row, c); break;
-            case Kind::kQ4_0: v = Chunk<Kind::kQ4_0>(tc, row, c); break;
-            default: v = hn::Mul(Chunk<Kind::kTurbo>(tc, row, c), sc); break;
-          }
-          hn::Store(v, df, out + c);
-        }
-      }
-      B.row[i] = reinterpret_cast<const uint8_t*>(out);
-      B.scale[i] = 1.0f;
+      R.codec->decode_rotated(B.row[i], out);
+      for (int c = R.d; c < dp; ++c) out[c] = 0.0f;
     }
   }
-  return (!R.fast || G > 4) ? Kind::kF32 : R.layout.kind;
+  for (int i = 0; i < nb; ++i) {
+    B.row[i] = reinterpret_cast<const uint8_t*>(dec + static_cast<size_t>(i) * dp);
+    B.scale[i] = 1.0f;
+  }
+  return Kind::kF32;
 }
 
 template <template <Kind> class F, class... Args>
-void ByKind(Kind k, Args&&... args) {
+void ByKind(Kind k, Args&&... args) {  // calls F<k>::Run(args...)
   switch (k) {
     case Kind::kF32: F<Kind::kF32>::Run(args...); break;
     case Kind::kF16: F<Kind::kF16>::Run(args...); break;
