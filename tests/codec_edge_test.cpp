@@ -170,6 +170,24 @@ TEST(Formats, OutOfRangeValuesAreErrorsNotGarbage) {
   auto s = (*c)->quantize(x.data(), 1, q.data());
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("norm"), std::string::npos) << s.message();
+  // -ip stores more than the norm: a norm just inside the range must still fail
+  // rather than saturate.
+  {
+    std::vector<float> big(d, 0.0f);
+    big[0] = 4.2e9f;
+    auto ip = make_codec("tq1-ip", d);
+    std::vector<uint8_t> qi((*ip)->row_bytes());
+    EXPECT_FALSE((*ip)->quantize(big.data(), 1, qi.data()).ok());
+  }
+  {
+    std::vector<float> huge(d, 1.0f);
+    huge[3] = 3.4e38f;
+    auto bf = make_codec("bf16", d);
+    std::vector<uint8_t> qb((*bf)->row_bytes());
+    auto st = (*bf)->quantize(huge.data(), 1, qb.data());
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("bf16"), std::string::npos) << st.message();
+  }
   // bf16 holds it.
   auto bf = make_codec("bf16", d);
   std::vector<uint8_t> qb((*bf)->row_bytes());

@@ -28,6 +28,9 @@ class PlainCodec final : public Codec {
         return Status::Error("element " + std::to_string(i) + " = " + std::to_string(x[i]) +
                              " overflows f16 (max 65504)");
       const uint16_t h = kind_ == kF16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+      if (kind_ == kBF16 && (h & 0x7fffu) == 0x7f80u)
+        return Status::Error("element " + std::to_string(i) + " = " + std::to_string(x[i]) +
+                             " overflows bf16 (rounds to infinity)");
       std::memcpy(out + 2 * i, &h, 2);
     }
     return Status::Ok();

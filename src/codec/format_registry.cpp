@@ -8,8 +8,9 @@
 namespace tkv {
 
 Status Codec::quantize(const float* x, size_t n, uint8_t* out, Impl impl) const {
-  const int dp = padded(d_);
-  std::vector<float> buf(dp, 0.0f), rot(dp, 0.0f);
+  // Stack buffer (d <= 1024): a per-call allocation would cost as much as a row.
+  alignas(64) float rot[1024 + kRowPad];
+  std::memset(rot + d_, 0, sizeof(float) * (padded(d_) - d_));  // kernels may read the padding
   for (size_t r = 0; r < n; ++r) {
     const float* row = x + r * d_;
     size_t bad = 0;
@@ -20,22 +21,22 @@ Status Codec::quantize(const float* x, size_t n, uint8_t* out, Impl impl) const 
       return Status::Error(os.str());
     }
     if (rotation_) {
-      rotation_->forward(row, rot.data(), impl);
+      rotation_->forward(row, rot, impl);
     } else {
-      std::memcpy(rot.data(), row, sizeof(float) * d_);
+      std::memcpy(rot, row, sizeof(float) * d_);
     }
-    Status s = encode_row(rot.data(), out + r * row_bytes_, impl);
+    Status s = encode_row(rot, out + r * row_bytes_, impl);
     if (!s.ok()) return Status::Error(name_ + ": row " + std::to_string(r) + ": " + s.message());
   }
   return Status::Ok();
 }
 
 void Codec::dequantize(const uint8_t* in, size_t n, float* out, Impl impl) const {
-  std::vector<float> tmp(padded(d_), 0.0f);
+  alignas(64) float tmp[1024 + kRowPad];
   for (size_t r = 0; r < n; ++r) {
     if (rotation_) {
-      decode_row(in + r * row_bytes_, tmp.data(), impl);
-      rotation_->inverse(tmp.data(), out + r * d_, impl);
+      decode_row(in + r * row_bytes_, tmp, impl);
+      rotation_->inverse(tmp, out + r * d_, impl);
     } else {
       decode_row(in + r * row_bytes_, out + r * d_, impl);
     }

@@ -1,7 +1,8 @@
 // tq formats (TurboQuant-style): rotate, one 16-bit norm, Lloyd-Max codes.
 //   tqB     B bits for every rotated coordinate (B = 1..8);
 //   tqB.5   B.5 bits per value in total, norm included: the first k coordinates
-//           get B+1 bits, the rest B, with k the largest that fits the budget;
+//           get B+1 bits, the rest B, with k the largest that fits the budget
+//           (for d < 32 not even k = 0 fits: the row is tqB's, B + 16/d bits);
 //   -nc     norm correction: store n / ||ĉ|| so the decoded row keeps norm n.
 // Codes are packed in bit planes (8, 4, 2, 1 bits wide) so no code straddles a byte.
 #include <charconv>
@@ -96,6 +97,8 @@ class TurboCodec final : public Codec {
       // equals x, so q·x̂ - q·x is zero-mean over rotations (unbiased scores).
       stored = static_cast<float>(mode_ == NormMode::kCorrect ? norm / std::sqrt(c2) : norm / uc);
     }
+    if (!(stored < kUNormMax))  // -nc / -ip store more than n
+      return Status::Error("stored norm " + std::to_string(stored) + " exceeds the tq norm range (4.29e9)");
     const uint16_t h = f32_to_unorm16(stored);
     std::memcpy(out, &h, 2);
     for (int pi = 0; pi < layout_.nparts; ++pi) {
@@ -111,7 +114,8 @@ class TurboCodec final : public Codec {
     uint16_t h;
     std::memcpy(&h, in, 2);
     const float scale = unorm16_to_f32(h);
-    uint8_t codes[1024] = {0};
+    uint8_t codes[1024];
+    std::memset(codes, 0, d_);
     for (int pi = 0; pi < layout_.nparts; ++pi) {
       const RowLayout::Part& part = layout_.parts[pi];
       for (int k = 0; k < part.nplanes; ++k)

@@ -93,10 +93,14 @@ void quantize_q4_0(const float* x, int nblocks, uint8_t* out) {
 }  // namespace ref
 
 bool all_finite(const float* x, size_t n, size_t* bad_index) {
-  // Fast pass: x*0 is NaN exactly for NaN and ±Inf.
-  float acc = 0.0f;
-  for (size_t i = 0; i < n; ++i) acc += x[i] * 0.0f;
-  if (acc == 0.0f) return true;
+  // Fast pass (vectorizes): an exponent field of all ones is Inf or NaN.
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    bad |= (u & 0x7f800000u) == 0x7f800000u;
+  }
+  if (!bad) return true;
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(x[i])) { if (bad_index) *bad_index = i; return false; }
   return true;
@@ -104,29 +108,47 @@ bool all_finite(const float* x, size_t n, size_t* bad_index) {
 
 size_t plane_bytes(int n, int width) { return (static_cast<size_t>(n) * width + 7) / 8; }
 
-size_t pack_plane(const uint8_t* vals, int n, int width, int shift, uint8_t* out) {
-  const size_t nbytes = plane_bytes(n, width);
-  std::memset(out, 0, nbytes);
-  const unsigned mask = (1u << width) - 1u;
-  if (width == 8) {
-    for (int i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(vals[i] >> shift);
-    return nbytes;
+template <int W>
+static void pack_w(const uint8_t* vals, int n, int shift, uint8_t* out) {
+  constexpr int per = 8 / W;
+  constexpr unsigned mask = (1u << W) - 1u;
+  const int full = n / per;
+  for (int j = 0; j < full; ++j) {
+    unsigned b = 0;
+    for (int k = 0; k < per; ++k) b |= ((vals[j * per + k] >> shift) & mask) << (k * W);
+    out[j] = static_cast<uint8_t>(b);
   }
-  const int per = 8 / width;  // values per byte (width is 1, 2 or 4)
+  if (n % per) {
+    unsigned b = 0;
+    for (int k = 0; k < n % per; ++k) b |= ((vals[full * per + k] >> shift) & mask) << (k * W);
+    out[full] = static_cast<uint8_t>(b);
+  }
+}
+template <int W>
+static void unpack_w(const uint8_t* in, int n, int shift, uint8_t* vals) {
+  constexpr int per = 8 / W;
+  constexpr unsigned mask = (1u << W) - 1u;
   for (int i = 0; i < n; ++i)
-    out[i / per] |= static_cast<uint8_t>(((vals[i] >> shift) & mask) << ((i % per) * width));
-  return nbytes;
+    vals[i] |= static_cast<uint8_t>(((in[i / per] >> ((i % per) * W)) & mask) << shift);
+}
+
+size_t pack_plane(const uint8_t* vals, int n, int width, int shift, uint8_t* out) {
+  switch (width) {
+    case 8: for (int i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(vals[i] >> shift); break;
+    case 4: pack_w<4>(vals, n, shift, out); break;
+    case 2: pack_w<2>(vals, n, shift, out); break;
+    default: pack_w<1>(vals, n, shift, out); break;
+  }
+  return plane_bytes(n, width);
 }
 
 void unpack_plane_or(const uint8_t* in, int n, int width, int shift, uint8_t* vals) {
-  if (width == 8) {
-    for (int i = 0; i < n; ++i) vals[i] |= static_cast<uint8_t>(in[i] << shift);
-    return;
+  switch (width) {
+    case 8: for (int i = 0; i < n; ++i) vals[i] |= static_cast<uint8_t>(in[i] << shift); break;
+    case 4: unpack_w<4>(in, n, shift, vals); break;
+    case 2: unpack_w<2>(in, n, shift, vals); break;
+    default: unpack_w<1>(in, n, shift, vals); break;
   }
-  const unsigned mask = (1u << width) - 1u;
-  const int per = 8 / width;
-  for (int i = 0; i < n; ++i)
-    vals[i] |= static_cast<uint8_t>(((in[i / per] >> ((i % per) * width)) & mask) << shift);
 }
 
 }  // namespace tkv

@@ -66,9 +66,50 @@ HWY_INLINE void Fwht(float* y, int d) {
       }
 }
 
+// The whole transform in V registers (d = V * lanes): sign on load, the same
+// butterflies in the same order as Fwht, scale on store.
+template <int V>
+HWY_INLINE void RhtForwardRegs(const float* x, const float* sign, float scale, float* y) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int N = static_cast<int>(hn::Lanes(df));
+  decltype(hn::Zero(df)) v[V];
+  for (int k = 0; k < V; ++k) v[k] = hn::Mul(hn::LoadU(df, x + k * N), hn::LoadU(df, sign + k * N));
+  const auto iota = hn::Iota(di, 0);
+  for (int h = 1; h < N; h *= 2) {
+    const auto idx = hn::IndicesFromVec(df, hn::Xor(iota, hn::Set(di, h)));
+    const auto upper = hn::RebindMask(df, hn::Ne(hn::And(iota, hn::Set(di, h)), hn::Zero(di)));
+    for (int k = 0; k < V; ++k) {
+      const auto p = hn::TableLookupLanes(v[k], idx);
+      v[k] = hn::IfThenElse(upper, hn::Sub(p, v[k]), hn::Add(v[k], p));
+    }
+  }
+  for (int hv = 1; hv < V; hv *= 2)
+    for (int k = 0; k < V; k += 2 * hv)
+      for (int j = k; j < k + hv; ++j) {
+        const auto a = v[j], b = v[j + hv];
+        v[j] = hn::Add(a, b);
+        v[j + hv] = hn::Sub(a, b);
+      }
+  const auto s = hn::Set(df, scale);
+  for (int k = 0; k < V; ++k) hn::StoreU(hn::Mul(v[k], s), df, y + k * N);
+}
+
 void RhtForward(const float* x, const float* sign, float scale, float* y, int d) {
   const hn::ScalableTag<float> df;
   const int N = static_cast<int>(hn::Lanes(df));
+#if HWY_TARGET != HWY_SCALAR
+  if (d % N == 0 && N >= 4) {
+    switch (d / N) {
+      case 1: RhtForwardRegs<1>(x, sign, scale, y); return;
+      case 2: RhtForwardRegs<2>(x, sign, scale, y); return;
+      case 4: RhtForwardRegs<4>(x, sign, scale, y); return;
+      case 8: RhtForwardRegs<8>(x, sign, scale, y); return;
+      case 16: RhtForwardRegs<16>(x, sign, scale, y); return;
+      default: break;
+    }
+  }
+#endif
   int i = 0;
   for (; i + N <= d; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, x + i), hn::LoadU(df, sign + i)), df, y + i);
   for (; i < d; ++i) y[i] = x[i] * sign[i];
@@ -147,16 +188,26 @@ float Sumsq(const float* x, int d) {
 }
 
 void EncodeCells(const float* y, int n, float inv, const float* bnd, int nb, uint8_t* codes) {
-  if (nb > 15) {  // 5+ bits: binary search (same predicate, so the same codes)
-    ref::encode_cells(y, n, inv, bnd, nb, codes);
-    return;
-  }
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(di)> du8;
   const int N = static_cast<int>(hn::Lanes(df));
   const auto vinv = hn::Set(df, inv);
   int i = 0;
+  if (nb > 15) {  // 5+ bits: branch-free binary search with gathers (nb = 2^b - 1)
+    for (; i + N <= n; i += N) {
+      const auto u = hn::Mul(hn::LoadU(df, y + i), vinv);
+      auto idx = hn::Zero(di);
+      for (int step = (nb + 1) / 2; step >= 1; step /= 2) {
+        const auto cand = hn::Add(idx, hn::Set(di, step));
+        const auto b = hn::GatherIndex(df, bnd, hn::Sub(cand, hn::Set(di, 1)));
+        idx = hn::IfThenElse(hn::RebindMask(di, hn::Lt(b, u)), cand, idx);
+      }
+      hn::StoreU(hn::DemoteTo(du8, idx), du8, codes + i);
+    }
+    if (i < n) ref::encode_cells(y + i, n - i, inv, bnd, nb, codes + i);
+    return;
+  }
   for (; i + N <= n; i += N) {
     const auto u = hn::Mul(hn::LoadU(df, y + i), vinv);
     auto cnt = hn::Zero(di);

@@ -5,6 +5,10 @@
 #include <cstdint>
 #include <cstring>
 
+// Rows are written with memcpy of native integers: the byte layouts in
+// docs/FORMATS.md are little-endian, so only little-endian hosts are supported.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "turbokv formats are little-endian");
+
 namespace tkv {
 
 inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
