@@ -125,17 +125,24 @@ Status attention(const AttentionArgs& a) {
     const int G = (q1 - q0) * g;
     int limits[16 * 64];
     // Queries of this tile per KV head: [H][G][dp], j = token-major, then head in group.
-    hwy::AlignedFreeUniquePtr<float[]> qg = hwy::AllocateAligned<float>(static_cast<size_t>(H) * G * dp);
+    thread_local hwy::AlignedFreeUniquePtr<float[]> qg_store;  // reused across items and calls
+    thread_local size_t qg_cap = 0;
+    const size_t qg_need = static_cast<size_t>(H) * G * dp;
+    if (qg_cap < qg_need) {
+      qg_store = hwy::AllocateAligned<float>(qg_need);
+      qg_cap = qg_need;
+    }
+    float* qg = qg_store.get();
     for (int h = 0; h < H; ++h)
       for (int i = q0; i < q1; ++i)
         for (int hq = 0; hq < g; ++hq) {
           const int j = (i - q0) * g + hq;
-          std::memcpy(qg.get() + (static_cast<size_t>(h) * G + j) * dp,
+          std::memcpy(qg + (static_cast<size_t>(h) * G + j) * dp,
                       qp.get() + (static_cast<size_t>(i) * a.n_q_heads + h * g + hq) * dp, sizeof(float) * dp);
           limits[j] = limit_of(i);
         }
     attn::Work w;
-    w.q = qg.get();
+    w.q = qg;
     w.limit = limits;
     w.G = G;
     w.h0 = item.h0;

@@ -585,9 +585,11 @@ Kind PrepareRows(const RowReader& R, const uint8_t* base, size_t stride, const u
   const int dp = R.dp;
   const bool turbo = R.layout.kind == Kind::kTurbo;
   B.ahead_bytes = R.row_bytes;
+  // Only a block whose last row ends near the buffer end needs copies.
+  const bool near_end = turbo && R.fast && base + static_cast<size_t>(b0 + nb - 1) * stride + R.row_bytes + 16 > end;
   for (int i = 0; i < nb; ++i) {
     const uint8_t* row = base + static_cast<size_t>(b0 + i) * stride;
-    if (turbo && R.fast) row = SafeRow(row, R.row_bytes, end, B.scratch[i]);
+    if (near_end) row = SafeRow(row, R.row_bytes, end, B.scratch[i]);
     B.row[i] = row;
     const int fut = b0 + i + kPrefetchRows;
     B.ahead[i] = fut < limit_rows ? base + static_cast<size_t>(fut) * stride : nullptr;
@@ -693,14 +695,22 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   const int dp = K.dp, G = w.G;
   // p[j][r]: softmax weights of the current block for query j.
   float* p = static_cast<float*>(alloca(sizeof(float) * G * kBlock));
-  auto B = std::make_unique<BlockRows>();
-  auto dec = hwy::AllocateAligned<float>(static_cast<size_t>(kBlock) * dp);
+  // Per-thread scratch kept across calls: allocating it per item made the
+  // allocator hand pages back and fault them in again on every decode step.
+  thread_local std::unique_ptr<BlockRows> B_store;
+  thread_local hwy::AlignedFreeUniquePtr<float[]> dec_store;
+  if (!B_store) {
+    B_store = std::make_unique<BlockRows>();
+    dec_store = hwy::AllocateAligned<float>(static_cast<size_t>(kBlock) * (1024 + 16));
+  }
+  BlockRows* B = B_store.get();
+  float* dec = dec_store.get();
   const int nh = w.h1 - w.h0;
   for (int j = 0; j < nh * G; ++j) { w.m[j] = -std::numeric_limits<float>::infinity(); w.l[j] = 0.0f; }
   std::memset(w.acc, 0, sizeof(float) * nh * G * dp);
   for (int b0 = w.r0; b0 < w.r1; b0 += kBlock) {
     const int nb = std::min(kBlock, w.r1 - b0);
-    for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, V, w, h, b0, nb, p, *B, dec.get());
+    for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, V, w, h, b0, nb, p, *B, dec);
   }
 }
 

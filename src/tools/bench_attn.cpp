@@ -20,6 +20,7 @@
 #include "attention/attention.h"
 #include "codec/format.h"
 #include "tools/subcommands.h"
+#include "util/fma_peak.h"
 #include "util/huge_buffer.h"
 #include "util/rng.h"
 
@@ -113,10 +114,16 @@ int run(const Options& o) {
   const size_t max_rows = size_t(max_ctx) * H;
 
   const auto [copy_bw, read_bw] = measure_bandwidth(max_threads);
-  if (!o.json)
+  std::map<int, double> fma_gflops;  // per thread count: the compute ceiling
+  for (int th : threads) fma_gflops[th] = measure_fma_gflops(th);
+  if (!o.json) {
     std::cout << "bench-attn: d " << d << ", " << H << " KV heads, " << o.q_heads << " query heads; copy bandwidth "
               << copy_bw << " GB/s (read+write traffic, " << max_threads << " threads), read-only " << read_bw
               << " GB/s\n";
+    for (auto [th, g] : fma_gflops)
+      std::cout << "  FMA peak " << g << " GFLOP/s with " << th << " threads\n";
+    std::cout << "  floors per decode step: memory = KV bytes / read-only bandwidth; compute = flops / FMA peak\n";
+  }
   // Random K/V rows: a pool of Gaussians, tiled with a per-row offset.
   Rng rng(1);
   std::vector<float> pool(1 << 20);
@@ -160,8 +167,8 @@ int run(const Options& o) {
 
   nlohmann::json results = nlohmann::json::array();
   if (!o.json)
-    std::printf("%-7s %-7s %7s %-8s %3s %12s %10s %10s %8s %7s %9s\n", "type_k", "type_v", "ctx", "mode", "thr",
-                "tokens/s", "ms", "KV MB/step", "GB/s", "bw %", "vs f16");
+    std::printf("%-7s %-7s %7s %-8s %3s %12s %10s %10s %8s %7s %9s %8s %8s\n", "type_k", "type_v", "ctx", "mode",
+                "thr", "tokens/s", "ms", "KV MB/step", "GB/s", "bw %", "vs f16", "mem ms", "flop ms");
   std::map<std::string, double> f16_rate;  // "mode/ctx/threads" -> tokens/s of the f16 pair
   for (const auto& [tk, tv] : pairs) {
     Quantized& K = quantized(tk, false);
@@ -212,7 +219,7 @@ int run(const Options& o) {
           step();  // warm-up
           std::vector<double> times;
           const auto t_all = Clock::now();
-          while (times.size() < 3 || (seconds_since(t_all) < o.min_time && times.size() < 200)) {
+          while (times.size() < 3 || (seconds_since(t_all) < o.min_time && times.size() < 100000)) {
             const auto t0 = Clock::now();
             step();
             times.push_back(seconds_since(t0));
@@ -226,6 +233,11 @@ int run(const Options& o) {
                                   std::to_string(th);
           if (tk == "f16" && tv == "f16") f16_rate[key] = tps;
           const double vs_f16 = f16_rate.count(key) ? tps / f16_rate[key] : 0.0;
+          // Floors: QK and PV each cost 2 flops per (query head, visible token, dim).
+          const double visible = prefill ? 0.5 * double(ctx) * (ctx + 1) : double(ctx);
+          const double flops = 4.0 * o.q_heads * d * visible;
+          const double floor_mem_ms = kv_bytes / (read_bw * 1e9) * 1e3;
+          const double floor_flop_ms = flops / (fma_gflops[th] * 1e9) * 1e3;
           nlohmann::json r = {{"type_k", tk},
                               {"type_v", tv},
                               {"ctx", ctx},
@@ -237,6 +249,10 @@ int run(const Options& o) {
                               {"gb_per_s", gbs},
                               {"bandwidth_pct", prefill ? 0.0 : 100.0 * gbs / copy_bw},
                               {"copy_gb_per_s", copy_bw},
+                              {"read_gb_per_s", read_bw},
+                              {"fma_gflops", fma_gflops[th]},
+                              {"floor_memory_ms", floor_mem_ms},
+                              {"floor_compute_ms", floor_flop_ms},
                               {"d", d},
                               {"kv_heads", H},
                               {"q_heads", o.q_heads},
@@ -244,10 +260,11 @@ int run(const Options& o) {
           if (vs_f16 > 0) r["speedup_vs_f16"] = vs_f16;
           results.push_back(r);
           if (!o.json) {
-            std::printf("%-7s %-7s %7d %-8s %3d %12.1f %10.3f %10.2f %8.2f %7.1f %9s\n", tk.c_str(), tv.c_str(), ctx,
-                        prefill ? "prefill" : "decode", th, tps, t * 1e3, prefill ? 0.0 : kv_bytes / 1e6, gbs,
-                        prefill ? 0.0 : 100.0 * gbs / copy_bw,
-                        vs_f16 > 0 ? (std::to_string(vs_f16).substr(0, 4) + "x").c_str() : "-");
+            std::printf("%-7s %-7s %7d %-8s %3d %12.1f %10.3f %10.2f %8.2f %7.1f %9s %8.3f %8.3f\n", tk.c_str(),
+                        tv.c_str(), ctx, prefill ? "prefill" : "decode", th, tps, t * 1e3,
+                        prefill ? 0.0 : kv_bytes / 1e6, gbs, prefill ? 0.0 : 100.0 * gbs / copy_bw,
+                        vs_f16 > 0 ? (std::to_string(vs_f16).substr(0, 4) + "x").c_str() : "-", floor_mem_ms,
+                        floor_flop_ms);
             std::fflush(stdout);
           }
         }
