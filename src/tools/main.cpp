@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   tkv::register_kv_stats(app);
   tkv::register_demo(app);
   tkv::register_bench_attn(app);
+  tkv::register_codebook(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

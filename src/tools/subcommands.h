@@ -13,5 +13,6 @@ namespace tkv {
 void register_kv_stats(CLI::App& app);  // kv_stats_cli.cpp
 void register_demo(CLI::App& app);      // demo.cpp
 void register_bench_attn(CLI::App& app);  // bench_attn.cpp
+void register_codebook(CLI::App& app);    // codebook_cli.cpp
 
 }  // namespace tkv
