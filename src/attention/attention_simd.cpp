@@ -413,6 +413,12 @@ HWY_INLINE void ForEachChunk(const TurboConsts& tc, const uint8_t* const* rows, 
   }
 }
 
+// Rows r .. r+3 of a block (the last one repeated past nb, so the 4-row code
+// runs unchanged; callers give repeats zero weight or ignore their results).
+HWY_INLINE void FourRows(const BlockRows& B, int r, int nr, const uint8_t** rows) {
+  for (int i = 0; i < 4; ++i) rows[i] = B.row[r + std::min(i, nr - 1)];
+}
+
 HWY_INLINE void PrefetchAhead(const BlockRows& B, int r, int nr) {
   for (int i = 0; i < nr; ++i)
     if (const uint8_t* a = B.ahead[r + i])
@@ -430,7 +436,7 @@ void Scores(const RowReader& R, const BlockRows& B, int nb, const float* qh, int
   for (int r = 0; r < nb; r += 4) {
     const int nr = std::min(4, nb - r);
     const uint8_t* rows[4];
-    for (int i = 0; i < 4; ++i) rows[i] = B.row[r + std::min(i, nr - 1)];
+    FourRows(B, r, nr, rows);
     PrefetchAhead(B, r, nr);
     for (int j0 = 0; j0 < G; j0 += 4) {
       const int nj = std::min(4, G - j0);
@@ -481,12 +487,9 @@ void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, 
     PrefetchAhead(B, r, nr);
     if (!any) continue;
     const uint8_t* rows[4];
+    FourRows(B, r, nr, rows);
     float f[4];
-    for (int i = 0; i < 4; ++i) {
-      const bool live = i < nr && keep[r + i];
-      rows[i] = B.row[r + std::min(i, nr - 1)];
-      f[i] = live ? B.scale[r + i] : 0.0f;
-    }
+    for (int i = 0; i < 4; ++i) f[i] = (i < nr && keep[r + i]) ? B.scale[r + i] : 0.0f;
     // Up to 4 queries per pass; absent queries get zero weights on query 0's
     // accumulator, so every pass runs the same straight-line code.
     for (int j0 = 0; j0 < G; j0 += 4) {
@@ -539,9 +542,6 @@ void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, 
   }
 }
 
-// Fills B for rows [b0, b0+nb) of head h. With many queries (G > 4) or no
-// SIMD decoder for the layout, rows are decoded once into `dec` (f32, scale
-// folded in) so every query group reuses them; returns the kind to read B with.
 // Decodes nb rows (scale folded in) into out[i * dp], 4 rows at a time so tq
 // rows use the super-chunk loop.
 template <Kind KIND>
@@ -553,7 +553,7 @@ void DecodeRows(const RowReader& R, const BlockRows& B, int nb, float* out) {
   for (int r = 0; r < nb; r += 4) {
     const int nr = std::min(4, nb - r);
     const uint8_t* rows[4];
-    for (int i = 0; i < 4; ++i) rows[i] = B.row[r + std::min(i, nr - 1)];
+    FourRows(B, r, nr, rows);
     float* o[4];
     for (int i = 0; i < 4; ++i) o[i] = out + static_cast<size_t>(r + std::min(i, nr - 1)) * dp;
     const auto s0 = hn::Set(df, B.scale[r]), s1 = hn::Set(df, B.scale[r + std::min(1, nr - 1)]);
