@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "codec/format.h"
+#include "codec/kernels.h"
 #include "util/fp16.h"
 
 namespace tkv {
@@ -18,32 +19,31 @@ class PlainCodec final : public Codec {
   }
 
  protected:
-  Status encode_row(float* x, uint8_t* out, Impl) const override {
+  Status encode_row(float* x, uint8_t* out, Impl impl) const override {
     if (kind_ == kF32) {
       std::memcpy(out, x, sizeof(float) * d_);
       return Status::Ok();
     }
-    for (int i = 0; i < d_; ++i) {
-      if (kind_ == kF16 && std::fabs(x[i]) >= 65520.0f)
-        return Status::Error("element " + std::to_string(i) + " = " + std::to_string(x[i]) +
-                             " overflows f16 (max 65504)");
-      const uint16_t h = kind_ == kF16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
-      if (kind_ == kBF16 && (h & 0x7fffu) == 0x7f80u)
-        return Status::Error("element " + std::to_string(i) + " = " + std::to_string(x[i]) +
-                             " overflows bf16 (rounds to infinity)");
-      std::memcpy(out + 2 * i, &h, 2);
+    // Range first: nothing may round to infinity (f16 max 65504; bf16 ~3.39e38).
+    const float limit = kind_ == kF16 ? 65520.0f : bits_f32(0x7f7f8000u);
+    for (int i = 0; i < d_; ++i)
+      if (std::fabs(x[i]) >= limit)
+        return Status::Error("element " + std::to_string(i) + " = " + std::to_string(x[i]) + " overflows " +
+                             (kind_ == kF16 ? "f16 (max 65504)" : "bf16 (rounds to infinity)"));
+    if (kind_ == kF16) {
+      (impl == Impl::kRef ? ref::to_f16 : simd::to_f16)(x, d_, out);
+    } else {
+      (impl == Impl::kRef ? ref::to_bf16 : simd::to_bf16)(x, d_, out);
     }
     return Status::Ok();
   }
-  void decode_row(const uint8_t* in, float* out, Impl) const override {
+  void decode_row(const uint8_t* in, float* out, Impl impl) const override {
     if (kind_ == kF32) {
       std::memcpy(out, in, sizeof(float) * d_);
-      return;
-    }
-    for (int i = 0; i < d_; ++i) {
-      uint16_t h;
-      std::memcpy(&h, in + 2 * i, 2);
-      out[i] = kind_ == kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+    } else if (kind_ == kF16) {
+      (impl == Impl::kRef ? ref::from_f16 : simd::from_f16)(in, d_, out);
+    } else {
+      (impl == Impl::kRef ? ref::from_bf16 : simd::from_bf16)(in, d_, out);
     }
   }
 

@@ -33,6 +33,11 @@ inline int padded(int d) { return (d + kRowPad - 1) / kRowPad * kRowPad; }
   /* llama.cpp q8_0 / q4_0 blocks of 32 (d a multiple of 32 or zero-padded) */         \
   void quantize_q8_0(const float* x, int nblocks, uint8_t* out);                       \
   void quantize_q4_0(const float* x, int nblocks, uint8_t* out);                       \
+  /* f32 -> f16 / bf16 (round to nearest even) and back; out is little-endian */       \
+  void to_f16(const float* x, int n, uint8_t* out);                                    \
+  void to_bf16(const float* x, int n, uint8_t* out);                                   \
+  void from_f16(const uint8_t* in, int n, float* out);                                 \
+  void from_bf16(const uint8_t* in, int n, float* out);                                \
   }
 
 TKV_CODEC_KERNELS(ref)

@@ -90,6 +90,33 @@ void quantize_q4_0(const float* x, int nblocks, uint8_t* out) {
   }
 }
 
+void to_f16(const float* x, int n, uint8_t* out) {
+  for (int i = 0; i < n; ++i) {
+    const uint16_t h = f32_to_f16(x[i]);
+    std::memcpy(out + 2 * i, &h, 2);
+  }
+}
+void to_bf16(const float* x, int n, uint8_t* out) {
+  for (int i = 0; i < n; ++i) {
+    const uint16_t h = f32_to_bf16(x[i]);
+    std::memcpy(out + 2 * i, &h, 2);
+  }
+}
+void from_f16(const uint8_t* in, int n, float* out) {
+  for (int i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    out[i] = f16_to_f32(h);
+  }
+}
+void from_bf16(const uint8_t* in, int n, float* out) {
+  for (int i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    out[i] = bf16_to_f32(h);
+  }
+}
+
 }  // namespace ref
 
 bool all_finite(const float* x, size_t n, size_t* bad_index) {

@@ -293,6 +293,63 @@ void QuantizeQ4_0(const float* x, int nblocks, uint8_t* out) {
   }
 }
 
+// f16: hardware conversion (F16C rounds to nearest even, like f32_to_f16) on
+// x86 SIMD targets; the emulated targets use the reference.
+void ToF16(const float* x, int n, uint8_t* out) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int N = static_cast<int>(hn::Lanes(df));
+  int i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, x + i)), dh, reinterpret_cast<hwy::float16_t*>(out) + i);
+  if (i < n) ref::to_f16(x + i, n - i, out + 2 * i);
+#else
+  ref::to_f16(x, n, out);
+#endif
+}
+
+void FromF16(const uint8_t* in, int n, float* out) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int N = static_cast<int>(hn::Lanes(df));
+  int i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(in) + i)), df, out + i);
+  if (i < n) ref::from_f16(in + 2 * i, n - i, out + i);
+}
+
+// bf16 with integer ops: u + 0x7fff + ((u >> 16) & 1), then the top half.
+void ToBF16(const float* x, int n, uint8_t* out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(di)> du16;
+  const int N = static_cast<int>(hn::Lanes(df));
+  int i = 0;
+  for (; i + N <= n; i += N) {
+    const auto u = hn::BitCast(du, hn::LoadU(df, x + i));
+    const auto r = hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)));
+    // The top halves fit in 0..65535, so the signed saturating demote is exact.
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, hn::ShiftRight<16>(r))), du16,
+               reinterpret_cast<uint16_t*>(out) + i);
+  }
+  if (i < n) ref::to_bf16(x + i, n - i, out + 2 * i);
+}
+
+void FromBF16(const uint8_t* in, int n, float* out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<uint16_t, decltype(du)> du16;
+  const int N = static_cast<int>(hn::Lanes(df));
+  int i = 0;
+  for (; i + N <= n; i += N) {
+    const auto h = hn::PromoteTo(du, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(in) + i));
+    hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(h)), df, out + i);
+  }
+  if (i < n) ref::from_bf16(in + 2 * i, n - i, out + i);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace tkv
 HWY_AFTER_NAMESPACE();
@@ -307,6 +364,10 @@ HWY_EXPORT(EncodeCells);
 HWY_EXPORT(DecodeCells);
 HWY_EXPORT(QuantizeQ8_0);
 HWY_EXPORT(QuantizeQ4_0);
+HWY_EXPORT(ToF16);
+HWY_EXPORT(ToBF16);
+HWY_EXPORT(FromF16);
+HWY_EXPORT(FromBF16);
 
 namespace simd {
 void rht_forward(const float* x, const float* sign, float scale, float* y, int d) {
@@ -331,6 +392,10 @@ void quantize_q8_0(const float* x, int nblocks, uint8_t* out) {
 void quantize_q4_0(const float* x, int nblocks, uint8_t* out) {
   HWY_DYNAMIC_DISPATCH(QuantizeQ4_0)(x, nblocks, out);
 }
+void to_f16(const float* x, int n, uint8_t* out) { HWY_DYNAMIC_DISPATCH(ToF16)(x, n, out); }
+void to_bf16(const float* x, int n, uint8_t* out) { HWY_DYNAMIC_DISPATCH(ToBF16)(x, n, out); }
+void from_f16(const uint8_t* in, int n, float* out) { HWY_DYNAMIC_DISPATCH(FromF16)(in, n, out); }
+void from_bf16(const uint8_t* in, int n, float* out) { HWY_DYNAMIC_DISPATCH(FromBF16)(in, n, out); }
 }  // namespace simd
 }  // namespace tkv
 #endif
