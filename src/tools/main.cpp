@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   tkv::register_demo(app);
   tkv::register_bench_attn(app);
   tkv::register_codebook(app);
+  tkv::register_inspect(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

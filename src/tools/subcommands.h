@@ -14,5 +14,6 @@ void register_kv_stats(CLI::App& app);  // kv_stats_cli.cpp
 void register_demo(CLI::App& app);      // demo.cpp
 void register_bench_attn(CLI::App& app);  // bench_attn.cpp
 void register_codebook(CLI::App& app);    // codebook_cli.cpp
+void register_inspect(CLI::App& app);     // inspect_cli.cpp
 
 }  // namespace tkv

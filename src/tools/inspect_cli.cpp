@@ -1,0 +1,73 @@
+// `turbokv inspect MODEL.gguf`: the metadata and tensors of a GGUF file.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "model/gguf.h"
+#include "tools/subcommands.h"
+
+namespace tkv {
+namespace {
+
+std::string show(const gguf::Value& v) {
+  using gguf::Type;
+  switch (v.type) {
+    case Type::kString: return "\"" + std::string(v.s.substr(0, 200)) + (v.s.size() > 200 ? "...\"" : "\"");
+    case Type::kF32: case Type::kF64: return std::to_string(v.f);
+    case Type::kBool: return v.u ? "true" : "false";
+    case Type::kI8: case Type::kI16: case Type::kI32: case Type::kI64: return std::to_string(v.i);
+    case Type::kArray: {
+      std::string s = std::string("[") + gguf::type_name(v.elem) + " x " + std::to_string(v.count) + "]";
+      const uint64_t shown = std::min<uint64_t>(v.count, 8);
+      s += " ";
+      for (uint64_t k = 0; k < shown; ++k) {
+        if (k) s += ", ";
+        if (v.elem == Type::kString) s += "\"" + std::string(v.strings[k]) + "\"";
+        else if (v.elem == Type::kArray) s += "[...]";
+        else if (v.elem == Type::kF32 || v.elem == Type::kF64) s += std::to_string(v.num(k));
+        else s += std::to_string(v.inum(k));
+      }
+      if (v.count > shown) s += ", ...";
+      return s;
+    }
+    default: return std::to_string(v.u);
+  }
+}
+
+}  // namespace
+
+void register_inspect(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  auto no_tensors = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("inspect", "Print the metadata and tensors of a GGUF file");
+  cmd->add_option("model", *path, "GGUF file")->required();
+  cmd->add_flag("--no-tensors", *no_tensors, "metadata only");
+  cmd->callback([path, no_tensors]() {
+    auto f = gguf::File::open(*path);
+    if (!f) {
+      std::cerr << "turbokv inspect: error: " << f.error() << "\n";
+      throw CLI::RuntimeError(1);
+    }
+    const auto& file = **f;
+    std::printf("%s: GGUF v%u, %zu metadata entries, %zu tensors, alignment %lu, data at byte %lu\n",
+                path->c_str(), file.version(), file.metadata().size(), file.tensors().size(),
+                static_cast<unsigned long>(file.alignment()), static_cast<unsigned long>(file.data_offset()));
+    for (const auto& [k, v] : file.metadata())
+      std::printf("  %-45s %-7s %s\n", k.c_str(), gguf::type_name(v.type), show(v).c_str());
+    if (*no_tensors) return;
+    uint64_t total = 0;
+    for (const auto& t : file.tensors()) {
+      std::string dims;
+      for (size_t d = 0; d < t.dims.size(); ++d) dims += (d ? " x " : "") + std::to_string(t.dims[d]);
+      std::printf("  %-40s %-6s %-24s %12lu bytes\n", t.name.c_str(), t.info().name, dims.c_str(),
+                  static_cast<unsigned long>(t.n_bytes));
+      total += t.n_bytes;
+    }
+    std::printf("  total tensor bytes: %lu\n", static_cast<unsigned long>(total));
+  });
+}
+
+}  // namespace tkv
