@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   tkv::register_bench_attn(app);
   tkv::register_codebook(app);
   tkv::register_inspect(app);
+  tkv::register_tokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,208 @@
+#include "model/tokenizer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <queue>
+
+namespace tkv {
+namespace {
+
+size_t utf8_len(unsigned char c) {
+  if (c < 0x80) return 1;
+  if ((c >> 5) == 0x6) return 2;
+  if ((c >> 4) == 0xe) return 3;
+  if ((c >> 3) == 0x1e) return 4;
+  return 1;  // invalid lead byte: one byte, handled by byte fallback
+}
+
+const std::string kSpace = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+
+}  // namespace
+
+Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
+  Tokenizer t;
+  auto model = f.get_string("tokenizer.ggml.model");
+  if (!model) return model.status();
+  if (*model != "llama")
+    return Status::Error(f.path() + ": tokenizer model '" + *model +
+                         "' is not supported yet (supported: llama / SentencePiece)");
+  const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
+  if (!toks || toks->type != gguf::Type::kArray || toks->elem != gguf::Type::kString || toks->count == 0)
+    return Status::Error(f.path() + ": tokenizer.ggml.tokens is missing or not an array of strings");
+  const size_t n = toks->count;
+  t.tokens_.reserve(n);
+  for (auto s : toks->strings) t.tokens_.emplace_back(s);
+  t.scores_.assign(n, 0.0f);
+  t.types_.assign(n, kNormal);
+  if (const gguf::Value* sc = f.find("tokenizer.ggml.scores")) {
+    if (sc->type != gguf::Type::kArray || !sc->raw || sc->count != n)
+      return Status::Error(f.path() + ": tokenizer.ggml.scores must be a numeric array of " + std::to_string(n));
+    for (size_t i = 0; i < n; ++i) t.scores_[i] = static_cast<float>(sc->num(i));
+  }
+  if (const gguf::Value* ty = f.find("tokenizer.ggml.token_type")) {
+    if (ty->type != gguf::Type::kArray || !ty->raw || ty->count != n)
+      return Status::Error(f.path() + ": tokenizer.ggml.token_type must be a numeric array of " + std::to_string(n));
+    for (size_t i = 0; i < n; ++i) t.types_[i] = static_cast<int32_t>(ty->inum(i));
+  }
+  for (size_t i = 0; i < n; ++i) t.index_.emplace(t.tokens_[i], static_cast<int32_t>(i));
+  auto id_or = [&](const char* key, int64_t fallback) -> Expected<int32_t> {
+    const uint64_t v = f.get_uint_or(key, static_cast<uint64_t>(fallback));
+    if (fallback >= 0 && v >= n) return Status::Error(f.path() + ": " + key + " = " + std::to_string(v) + " is not a token id");
+    return static_cast<int32_t>(v);
+  };
+  auto bos = id_or("tokenizer.ggml.bos_token_id", 1);
+  auto eos = id_or("tokenizer.ggml.eos_token_id", 2);
+  auto unk = id_or("tokenizer.ggml.unknown_token_id", 0);
+  if (!bos) return bos.status();
+  if (!eos) return eos.status();
+  if (!unk) return unk.status();
+  t.bos_ = *bos;
+  t.eos_ = *eos;
+  t.unk_ = *unk;
+  if (const gguf::Value* v = f.find("tokenizer.ggml.add_bos_token")) t.add_bos_ = v->u != 0;
+  if (const gguf::Value* v = f.find("tokenizer.ggml.add_space_prefix")) t.add_space_prefix_ = v->u != 0;
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    const int32_t id = t.find(name);
+    t.byte_tokens_[b] = id >= 0 ? id : t.unk_;
+  }
+  for (size_t i = 0; i < n; ++i)
+    if ((t.types_[i] == kControl || t.types_[i] == kUserDefined) && !t.tokens_[i].empty())
+      t.specials_.push_back(static_cast<int32_t>(i));
+  std::stable_sort(t.specials_.begin(), t.specials_.end(),
+                   [&](int32_t a, int32_t b) { return t.tokens_[a].size() > t.tokens_[b].size(); });
+  return t;
+}
+
+int32_t Tokenizer::find(std::string_view s) const {
+  auto it = index_.find(std::string(s));
+  return it == index_.end() ? -1 : it->second;
+}
+
+// llama.cpp's SPM session: symbols are UTF-8 characters; repeatedly merge the
+// adjacent pair whose concatenation is a token with the highest score (ties:
+// leftmost); leftover symbols that are not tokens become byte tokens.
+void Tokenizer::encode_spm(std::string text, std::vector<int32_t>& out) const {
+  std::string esc;
+  esc.reserve(text.size() * 2);
+  for (char c : text) {
+    if (c == ' ') esc += kSpace;
+    else esc += c;
+  }
+  struct Sym { int prev, next; size_t pos, n; };
+  std::vector<Sym> sym;
+  for (size_t i = 0; i < esc.size();) {
+    const size_t len = std::min(utf8_len(static_cast<unsigned char>(esc[i])), esc.size() - i);
+    sym.push_back({static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, i, len});
+    i += len;
+  }
+  if (sym.empty()) return;
+  sym.back().next = -1;
+  struct Bigram { int left, right; float score; size_t size; };
+  auto cmp = [](const Bigram& a, const Bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+  std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> queue(cmp);
+  auto try_add = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    const std::string_view s(esc.data() + sym[l].pos, sym[l].n + sym[r].n);
+    const int32_t id = find(s);
+    if (id < 0) return;
+    queue.push({l, r, scores_[id], s.size()});
+  };
+  for (size_t i = 1; i < sym.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
+  while (!queue.empty()) {
+    const Bigram b = queue.top();
+    queue.pop();
+    Sym& l = sym[b.left];
+    Sym& r = sym[b.right];
+    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;  // stale
+    l.n += r.n;
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+  for (int i = 0; i != -1; i = sym[i].next) {
+    const std::string_view s(esc.data() + sym[i].pos, sym[i].n);
+    const int32_t id = find(s);
+    if (id >= 0) {
+      out.push_back(id);
+    } else {
+      for (unsigned char c : s) out.push_back(byte_tokens_[c]);
+    }
+  }
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+  std::vector<int32_t> out;
+  if (add_bos && add_bos_) out.push_back(bos_);
+  // Split out special tokens: user-defined ones always, control ones only
+  // when asked (llama.cpp's rule).
+  std::vector<std::pair<std::string, int32_t>> parts;  // text fragment or token (id >= 0)
+  std::string rest(text);
+  size_t start = 0;
+  while (start < rest.size()) {
+    size_t best = std::string::npos;
+    int32_t best_id = -1;
+    for (int32_t id : specials_) {
+      if (types_[id] == kControl && !parse_special) continue;
+      const size_t p = rest.find(tokens_[id], start);
+      if (p != std::string::npos && (p < best || (p == best && tokens_[id].size() > tokens_[best_id].size()))) {
+        best = p;
+        best_id = id;
+      }
+    }
+    if (best_id < 0) break;
+    if (best > start) parts.push_back({rest.substr(start, best - start), -1});
+    parts.push_back({"", best_id});
+    start = best + tokens_[best_id].size();
+  }
+  if (start < rest.size()) parts.push_back({rest.substr(start), -1});
+  bool prev_special = true;  // the space prefix goes before the first text and after specials
+  for (auto& [frag, id] : parts) {
+    if (id >= 0) {
+      out.push_back(id);
+      prev_special = true;
+      continue;
+    }
+    encode_spm(add_space_prefix_ && prev_special ? " " + frag : frag, out);
+    prev_special = false;
+  }
+  return out;
+}
+
+std::string Tokenizer::piece(int32_t id) const {
+  if (id < 0 || id >= n_vocab()) return "";
+  const int32_t ty = types_[id];
+  if (ty == kControl || ty == kUnknown || ty == kUnused) return "";
+  const std::string& s = tokens_[id];
+  if (ty == kByte && s.size() == 6 && s.rfind("<0x", 0) == 0) {
+    return std::string(1, static_cast<char>(std::stoi(s.substr(3, 2), nullptr, 16)));
+  }
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    if (s.compare(i, 3, kSpace) == 0) {
+      out += ' ';
+      i += 3;
+    } else {
+      out += s[i++];
+    }
+  }
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  bool first_text = true;
+  for (int32_t id : ids) {
+    std::string p = piece(id);
+    if (p.empty()) continue;
+    if (first_text && add_space_prefix_ && p[0] == ' ') p.erase(0, 1);
+    first_text = false;
+    out += p;
+  }
+  return out;
+}
+
+}  // namespace tkv

@@ -1,0 +1,51 @@
+// Tokenizers read from GGUF metadata. SentencePiece-style ("llama": scores,
+// token types, byte fallback) follows llama.cpp's SPM merge order exactly.
+// Byte-level BPE ("gpt2") is reported as unsupported for now (issue 4).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "model/gguf.h"
+#include "util/status.h"
+
+namespace tkv {
+
+class Tokenizer {
+ public:
+  enum TokenType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+
+  static Expected<Tokenizer> from_gguf(const gguf::File& f);
+
+  // add_bos: prepend BOS when the vocabulary asks for it; parse_special: turn
+  // control-token text (e.g. "<s>") in the input into those tokens.
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = false) const;
+  // Text of the ids; control tokens are dropped, byte tokens become bytes, the
+  // space prefix added by encode is removed from the start.
+  std::string decode(const std::vector<int32_t>& ids) const;
+  // One token's raw bytes (for streaming; may be part of a UTF-8 character).
+  std::string piece(int32_t id) const;
+
+  int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t bos() const { return bos_; }
+  int32_t eos() const { return eos_; }
+  bool add_bos() const { return add_bos_; }
+  bool is_control(int32_t id) const { return types_[id] == kControl; }
+
+ private:
+  void encode_spm(std::string text, std::vector<int32_t>& out) const;
+  int32_t find(std::string_view s) const;
+
+  std::vector<std::string> tokens_;
+  std::vector<float> scores_;
+  std::vector<int32_t> types_;
+  std::unordered_map<std::string, int32_t> index_;
+  std::vector<int32_t> specials_;  // user-defined and control tokens, longest first
+  int32_t byte_tokens_[256];
+  int32_t bos_ = -1, eos_ = -1, unk_ = -1;
+  bool add_bos_ = true, add_space_prefix_ = true;
+};
+
+}  // namespace tkv

@@ -1,0 +1,102 @@
+// Tokenizers against llama.cpp's own test suites (../shared/data/tokenizer):
+// every case encodes to the expected ids and decodes back to its text.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+
+namespace tkv {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Cases are separated by lines "__ggml_vocab_test__"; each case's own final
+// newline belongs to the separator.
+std::vector<std::string> read_cases(const std::string& path) {
+  const std::string all = slurp(path);
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> cases;
+  size_t start = 0;
+  while (true) {
+    const size_t p = all.find(sep, start);
+    if (p == std::string::npos) break;
+    cases.push_back(all.substr(start, p - start));
+    start = p + sep.size();
+  }
+  return cases;
+}
+
+std::vector<std::vector<int32_t>> read_expected(const std::string& path) {
+  std::vector<std::vector<int32_t>> out;
+  std::istringstream in(slurp(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<int32_t> ids;
+    std::istringstream ls(line);
+    int32_t id;
+    while (ls >> id) ids.push_back(id);
+    out.push_back(ids);
+  }
+  return out;
+}
+
+void check_vocab(const std::string& name) {
+  const std::string base = std::string(TKV_SHARED_DIR) + "/data/tokenizer/ggml-vocab-" + name + ".gguf";
+  if (!std::ifstream(base)) GTEST_SKIP() << "missing " << base;
+  auto f = gguf::File::open(base);
+  ASSERT_TRUE(f.ok()) << f.error();
+  auto tok = Tokenizer::from_gguf(**f);
+  ASSERT_TRUE(tok.ok()) << tok.error();
+  const auto cases = read_cases(base + ".inp");
+  const auto expected = read_expected(base + ".out");
+  ASSERT_GT(cases.size(), 20u);
+  ASSERT_EQ(cases.size(), expected.size()) << name;
+  int failures = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto ids = tok->encode(cases[i], /*add_bos=*/false);
+    EXPECT_EQ(ids, expected[i]) << name << " case " << i << ": '" << cases[i] << "'";
+    EXPECT_EQ(tok->decode(ids), cases[i]) << name << " case " << i;
+    failures += ids != expected[i];
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+TEST(Tokenizer, LlamaSpmMatchesLlamaCppSuite) { check_vocab("llama-spm"); }
+TEST(Tokenizer, Phi3MatchesLlamaCppSuite) { check_vocab("phi-3"); }
+
+TEST(Tokenizer, BosAndSpecialTokens) {
+  const std::string path = std::string(TKV_SHARED_DIR) + "/data/tokenizer/ggml-vocab-llama-spm.gguf";
+  if (!std::ifstream(path)) GTEST_SKIP() << "missing " << path;
+  auto f = gguf::File::open(path);
+  auto tok = Tokenizer::from_gguf(**f);
+  ASSERT_TRUE(tok.ok());
+  EXPECT_EQ(tok->encode("Hello world", true), (std::vector<int32_t>{1, 15043, 3186}));
+  EXPECT_EQ(tok->encode("", true), (std::vector<int32_t>{1}));
+  // "<s>" is text unless special parsing is on.
+  EXPECT_NE(tok->encode("<s>", false)[0], 1);
+  EXPECT_EQ(tok->encode("<s>Hello", false, true), (std::vector<int32_t>{1, 15043}));
+  EXPECT_EQ(tok->decode({1, 15043, 3186, 2}), "Hello world");
+}
+
+TEST(Tokenizer, UnsupportedModelIsAClearError) {
+  const std::string path = std::string(TKV_SHARED_DIR) + "/data/tokenizer/ggml-vocab-gpt-2.gguf";
+  if (!std::ifstream(path)) GTEST_SKIP() << "missing " << path;
+  auto f = gguf::File::open(path);
+  ASSERT_TRUE(f.ok());
+  auto tok = Tokenizer::from_gguf(**f);
+  ASSERT_FALSE(tok.ok());
+  EXPECT_NE(tok.error().find("gpt2"), std::string::npos) << tok.error();
+}
+
+}  // namespace
+}  // namespace tkv
