@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   tkv::register_codebook(app);
   tkv::register_inspect(app);
   tkv::register_tokenize(app);
+  tkv::register_run(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

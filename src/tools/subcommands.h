@@ -16,5 +16,6 @@ void register_bench_attn(CLI::App& app);  // bench_attn.cpp
 void register_codebook(CLI::App& app);    // codebook_cli.cpp
 void register_inspect(CLI::App& app);     // inspect_cli.cpp
 void register_tokenize(CLI::App& app);    // tokenize_cli.cpp
+void register_run(CLI::App& app);         // run_cli.cpp
 
 }  // namespace tkv

@@ -1,0 +1,212 @@
+#include "model/model.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace tkv {
+namespace {
+
+void rmsnorm(const float* x, const Matrix& w, int n, float eps, float* out, std::vector<float>& wbuf) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
+  wbuf.resize(n);
+  dequantize_row(w, 0, wbuf.data());
+  for (int i = 0; i < n; ++i) out[i] = x[i] * inv * wbuf[i];
+}
+
+// Rotates pairs of one head vector in place for position pos.
+void rope(float* v, int dims, int pos, const ModelConfig& c) {
+  const float p = static_cast<float>(pos) / c.rope_scale;
+  for (int i = 0; i < dims / 2; ++i) {
+    const float theta = p * std::pow(c.rope_base, -2.0f * i / dims);
+    const float cs = std::cos(theta), sn = std::sin(theta);
+    const int a = c.rope_neox ? i : 2 * i;
+    const int b = c.rope_neox ? i + dims / 2 : 2 * i + 1;
+    const float x0 = v[a], x1 = v[b];
+    v[a] = x0 * cs - x1 * sn;
+    v[b] = x0 * sn + x1 * cs;
+  }
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
+  auto f = gguf::File::open(path);
+  if (!f) return f.status();
+  auto m = std::unique_ptr<Model>(new Model());
+  m->file_ = *f;
+  const gguf::File& g = **f;
+  auto arch = g.get_string("general.architecture");
+  if (!arch) return arch.status();
+  ModelConfig& c = m->cfg_;
+  c.arch = *arch;
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3")
+    return Status::Error(path + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3)");
+  auto need = [&](const std::string& key) -> Expected<int> {
+    auto v = g.get_uint(c.arch + "." + key);
+    if (!v) return v.status();
+    if (*v == 0 || *v > (1u << 24)) return Status::Error(path + ": " + c.arch + "." + key + " = " + std::to_string(*v) + " is out of range");
+    return static_cast<int>(*v);
+  };
+  for (auto [key, dst] : {std::pair<const char*, int*>{"block_count", &c.n_layer}, {"embedding_length", &c.n_embd},
+                          {"attention.head_count", &c.n_head}, {"feed_forward_length", &c.n_ff}}) {
+    auto v = need(key);
+    if (!v) return v.status();
+    *dst = *v;
+  }
+  c.n_head_kv = static_cast<int>(g.get_uint_or(c.arch + ".attention.head_count_kv", c.n_head));
+  c.head_dim = static_cast<int>(g.get_uint_or(c.arch + ".attention.key_length", c.n_embd / c.n_head));
+  c.n_ctx_train = static_cast<int>(g.get_uint_or(c.arch + ".context_length", 2048));
+  c.eps = static_cast<float>(g.get_float_or(c.arch + ".attention.layer_norm_rms_epsilon", 1e-5));
+  c.rope_base = static_cast<float>(g.get_float_or(c.arch + ".rope.freq_base", 10000.0));
+  c.rope_dims = static_cast<int>(g.get_uint_or(c.arch + ".rope.dimension_count", c.head_dim));
+  c.rope_neox = c.arch != "llama";
+  c.qk_norm = c.arch == "qwen3";
+  const std::string scaling = g.get_string_or(c.arch + ".rope.scaling.type", "none");
+  if (scaling == "linear") {
+    c.rope_scale = static_cast<float>(g.get_float_or(c.arch + ".rope.scaling.factor", 1.0));
+  } else if (scaling != "none") {
+    return Status::Error(path + ": rope scaling '" + scaling + "' is not supported yet (none, linear)");
+  }
+  if (c.n_head_kv < 1 || c.n_head % c.n_head_kv != 0)
+    return Status::Error(path + ": head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " + std::to_string(c.n_head_kv));
+  if (c.head_dim < 8 || c.head_dim > 1024 || c.rope_dims > c.head_dim || c.rope_dims % 2)
+    return Status::Error(path + ": head dim " + std::to_string(c.head_dim) + " / rope dims " + std::to_string(c.rope_dims) + " not supported");
+
+  auto tensor = [&](const std::string& name, int64_t cols, int64_t rows, bool optional) -> Expected<Matrix> {
+    const gguf::Tensor* t = g.tensor(name);
+    if (!t) {
+      if (optional) return Matrix{};
+      return Status::Error(path + ": missing tensor '" + name + "'");
+    }
+    auto mat = matrix_from(*t, path);
+    if (!mat) return mat.status();
+    if (mat->cols != cols || mat->rows != rows)
+      return Status::Error(path + ": tensor '" + name + "' is " + std::to_string(mat->cols) + " x " + std::to_string(mat->rows) +
+                           ", expected " + std::to_string(cols) + " x " + std::to_string(rows));
+    m->weight_bytes_ += t->n_bytes;
+    return *mat;
+  };
+  const gguf::Tensor* emb = g.tensor("token_embd.weight");
+  if (!emb || emb->dims.size() != 2) return Status::Error(path + ": missing or malformed tensor 'token_embd.weight'");
+  c.n_vocab = static_cast<int>(emb->dims[1]);
+  auto tok = Tokenizer::from_gguf(g);
+  if (!tok) return tok.status();
+  if (tok->n_vocab() != c.n_vocab)
+    return Status::Error(path + ": the vocabulary has " + std::to_string(tok->n_vocab()) + " tokens but token_embd.weight has " + std::to_string(c.n_vocab));
+  m->tok_ = std::make_unique<Tokenizer>(std::move(*tok));
+  const int E = c.n_embd, Dq = c.n_head * c.head_dim, Dkv = c.n_head_kv * c.head_dim;
+#define TKV_LOAD(dst, name, cols, rows, opt)      \
+  {                                               \
+    auto r_ = tensor(name, cols, rows, opt);      \
+    if (!r_) return r_.status();                  \
+    dst = *r_;                                    \
+  }
+  TKV_LOAD(m->tok_embd_, "token_embd.weight", E, c.n_vocab, false);
+  TKV_LOAD(m->out_norm_, "output_norm.weight", E, 1, false);
+  TKV_LOAD(m->output_, "output.weight", E, c.n_vocab, true);
+  if (m->output_.rows == 0) m->output_ = m->tok_embd_;  // tied embeddings
+  m->layers_.resize(c.n_layer);
+  for (int i = 0; i < c.n_layer; ++i) {
+    Layer& L = m->layers_[i];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    TKV_LOAD(L.attn_norm, p + "attn_norm.weight", E, 1, false);
+    TKV_LOAD(L.wq, p + "attn_q.weight", E, Dq, false);
+    TKV_LOAD(L.wk, p + "attn_k.weight", E, Dkv, false);
+    TKV_LOAD(L.wv, p + "attn_v.weight", E, Dkv, false);
+    TKV_LOAD(L.wo, p + "attn_output.weight", Dq, E, false);
+    TKV_LOAD(L.ffn_norm, p + "ffn_norm.weight", E, 1, false);
+    TKV_LOAD(L.w_gate, p + "ffn_gate.weight", E, c.n_ff, false);
+    TKV_LOAD(L.w_up, p + "ffn_up.weight", E, c.n_ff, false);
+    TKV_LOAD(L.w_down, p + "ffn_down.weight", c.n_ff, E, false);
+    TKV_LOAD(L.bq, p + "attn_q.bias", Dq, 1, true);
+    TKV_LOAD(L.bk, p + "attn_k.bias", Dkv, 1, true);
+    TKV_LOAD(L.bv, p + "attn_v.bias", Dkv, 1, true);
+    TKV_LOAD(L.q_norm, p + "attn_q_norm.weight", c.head_dim, 1, !c.qk_norm);
+    TKV_LOAD(L.k_norm, p + "attn_k_norm.weight", c.head_dim, 1, !c.qk_norm);
+  }
+#undef TKV_LOAD
+  return m;
+}
+
+Status Model::forward(const int32_t* tokens, int n, int pos, KvCache& cache, int threads, float* logits,
+                      bool all_logits) const {
+  const ModelConfig& c = cfg_;
+  if (n < 1) return Status::Error("forward: no tokens");
+  for (int t = 0; t < n; ++t)
+    if (tokens[t] < 0 || tokens[t] >= c.n_vocab)
+      return Status::Error("forward: token id " + std::to_string(tokens[t]) + " is outside the vocabulary (" + std::to_string(c.n_vocab) + ")");
+  const int E = c.n_embd, hd = c.head_dim, Dq = c.n_head * hd, Dkv = c.n_head_kv * hd;
+  std::vector<float> x(size_t(n) * E), h(size_t(n) * E), q(size_t(n) * Dq), k(size_t(n) * Dkv), v(size_t(n) * Dkv);
+  std::vector<float> att(size_t(n) * Dq), tmp(size_t(n) * E), g(size_t(n) * c.n_ff), u(size_t(n) * c.n_ff), wbuf;
+  for (int t = 0; t < n; ++t) dequantize_row(tok_embd_, tokens[t], &x[size_t(t) * E]);
+  auto add_bias = [&](std::vector<float>& y, const Matrix& b, int width) {
+    if (b.rows == 0) return;
+    dequantize_row(b, 0, wbuf.data());
+    for (int t = 0; t < n; ++t)
+      for (int i = 0; i < width; ++i) y[size_t(t) * width + i] += wbuf[i];
+  };
+  for (int l = 0; l < c.n_layer; ++l) {
+    const Layer& L = layers_[l];
+    for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.attn_norm, E, c.eps, &h[size_t(t) * E], wbuf);
+    matmul(L.wq, h.data(), n, q.data(), threads);
+    matmul(L.wk, h.data(), n, k.data(), threads);
+    matmul(L.wv, h.data(), n, v.data(), threads);
+    wbuf.resize(std::max(Dq, E));
+    add_bias(q, L.bq, Dq);
+    add_bias(k, L.bk, Dkv);
+    add_bias(v, L.bv, Dkv);
+    std::vector<float> head(hd);
+    for (int t = 0; t < n; ++t) {
+      for (int hh = 0; hh < c.n_head; ++hh) {
+        float* qh = &q[size_t(t) * Dq + hh * hd];
+        if (c.qk_norm) {
+          rmsnorm(qh, L.q_norm, hd, c.eps, head.data(), wbuf);
+          std::memcpy(qh, head.data(), sizeof(float) * hd);
+        }
+        rope(qh, c.rope_dims, pos + t, c);
+      }
+      for (int hh = 0; hh < c.n_head_kv; ++hh) {
+        float* kh = &k[size_t(t) * Dkv + hh * hd];
+        if (c.qk_norm) {
+          rmsnorm(kh, L.k_norm, hd, c.eps, head.data(), wbuf);
+          std::memcpy(kh, head.data(), sizeof(float) * hd);
+        }
+        rope(kh, c.rope_dims, pos + t, c);
+      }
+    }
+    Status s = cache.append(l, pos, n, k.data(), v.data());
+    if (!s.ok()) return s;
+    AttentionArgs a;
+    a.q = q.data();
+    a.n_q = n;
+    a.n_q_heads = c.n_head;
+    a.n_kv = pos + n;
+    a.n_kv_heads = c.n_head_kv;
+    a.d = hd;
+    a.k = cache.k_rows(l);
+    a.v = cache.v_rows(l);
+    a.causal_offset = pos;
+    a.mu_k = cache.mu_k(l);
+    a.mu_v = cache.mu_v(l);
+    a.threads = threads;
+    a.out = att.data();
+    s = attention(a);
+    if (!s.ok()) return s;
+    matmul(L.wo, att.data(), n, tmp.data(), threads);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+    for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.ffn_norm, E, c.eps, &h[size_t(t) * E], wbuf);
+    matmul(L.w_gate, h.data(), n, g.data(), threads);
+    matmul(L.w_up, h.data(), n, u.data(), threads);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SwiGLU
+    matmul(L.w_down, g.data(), n, tmp.data(), threads);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
+  }
+  const int first = all_logits ? 0 : n - 1;
+  for (int t = first; t < n; ++t) rmsnorm(&x[size_t(t) * E], out_norm_, E, c.eps, &h[size_t(t - first) * E], wbuf);
+  matmul(output_, h.data(), n - first, logits, threads);
+  return Status::Ok();
+}
+
+}  // namespace tkv

@@ -1,0 +1,58 @@
+// Transformer models from GGUF: llama (Llama 2/3, Mistral, TinyLlama, SmolLM),
+// qwen2 (Q/K/V biases) and qwen3 (Q and K RMS norms), running attention on the
+// compressed KV cache. The forward pass reads top to bottom in forward().
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "model/gguf.h"
+#include "model/matmul.h"
+#include "model/tokenizer.h"
+#include "util/status.h"
+
+namespace tkv {
+
+struct ModelConfig {
+  std::string arch;
+  int n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0;
+  int n_ctx_train = 0;
+  float eps = 1e-5f;
+  float rope_base = 10000.0f;
+  float rope_scale = 1.0f;    // linear scaling: positions are divided by this
+  int rope_dims = 0;          // rotated dims per head (<= head_dim)
+  bool rope_neox = false;     // pairs (i, i + dims/2) instead of (2i, 2i+1)
+  bool qkv_bias = false, qk_norm = false;
+};
+
+class Model {
+ public:
+  static Expected<std::unique_ptr<Model>> load(const std::string& path);
+
+  const ModelConfig& config() const { return cfg_; }
+  const Tokenizer& tokenizer() const { return *tok_; }
+  const gguf::File& file() const { return *file_; }
+  size_t weight_bytes() const { return weight_bytes_; }
+
+  // Runs n tokens at positions [pos, pos + n) through the model, writing them
+  // to the cache; logits of the last token go to `logits` (n_vocab), or of
+  // every token when `all_logits` ([n][n_vocab]).
+  Status forward(const int32_t* tokens, int n, int pos, KvCache& cache, int threads, float* logits,
+                 bool all_logits = false) const;
+
+ private:
+  struct Layer {
+    Matrix attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+    Matrix bq, bk, bv, q_norm, k_norm;  // optional (rows = 0 when absent)
+  };
+  ModelConfig cfg_;
+  std::shared_ptr<gguf::File> file_;
+  std::unique_ptr<Tokenizer> tok_;
+  Matrix tok_embd_, out_norm_, output_;
+  std::vector<Layer> layers_;
+  size_t weight_bytes_ = 0;
+};
+
+}  // namespace tkv

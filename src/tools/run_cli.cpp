@@ -1,0 +1,109 @@
+// `turbokv run -m MODEL.gguf -p PROMPT -n N [-c CTX] [-t THREADS] [-ctk F] [-ctv F]
+// [--seed S] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]`:
+// streams the generated text, then prompt and generation speed and KV memory.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "cache/kv_cache.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "tools/subcommands.h"
+
+namespace tkv {
+
+void register_run(CLI::App& app) {
+  struct Opt {
+    std::string model, prompt = "Once upon a time", ctk = "tq4", ctv = "tq4", mean_center = "on";
+    int n = 64, ctx = 0, threads = 0;
+    SamplerOptions s;
+    bool no_display_prompt = false;
+  };
+  auto o = std::make_shared<Opt>();
+  o->s.seed = 42;
+  CLI::App* cmd = app.add_subcommand("run", "Generate text with a GGUF model on the compressed KV cache");
+  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  cmd->add_option("-p,--prompt", o->prompt, "prompt");
+  cmd->add_option("-n,--n-predict", o->n, "tokens to generate")->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-c,--ctx-size", o->ctx, "context (0: the model's, capped at 8192)")->check(CLI::Range(0, 1 << 22));
+  cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--cache-type-k", o->ctk, "K cache format (-ctk)");
+  cmd->add_option("--cache-type-v", o->ctv, "V cache format (-ctv)");
+  cmd->add_option("--kv-mean-center", o->mean_center, "exact mean centring for tq formats")->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--seed", o->s.seed, "sampling seed");
+  cmd->add_option("--temp", o->s.temperature, "temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-k", o->s.top_k, "top-k (0 = off)")->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--top-p", o->s.top_p, "top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--min-p", o->s.min_p, "min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", o->s.repeat_penalty, "repetition penalty (1 = off)")->check(CLI::Range(0.0, 100.0));
+  cmd->add_flag("--no-display-prompt", o->no_display_prompt, "print only the generated text");
+  cmd->callback([o]() {
+    auto fail = [](const std::string& m) {
+      std::cerr << "turbokv run: error: " << m << "\n";
+      throw CLI::RuntimeError(1);
+    };
+    auto m = Model::load(o->model);
+    if (!m) fail(m.error());
+    const Model& model = **m;
+    const ModelConfig& c = model.config();
+    const int threads = o->threads > 0 ? o->threads : std::max(1u, std::thread::hardware_concurrency());
+    const auto prompt = model.tokenizer().encode(o->prompt, true);
+    const int ctx = o->ctx > 0 ? o->ctx : std::min(c.n_ctx_train, 8192);
+    if (static_cast<int>(prompt.size()) + o->n > ctx)
+      fail("prompt (" + std::to_string(prompt.size()) + " tokens) + " + std::to_string(o->n) + " exceeds the context " + std::to_string(ctx) + " (raise -c)");
+    KvCacheOptions co;
+    co.type_k = o->ctk;
+    co.type_v = o->ctv;
+    co.capacity = ctx;
+    co.mean_center = o->mean_center == "on";
+    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+    if (!cache) fail(cache.error());
+    std::fprintf(stderr, "model: %s, %d layers, %d/%d heads, head dim %d, %.1f MiB weights\n", c.arch.c_str(), c.n_layer,
+                 c.n_head, c.n_head_kv, c.head_dim, model.weight_bytes() / 1048576.0);
+    std::fprintf(stderr, "KV cache: %d tokens, K %s %.3f bits/value %.2f MiB, V %s %.3f bits/value %.2f MiB\n", ctx,
+                 o->ctk.c_str(), (*cache)->k_bits_per_value(), (*cache)->k_bytes() / 1048576.0, o->ctv.c_str(),
+                 (*cache)->v_bits_per_value(), (*cache)->v_bytes() / 1048576.0);
+    std::vector<float> logits(c.n_vocab);
+    Sampler sampler(o->s);
+    std::vector<int32_t> history = prompt;
+    if (!o->no_display_prompt) std::cout << o->prompt << std::flush;
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    Status s = model.forward(prompt.data(), static_cast<int>(prompt.size()), 0, **cache, threads, logits.data());
+    if (!s.ok()) fail(s.message());
+    const double t_prompt = std::chrono::duration<double>(clock::now() - t0).count();
+    const auto t1 = clock::now();
+    std::string pending;  // bytes of an unfinished UTF-8 character
+    int generated = 0;
+    for (int i = 0; i < o->n; ++i) {
+      const int32_t next = sampler.sample(logits.data(), c.n_vocab, history);
+      if (next == model.tokenizer().eos()) break;
+      history.push_back(next);
+      ++generated;
+      pending += model.tokenizer().piece(next);
+      size_t ok = pending.size();  // print whole characters only
+      for (size_t back = 1; back <= std::min<size_t>(3, pending.size()); ++back) {
+        const unsigned char ch = pending[pending.size() - back];
+        if ((ch & 0xC0) == 0x80) continue;
+        const size_t len = ch < 0x80 ? 1 : (ch >> 5) == 6 ? 2 : (ch >> 4) == 14 ? 3 : 4;
+        if (len > back) ok = pending.size() - back;
+        break;
+      }
+      std::cout << pending.substr(0, ok) << std::flush;
+      pending.erase(0, ok);
+      if (i + 1 == o->n) break;
+      s = model.forward(&next, 1, static_cast<int>(history.size()) - 1, **cache, threads, logits.data());
+      if (!s.ok()) fail(s.message());
+    }
+    std::cout << pending << "\n";
+    const double t_gen = std::chrono::duration<double>(clock::now() - t1).count();
+    std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s; generation: %d tokens, %.1f tokens/s\n", prompt.size(),
+                 prompt.size() / t_prompt, generated, generated / std::max(t_gen, 1e-9));
+  });
+}
+
+}  // namespace tkv
