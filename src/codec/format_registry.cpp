@@ -44,9 +44,12 @@ void Codec::dequantize(const uint8_t* in, size_t n, float* out, Impl impl) const
 }
 
 Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64_t seed) {
-  if (d < 8 || d > 1024)
+  // Plain formats take any head dim; coded ones need enough coordinates for
+  // their blocks and rotations to make sense.
+  const bool plain = name == "f32" || name == "f16" || name == "bf16";
+  if (d < (plain ? 1 : 8) || d > 1024)
     return Status::Error("format " + std::string(name) + ": head dim " + std::to_string(d) +
-                         " is outside the supported range [8, 1024]");
+                         " is outside the supported range [" + (plain ? "1" : "8") + ", 1024]");
   std::unique_ptr<Codec> c;
   if (name == "f32" || name == "f16" || name == "bf16") {
     c = make_plain_codec(name, d);

@@ -71,7 +71,7 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
   }
   if (c.n_head_kv < 1 || c.n_head % c.n_head_kv != 0)
     return Status::Error(path + ": head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " + std::to_string(c.n_head_kv));
-  if (c.head_dim < 8 || c.head_dim > 1024 || c.rope_dims > c.head_dim || c.rope_dims % 2)
+  if (c.head_dim < 2 || c.head_dim > 1024 || c.rope_dims > c.head_dim || c.rope_dims % 2)
     return Status::Error(path + ": head dim " + std::to_string(c.head_dim) + " / rope dims " + std::to_string(c.rope_dims) + " not supported");
 
   auto tensor = [&](const std::string& name, int64_t cols, int64_t rows, bool optional) -> Expected<Matrix> {

@@ -1,0 +1,156 @@
+#include "model/gen_model.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "codec/kernels.h"
+#include "util/fp16.h"
+#include "util/rng.h"
+
+namespace tkv {
+namespace {
+
+struct Vocab {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+};
+
+Vocab synthetic_vocab(int size) {
+  Vocab v;
+  auto add = [&](const std::string& s, float score, int type) {
+    v.tokens.push_back(s);
+    v.scores.push_back(score);
+    v.types.push_back(type);
+  };
+  add("<unk>", 0, 2);
+  add("<s>", 0, 3);
+  add("</s>", 0, 3);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    add(name, 0, 6);
+  }
+  const char* pieces[] = {"\xe2\x96\x81", "e", "t", "a", "o", "\xe2\x96\x81t", "he", "\xe2\x96\x81the", "in", "er"};
+  int k = 0;
+  while (static_cast<int>(v.tokens.size()) < size) {
+    const std::string p = k < 10 ? pieces[k] : "\xe2\x96\x81w" + std::to_string(k);
+    add(p, -static_cast<float>(k), 1);
+    ++k;
+  }
+  return v;
+}
+
+}  // namespace
+
+Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, const std::string& out_path) {
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3")
+    return Status::Error("gen-model: --arch must be llama, qwen2 or qwen3, not '" + o.arch + "'");
+  const gguf::TensorType* tt = gguf::tensor_type(o.type);
+  if (!tt || !(o.type == "F32" || o.type == "F16" || o.type == "BF16" || o.type == "Q8_0" || o.type == "Q4_0"))
+    return Status::Error("gen-model: --type must be F32, F16, BF16, Q8_0 or Q4_0, not '" + o.type + "'");
+  if (o.layers < 1 || o.dim < 1 || o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads || o.head_dim < 8 ||
+      o.head_dim % 2 || o.ffn < 1)
+    return Status::Error("gen-model: bad shape (heads must be a multiple of kv-heads, head dim even and >= 8)");
+  const bool quant = tt->block > 1;
+  if (quant && (o.dim % 32 || o.ffn % 32 || (o.heads * o.head_dim) % 32))
+    return Status::Error("gen-model: " + o.type + " needs dim, ffn and heads*head_dim to be multiples of 32");
+  Vocab vocab;
+  gguf::Writer w;
+  std::string tok_model = "llama";
+  if (vocab_file) {
+    const gguf::Value* t = vocab_file->find("tokenizer.ggml.tokens");
+    if (!t || t->elem != gguf::Type::kString) return Status::Error(vocab_file->path() + ": no tokenizer.ggml.tokens");
+    for (auto s : t->strings) vocab.tokens.emplace_back(s);
+    const gguf::Value* sc = vocab_file->find("tokenizer.ggml.scores");
+    const gguf::Value* ty = vocab_file->find("tokenizer.ggml.token_type");
+    for (uint64_t i = 0; i < t->count; ++i) {
+      vocab.scores.push_back(sc && sc->raw && sc->count == t->count ? static_cast<float>(sc->num(i)) : 0.0f);
+      vocab.types.push_back(ty && ty->raw && ty->count == t->count ? static_cast<int32_t>(ty->inum(i)) : 1);
+    }
+    tok_model = vocab_file->get_string_or("tokenizer.ggml.model", "llama");
+  } else {
+    vocab = synthetic_vocab(std::max(o.vocab, 300));
+  }
+  const int V = static_cast<int>(vocab.tokens.size());
+  const std::string a = o.arch;
+  w.add_string("general.architecture", a);
+  w.add_string("general.name", "turbokv random " + a);
+  w.add_u32("general.alignment", 32);
+  w.add_u32(a + ".context_length", o.ctx);
+  w.add_u32(a + ".embedding_length", o.dim);
+  w.add_u32(a + ".block_count", o.layers);
+  w.add_u32(a + ".feed_forward_length", o.ffn);
+  w.add_u32(a + ".attention.head_count", o.heads);
+  w.add_u32(a + ".attention.head_count_kv", o.kv_heads);
+  w.add_u32(a + ".attention.key_length", o.head_dim);
+  w.add_u32(a + ".attention.value_length", o.head_dim);
+  w.add_u32(a + ".rope.dimension_count", o.head_dim);
+  w.add_f32(a + ".rope.freq_base", o.rope_base);
+  w.add_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_string("tokenizer.ggml.model", tok_model);
+  w.add_string_array("tokenizer.ggml.tokens", vocab.tokens);
+  w.add_f32_array("tokenizer.ggml.scores", vocab.scores);
+  w.add_i32_array("tokenizer.ggml.token_type", vocab.types);
+  w.add_u32("tokenizer.ggml.bos_token_id", 1);
+  w.add_u32("tokenizer.ggml.eos_token_id", 2);
+  w.add_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.add_bool("tokenizer.ggml.add_bos_token", true);
+
+  Rng rng(o.seed);
+  auto add = [&](const std::string& name, int cols, int rows, bool matrix, float std_dev, float mean) -> Status {
+    std::vector<float> x(size_t(cols) * rows);
+    for (auto& v : x) v = mean + static_cast<float>(rng.gaussian()) * std_dev;
+    const std::vector<uint64_t> dims = rows == 1 ? std::vector<uint64_t>{uint64_t(cols)}
+                                                 : std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)};
+    if (!matrix || o.type == "F32") return w.add_tensor(name, dims, 0, x.data(), x.size() * 4);
+    std::vector<uint8_t> b(size_t(cols) / tt->block * tt->block_bytes * rows);
+    if (o.type == "F16" || o.type == "BF16") {
+      for (size_t i = 0; i < x.size(); ++i) {
+        const uint16_t h = o.type == "F16" ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+        std::memcpy(&b[2 * i], &h, 2);
+      }
+    } else {
+      const size_t rb = size_t(cols) / 32 * tt->block_bytes;
+      for (int r = 0; r < rows; ++r) {
+        if (o.type == "Q8_0") ref::quantize_q8_0(&x[size_t(r) * cols], cols / 32, &b[r * rb]);
+        else ref::quantize_q4_0(&x[size_t(r) * cols], cols / 32, &b[r * rb]);
+      }
+    }
+    return w.add_tensor(name, dims, tt->id, b.data(), b.size());
+  };
+  const int E = o.dim, Dq = o.heads * o.head_dim, Dkv = o.kv_heads * o.head_dim;
+  const float s = o.weight_scale;
+  Status st;
+#define TKV_ADD(...) if (!(st = add(__VA_ARGS__)).ok()) return st
+  TKV_ADD("token_embd.weight", E, V, true, 1.0f, 0.0f);
+  TKV_ADD("output_norm.weight", E, 1, false, 0.1f, 1.0f);
+  TKV_ADD("output.weight", E, V, true, s / std::sqrt(float(E)), 0.0f);
+  for (int l = 0; l < o.layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    TKV_ADD(p + "attn_norm.weight", E, 1, false, 0.1f, 1.0f);
+    TKV_ADD(p + "attn_q.weight", E, Dq, true, s / std::sqrt(float(E)), 0.0f);
+    TKV_ADD(p + "attn_k.weight", E, Dkv, true, s / std::sqrt(float(E)), 0.0f);
+    TKV_ADD(p + "attn_v.weight", E, Dkv, true, s / std::sqrt(float(E)), 0.0f);
+    TKV_ADD(p + "attn_output.weight", Dq, E, true, s / std::sqrt(float(Dq)), 0.0f);
+    if (o.arch == "qwen2") {  // Qwen2-style biases, with a large constant part on K
+      TKV_ADD(p + "attn_q.bias", Dq, 1, false, 0.1f, 0.0f);
+      TKV_ADD(p + "attn_k.bias", Dkv, 1, false, 2.0f, 0.0f);
+      TKV_ADD(p + "attn_v.bias", Dkv, 1, false, 0.1f, 0.0f);
+    }
+    if (o.arch == "qwen3") {
+      TKV_ADD(p + "attn_q_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
+      TKV_ADD(p + "attn_k_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
+    }
+    TKV_ADD(p + "ffn_norm.weight", E, 1, false, 0.1f, 1.0f);
+    TKV_ADD(p + "ffn_gate.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f);
+    TKV_ADD(p + "ffn_up.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f);
+    TKV_ADD(p + "ffn_down.weight", o.ffn, E, true, s / std::sqrt(float(o.ffn)), 0.0f);
+  }
+#undef TKV_ADD
+  return w.write(out_path);
+}
+
+}  // namespace tkv

@@ -1,0 +1,27 @@
+// Random-weight GGUF models of any shape, written as llama.cpp's converter
+// would (same tensor names, metadata keys, layouts), for tests and benchmarks.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/gguf.h"
+#include "util/status.h"
+
+namespace tkv {
+
+struct GenModelOptions {
+  std::string arch = "llama";  // llama, qwen2, qwen3
+  int layers = 2, dim = 64, heads = 4, kv_heads = 2, head_dim = 16, ffn = 128;
+  std::string type = "F32";    // F32, F16, BF16, Q8_0, Q4_0 (norms and biases stay F32)
+  int ctx = 2048;
+  float rope_base = 10000.0f;
+  uint64_t seed = 1;
+  float weight_scale = 1.0f;   // multiplies the default init std (1/sqrt(fan_in))
+  int vocab = 0;               // synthetic byte-level vocabulary size when no vocab file (>= 259)
+};
+
+// Copies the tokenizer from `vocab` when given, else makes a small
+// SentencePiece-style vocabulary (bytes plus a few pieces).
+Status generate_model(const GenModelOptions& o, const gguf::File* vocab, const std::string& out_path);
+
+}  // namespace tkv
