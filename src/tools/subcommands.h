@@ -17,5 +17,6 @@ void register_codebook(CLI::App& app);    // codebook_cli.cpp
 void register_inspect(CLI::App& app);     // inspect_cli.cpp
 void register_tokenize(CLI::App& app);    // tokenize_cli.cpp
 void register_run(CLI::App& app);         // run_cli.cpp
+void register_gen_model(CLI::App& app);   // gen_model_cli.cpp
 
 }  // namespace tkv

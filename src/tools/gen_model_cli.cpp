@@ -1,0 +1,50 @@
+// `turbokv gen-model --arch llama|qwen2|qwen3 --layers L --dim D --heads H
+// --kv-heads K --head-dim HD --ffn F [--vocab-from VOCAB.gguf] --type T -o OUT.gguf`
+#include <iostream>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "model/gen_model.h"
+#include "tools/subcommands.h"
+
+namespace tkv {
+
+void register_gen_model(CLI::App& app) {
+  auto o = std::make_shared<GenModelOptions>();
+  auto vocab = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("gen-model", "Write a GGUF model with random weights (any shape)");
+  cmd->add_option("--arch", o->arch, "llama, qwen2 or qwen3")->check(CLI::IsMember({"llama", "qwen2", "qwen3"}));
+  cmd->add_option("--layers", o->layers, "blocks")->check(CLI::Range(1, 1024));
+  cmd->add_option("--dim", o->dim, "embedding size")->check(CLI::Range(1, 65536));
+  cmd->add_option("--heads", o->heads, "query heads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--kv-heads", o->kv_heads, "KV heads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--head-dim", o->head_dim, "head dim")->check(CLI::Range(2, 1024));
+  cmd->add_option("--ffn", o->ffn, "feed-forward size")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--ctx", o->ctx, "trained context to record")->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--type", o->type, "weight type: F32, F16, BF16, Q8_0, Q4_0");
+  cmd->add_option("--vocab-from", *vocab, "copy the tokenizer of this GGUF file");
+  cmd->add_option("--vocab", o->vocab, "synthetic vocabulary size when no --vocab-from");
+  cmd->add_option("--seed", o->seed, "random seed");
+  cmd->add_option("-o,--output", *out, "output GGUF")->required();
+  cmd->callback([o, vocab, out]() {
+    std::shared_ptr<gguf::File> v;
+    if (!vocab->empty()) {
+      auto f = gguf::File::open(*vocab);
+      if (!f) {
+        std::cerr << "turbokv gen-model: error: " << f.error() << "\n";
+        throw CLI::RuntimeError(1);
+      }
+      v = *f;
+    }
+    Status s = generate_model(*o, v.get(), *out);
+    if (!s.ok()) {
+      std::cerr << "turbokv gen-model: error: " << s.message() << "\n";
+      throw CLI::RuntimeError(1);
+    }
+    std::cerr << "wrote " << *out << "\n";
+  });
+}
+
+}  // namespace tkv
