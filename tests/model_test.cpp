@@ -13,6 +13,8 @@
 #include "model/gen_model.h"
 #include "model/matmul.h"
 #include "model/model.h"
+#include "model/quantize_weights.h"
+#include "util/rng.h"
 
 namespace tkv {
 namespace {
@@ -145,16 +147,16 @@ struct RefModel {
   }
 };
 
-void check_against_reference(const std::string& arch, const std::string& type, double tol) {
+void check_against_reference(const std::string& arch, const std::string& type, double tol, int block = 32) {
   GenModelOptions o;
   o.arch = arch;
   o.type = type;
   o.layers = 2;
-  o.dim = 64;
+  o.dim = block == 256 ? 256 : 64;
   o.heads = 4;
   o.kv_heads = 2;
-  o.head_dim = 16;
-  o.ffn = 96;
+  o.head_dim = block == 256 ? 64 : 16;
+  o.ffn = block == 256 ? 512 : 96;
   o.seed = 7;
   const std::string path = testing::TempDir() + "tkv_model_" + arch + "_" + type + ".gguf";
   ASSERT_TRUE(generate_model(o, nullptr, path).ok());
@@ -193,8 +195,35 @@ TEST(Model, LlamaF32MatchesFloat64Reference) { check_against_reference("llama", 
 TEST(Model, Qwen2F32MatchesFloat64Reference) { check_against_reference("qwen2", "F32", 1e-4); }
 TEST(Model, Qwen3F32MatchesFloat64Reference) { check_against_reference("qwen3", "F32", 1e-4); }
 TEST(Model, QuantizedWeightsMatchReferenceOnDequantizedWeights) {
-  for (const char* type : {"F16", "Q8_0", "Q4_0"})
+  for (const char* type : {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"})
     for (const char* arch : {"llama", "qwen2", "qwen3"}) check_against_reference(arch, type, 1e-4);
+}
+
+TEST(Model, KQuantWeightsMatchReferenceOnDequantizedWeights) {
+  // K-quants need rows that are multiples of 256.
+  for (const char* type : {"Q4_K", "Q5_K", "Q6_K"})
+    for (const char* arch : {"llama", "qwen3"}) check_against_reference(arch, type, 1e-4, 256);
+}
+
+TEST(Model, WeightBlocksRoundTripWithinTheirStep) {
+  Rng rng(3);
+  for (const char* type : {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"}) {
+    const gguf::TensorType* tt = gguf::tensor_type(std::string_view(type));
+    const int64_t cols = 512;
+    std::vector<float> x(cols), y(cols);
+    for (auto& v : x) v = static_cast<float>(rng.gaussian());
+    std::vector<uint8_t> b(cols / tt->block * tt->block_bytes);
+    ASSERT_TRUE(quantize_weight_row(type, x.data(), cols, b.data()));
+    Matrix m{b.data(), tt->id, 1, cols, b.size()};
+    dequantize_row(m, 0, y.data());
+    double e = 0, n = 0;
+    for (int64_t i = 0; i < cols; ++i) { e += std::pow(x[i] - y[i], 2); n += x[i] * x[i]; }
+    // Relative MSE of a b-bit uniform quantizer on Gaussian data is ~4^-b x a few.
+    const double bits = std::string(type).find('8') != std::string::npos ? 8 : std::string(type).find('6') != std::string::npos ? 6
+                        : std::string(type).find('5') != std::string::npos ? 5 : 4;
+    EXPECT_LT(e / n, 12.0 * std::pow(4.0, -bits)) << type;
+    EXPECT_GT(e / n, 0.0) << type;
+  }
 }
 
 TEST(Model, BadModelsAreClearErrors) {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "codec/kernels.h"
+#include "model/quantize_weights.h"
 #include "util/fp16.h"
 #include "util/rng.h"
 
@@ -49,14 +49,19 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3")
     return Status::Error("gen-model: --arch must be llama, qwen2 or qwen3, not '" + o.arch + "'");
   const gguf::TensorType* tt = gguf::tensor_type(o.type);
-  if (!tt || !(o.type == "F32" || o.type == "F16" || o.type == "BF16" || o.type == "Q8_0" || o.type == "Q4_0"))
-    return Status::Error("gen-model: --type must be F32, F16, BF16, Q8_0 or Q4_0, not '" + o.type + "'");
+  const bool block_type = o.type == "Q8_0" || o.type == "Q4_0" || o.type == "Q4_1" || o.type == "Q5_0" ||
+                          o.type == "Q5_1" || o.type == "Q4_K" || o.type == "Q5_K" || o.type == "Q6_K";
+  if (!tt || !(o.type == "F32" || o.type == "F16" || o.type == "BF16" || block_type))
+    return Status::Error("gen-model: --type must be F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K, not '" +
+                         o.type + "'");
   if (o.layers < 1 || o.dim < 1 || o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads || o.head_dim < 8 ||
       o.head_dim % 2 || o.ffn < 1)
     return Status::Error("gen-model: bad shape (heads must be a multiple of kv-heads, head dim even and >= 8)");
   const bool quant = tt->block > 1;
-  if (quant && (o.dim % 32 || o.ffn % 32 || (o.heads * o.head_dim) % 32))
-    return Status::Error("gen-model: " + o.type + " needs dim, ffn and heads*head_dim to be multiples of 32");
+  const int blk = static_cast<int>(tt->block);
+  if (quant && (o.dim % blk || o.ffn % blk || (o.heads * o.head_dim) % blk))
+    return Status::Error("gen-model: " + o.type + " needs dim, ffn and heads*head_dim to be multiples of " +
+                         std::to_string(blk));
   Vocab vocab;
   gguf::Writer w;
   std::string tok_model = "llama";
@@ -113,11 +118,8 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
         std::memcpy(&b[2 * i], &h, 2);
       }
     } else {
-      const size_t rb = size_t(cols) / 32 * tt->block_bytes;
-      for (int r = 0; r < rows; ++r) {
-        if (o.type == "Q8_0") ref::quantize_q8_0(&x[size_t(r) * cols], cols / 32, &b[r * rb]);
-        else ref::quantize_q4_0(&x[size_t(r) * cols], cols / 32, &b[r * rb]);
-      }
+      const size_t rb = size_t(cols) / tt->block * tt->block_bytes;
+      for (int r = 0; r < rows; ++r) quantize_weight_row(o.type, &x[size_t(r) * cols], cols, &b[r * rb]);
     }
     return w.add_tensor(name, dims, tt->id, b.data(), b.size());
   };

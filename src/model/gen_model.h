@@ -12,7 +12,8 @@ namespace tkv {
 struct GenModelOptions {
   std::string arch = "llama";  // llama, qwen2, qwen3
   int layers = 2, dim = 64, heads = 4, kv_heads = 2, head_dim = 16, ffn = 128;
-  std::string type = "F32";    // F32, F16, BF16, Q8_0, Q4_0 (norms and biases stay F32)
+  std::string type = "F32";    // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
+                               // (norms and biases stay F32)
   int ctx = 2048;
   float rope_base = 10000.0f;
   uint64_t seed = 1;
