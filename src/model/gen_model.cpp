@@ -105,9 +105,20 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   w.add_bool("tokenizer.ggml.add_bos_token", true);
 
   Rng rng(o.seed);
+  // Large models draw from a pool of Gaussians at random offsets (a 1 GB model
+  // in seconds); small ones use fresh draws.
+  std::vector<float> pool(1 << 20);
+  for (auto& v : pool) v = static_cast<float>(rng.gaussian());
   auto add = [&](const std::string& name, int cols, int rows, bool matrix, float std_dev, float mean) -> Status {
     std::vector<float> x(size_t(cols) * rows);
-    for (auto& v : x) v = mean + static_cast<float>(rng.gaussian()) * std_dev;
+    if (x.size() <= pool.size()) {
+      for (auto& v : x) v = mean + static_cast<float>(rng.gaussian()) * std_dev;
+    } else {
+      for (int r = 0; r < rows; ++r) {
+        size_t off = rng.below(static_cast<uint32_t>(pool.size()));
+        for (int c = 0; c < cols; ++c) x[size_t(r) * cols + c] = mean + pool[(off + c) % pool.size()] * std_dev;
+      }
+    }
     const std::vector<uint64_t> dims = rows == 1 ? std::vector<uint64_t>{uint64_t(cols)}
                                                  : std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)};
     if (!matrix || o.type == "F32") return w.add_tensor(name, dims, 0, x.data(), x.size() * 4);

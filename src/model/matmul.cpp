@@ -62,7 +62,11 @@ void RowDots(uint32_t type, const uint8_t* row, int64_t cols, const float* x, in
         const uint8_t* blk = row + b * bb;
         uint16_t h;
         std::memcpy(&h, blk, 2);
-        const auto scale = hn::Set(df, f16_to_f32(h));
+        // Hardware f16 -> f32 on the broadcast scale (a software conversion
+        // per block of 32 weights would cost more than the block's FMAs).
+        const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+        const hn::Rebind<uint16_t, decltype(df)> du16;
+        const auto scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16, h)));
         for (int64_t o = 0; o < 32; o += N) {
           decltype(hn::Zero(df)) w;
           if (q8) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 
 namespace tkv {
 namespace {
@@ -127,6 +128,32 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
     TKV_LOAD(L.k_norm, p + "attn_k_norm.weight", c.head_dim, 1, !c.qk_norm);
   }
 #undef TKV_LOAD
+  // Copy the weights out of the file mapping onto huge pages: decode streams
+  // them all once per token, and 4 KiB pages cost TLB misses at that speed.
+  std::vector<Matrix*> mats = {&m->tok_embd_, &m->out_norm_, &m->output_};
+  for (auto& L : m->layers_)
+    for (Matrix* x : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.bq,
+                      &L.bk, &L.bv, &L.q_norm, &L.k_norm})
+      mats.push_back(x);
+  size_t total = 0;
+  for (const Matrix* x : mats)
+    if (x->rows) total += (x->row_bytes * x->rows + 63) / 64 * 64;
+  m->weights_ = HugeBuffer(total);
+  std::map<const uint8_t*, uint8_t*> moved;  // tied output shares the embedding copy
+  size_t off = 0;
+  for (Matrix* x : mats) {
+    if (!x->rows) continue;
+    auto it = moved.find(x->data);
+    if (it != moved.end()) {
+      x->data = it->second;
+      continue;
+    }
+    uint8_t* dst = m->weights_.data() + off;
+    std::memcpy(dst, x->data, x->row_bytes * x->rows);
+    moved[x->data] = dst;
+    x->data = dst;
+    off += (x->row_bytes * x->rows + 63) / 64 * 64;
+  }
   return m;
 }
 

@@ -11,6 +11,7 @@
 #include "model/gguf.h"
 #include "model/matmul.h"
 #include "model/tokenizer.h"
+#include "util/huge_buffer.h"
 #include "util/status.h"
 
 namespace tkv {
@@ -53,6 +54,7 @@ class Model {
   Matrix tok_embd_, out_norm_, output_;
   std::vector<Layer> layers_;
   size_t weight_bytes_ = 0;
+  HugeBuffer weights_;  // all weight bytes, copied out of the file onto huge pages
 };
 
 }  // namespace tkv

@@ -20,6 +20,7 @@
 #include "attention/attention.h"
 #include "codec/format.h"
 #include "tools/subcommands.h"
+#include "util/bandwidth.h"
 #include "util/fma_peak.h"
 #include "util/huge_buffer.h"
 #include "util/rng.h"
@@ -56,38 +57,6 @@ std::vector<int> parse_ints(const std::string& s, const char* what) {
   return out;
 }
 
-// Copy bandwidth: memory traffic (bytes read + written) of a large memcpy split
-// across threads, best of several runs. Also the read-only bandwidth.
-std::pair<double, double> measure_bandwidth(int threads) {
-  const size_t n = size_t(256) << 20;
-  HugeBuffer a(n), b(n);  // the same kind of memory the KV rows live in
-  std::memset(a.data(), 1, n);
-  std::memset(b.data(), 2, n);
-  double best_copy = 1e30, best_read = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto t0 = Clock::now();
-#pragma omp parallel for num_threads(threads)
-    for (int t = 0; t < threads; ++t) {
-      const size_t c = n / threads;
-      std::memcpy(b.data() + t * c, a.data() + t * c, c);
-    }
-    best_copy = std::min(best_copy, seconds_since(t0));
-    t0 = Clock::now();
-    uint64_t sink = 0;
-#pragma omp parallel for num_threads(threads) reduction(+ : sink)
-    for (int t = 0; t < threads; ++t) {
-      const size_t c = n / threads / 8;
-      const uint64_t* p = reinterpret_cast<const uint64_t*>(a.data()) + t * c;
-      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (size_t i = 0; i + 4 <= c; i += 4) { s0 += p[i]; s1 += p[i + 1]; s2 += p[i + 2]; s3 += p[i + 3]; }
-      sink += s0 + s1 + s2 + s3;
-    }
-    best_read = std::min(best_read, seconds_since(t0));
-    if (sink == 42) std::cerr << "";
-  }
-  return {2.0 * n / best_copy / 1e9, n / best_read / 1e9};
-}
-
 struct Quantized {
   std::unique_ptr<Codec> codec;
   HugeBuffer rows;  // [max_ctx][kv_heads] or [kv_heads][max_ctx]
@@ -113,7 +82,8 @@ int run(const Options& o) {
   const int d = o.d, H = o.kv_heads;
   const size_t max_rows = size_t(max_ctx) * H;
 
-  const auto [copy_bw, read_bw] = measure_bandwidth(max_threads);
+  const auto bw = measure_bandwidth(max_threads);
+  const double copy_bw = bw.copy_gbs, read_bw = bw.read_gbs;
   std::map<int, double> fma_gflops;  // per thread count: the compute ceiling
   for (int th : threads) fma_gflops[th] = measure_fma_gflops(th);
   if (!o.json) {

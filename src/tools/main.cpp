@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   tkv::register_tokenize(app);
   tkv::register_run(app);
   tkv::register_gen_model(app);
+  tkv::register_bench_model(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
