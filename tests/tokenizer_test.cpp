@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/gguf.h"
+#include "model/pretokenize.h"
 #include "model/tokenizer.h"
 
 namespace tkv {
@@ -73,6 +74,9 @@ void check_vocab(const std::string& name) {
 
 TEST(Tokenizer, LlamaSpmMatchesLlamaCppSuite) { check_vocab("llama-spm"); }
 TEST(Tokenizer, Phi3MatchesLlamaCppSuite) { check_vocab("phi-3"); }
+TEST(Tokenizer, Gpt2MatchesLlamaCppSuite) { check_vocab("gpt-2"); }
+TEST(Tokenizer, StarcoderMatchesLlamaCppSuite) { check_vocab("starcoder"); }
+TEST(Tokenizer, FalconMatchesLlamaCppSuite) { check_vocab("falcon"); }
 
 TEST(Tokenizer, BosAndSpecialTokens) {
   const std::string path = std::string(TKV_SHARED_DIR) + "/data/tokenizer/ggml-vocab-llama-spm.gguf";
@@ -89,13 +93,25 @@ TEST(Tokenizer, BosAndSpecialTokens) {
 }
 
 TEST(Tokenizer, UnsupportedModelIsAClearError) {
-  const std::string path = std::string(TKV_SHARED_DIR) + "/data/tokenizer/ggml-vocab-gpt-2.gguf";
-  if (!std::ifstream(path)) GTEST_SKIP() << "missing " << path;
+  gguf::Writer w;
+  w.add_string("tokenizer.ggml.model", "rwkv");
+  w.add_string_array("tokenizer.ggml.tokens", {"a", "b"});
+  const std::string path = testing::TempDir() + "tkv_rwkv_vocab.gguf";
+  ASSERT_TRUE(w.write(path).ok());
   auto f = gguf::File::open(path);
   ASSERT_TRUE(f.ok());
   auto tok = Tokenizer::from_gguf(**f);
   ASSERT_FALSE(tok.ok());
-  EXPECT_NE(tok.error().find("gpt2"), std::string::npos) << tok.error();
+  EXPECT_NE(tok.error().find("rwkv"), std::string::npos) << tok.error();
+}
+
+// Pre-tokenizers without a vocabulary suite here: the splits of the regexes.
+TEST(Tokenizer, Llama3AndQwen2PreTokenizerSplits) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pre_tokenize("Hello world's 12345 !!\n\n  x", PreTokenizer::kLlama3),
+            (V{"Hello", " world", "'s", " ", "123", "45", " !!\n\n", " ", " x"}));
+  EXPECT_EQ(pre_tokenize("I'LL pay 2024", PreTokenizer::kQwen2), (V{"I", "'LL", " pay", " ", "2", "0", "2", "4"}));
+  EXPECT_EQ(pre_tokenize("a  b", PreTokenizer::kGpt2), (V{"a", " ", " b"}));
 }
 
 }  // namespace

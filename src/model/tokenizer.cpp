@@ -23,9 +23,30 @@ Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   Tokenizer t;
   auto model = f.get_string("tokenizer.ggml.model");
   if (!model) return model.status();
-  if (*model != "llama")
-    return Status::Error(f.path() + ": tokenizer model '" + *model +
-                         "' is not supported yet (supported: llama / SentencePiece)");
+  if (*model != "llama" && *model != "gpt2")
+    return Status::Error(f.path() + ": tokenizer model '" + *model + "' is not supported (llama, gpt2)");
+  t.bpe_ = *model == "gpt2";
+  if (t.bpe_) {
+    const std::string pre = f.get_string_or("tokenizer.ggml.pre", "default");
+    if (!pre_tokenizer_from_name(pre, t.pre_))
+      return Status::Error(f.path() + ": pre-tokenizer '" + pre +
+                           "' is not supported (default, gpt-2, llama-bpe, qwen2, starcoder, falcon and aliases)");
+    const gguf::Value* merges = f.find("tokenizer.ggml.merges");
+    if (!merges || merges->type != gguf::Type::kArray || merges->elem != gguf::Type::kString)
+      return Status::Error(f.path() + ": a gpt2 tokenizer needs tokenizer.ggml.merges (array of strings)");
+    for (uint64_t i = 0; i < merges->count; ++i)
+      t.merge_rank_.emplace(std::string(merges->strings[i]), static_cast<int32_t>(i));
+    // GPT-2's reversible byte -> printable code point map.
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      const uint32_t cp = keep ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
+      t.byte_to_cpt_[b] = cpt_to_utf8(cp);
+      t.cpt_to_byte_[cp] = static_cast<uint8_t>(b);
+    }
+    t.add_space_prefix_ = false;
+    t.add_bos_ = false;
+  }
   const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
   if (!toks || toks->type != gguf::Type::kArray || toks->elem != gguf::Type::kString || toks->count == 0)
     return Status::Error(f.path() + ": tokenizer.ggml.tokens is missing or not an array of strings");
@@ -46,13 +67,16 @@ Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   }
   for (size_t i = 0; i < n; ++i) t.index_.emplace(t.tokens_[i], static_cast<int32_t>(i));
   auto id_or = [&](const char* key, int64_t fallback) -> Expected<int32_t> {
-    const uint64_t v = f.get_uint_or(key, static_cast<uint64_t>(fallback));
-    if (fallback >= 0 && v >= n) return Status::Error(f.path() + ": " + key + " = " + std::to_string(v) + " is not a token id");
-    return static_cast<int32_t>(v);
+    if (!f.find(key)) return static_cast<int32_t>(fallback);
+    auto v = f.get_uint(key);
+    if (!v) return v.status();
+    if (*v >= n) return Status::Error(f.path() + ": " + key + " = " + std::to_string(*v) + " is not a token id");
+    return static_cast<int32_t>(*v);
   };
-  auto bos = id_or("tokenizer.ggml.bos_token_id", 1);
-  auto eos = id_or("tokenizer.ggml.eos_token_id", 2);
-  auto unk = id_or("tokenizer.ggml.unknown_token_id", 0);
+  // SentencePiece vocabularies default to <unk>=0, <s>=1, </s>=2; BPE ones name theirs.
+  auto bos = id_or("tokenizer.ggml.bos_token_id", t.bpe_ ? -1 : 1);
+  auto eos = id_or("tokenizer.ggml.eos_token_id", t.bpe_ ? -1 : 2);
+  auto unk = id_or("tokenizer.ggml.unknown_token_id", t.bpe_ ? -1 : 0);
   if (!bos) return bos.status();
   if (!eos) return eos.status();
   if (!unk) return unk.status();
@@ -65,7 +89,7 @@ Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
     const int32_t id = t.find(name);
-    t.byte_tokens_[b] = id >= 0 ? id : t.unk_;
+    t.byte_tokens_[b] = id >= 0 ? id : std::max(t.unk_, 0);
   }
   for (size_t i = 0; i < n; ++i)
     if ((t.types_[i] == kControl || t.types_[i] == kUserDefined) && !t.tokens_[i].empty())
@@ -134,9 +158,68 @@ void Tokenizer::encode_spm(std::string text, std::vector<int32_t>& out) const {
   }
 }
 
+// llama.cpp's BPE session: per pre-tokenized word, bytes mapped to GPT-2's
+// printable code points, then merges applied lowest rank first (ties:
+// leftmost); leftovers that are not tokens are looked up byte by byte.
+void Tokenizer::encode_bpe(const std::string& text, std::vector<int32_t>& out) const {
+  for (const std::string& word : pre_tokenize(text, pre_)) {
+    std::string mapped;
+    for (unsigned char b : word) mapped += byte_to_cpt_[b];
+    struct Sym { int prev, next; size_t pos, n; };
+    std::vector<Sym> sym;
+    for (size_t i = 0; i < mapped.size();) {
+      const size_t len = std::min(utf8_len(static_cast<unsigned char>(mapped[i])), mapped.size() - i);
+      sym.push_back({static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, i, len});
+      i += len;
+    }
+    if (sym.empty()) continue;
+    sym.back().next = -1;
+    struct Bigram { int left, right; int32_t rank; size_t size; };
+    auto cmp = [](const Bigram& a, const Bigram& b) { return a.rank > b.rank || (a.rank == b.rank && a.left > b.left); };
+    std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> queue(cmp);
+    auto try_add = [&](int l, int r) {
+      if (l < 0 || r < 0) return;
+      std::string key(mapped, sym[l].pos, sym[l].n);
+      key += ' ';
+      key.append(mapped, sym[r].pos, sym[r].n);
+      auto it = merge_rank_.find(key);
+      if (it == merge_rank_.end()) return;
+      queue.push({l, r, it->second, sym[l].n + sym[r].n});
+    };
+    for (size_t i = 1; i < sym.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
+    while (!queue.empty()) {
+      const Bigram b = queue.top();
+      queue.pop();
+      Sym& l = sym[b.left];
+      Sym& r = sym[b.right];
+      if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;  // stale
+      l.n += r.n;
+      r.n = 0;
+      l.next = r.next;
+      if (r.next >= 0) sym[r.next].prev = b.left;
+      try_add(l.prev, b.left);
+      try_add(b.left, l.next);
+    }
+    for (int i = 0; i != -1; i = sym[i].next) {
+      const std::string_view s(mapped.data() + sym[i].pos, sym[i].n);
+      const int32_t id = find(s);
+      if (id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+      for (size_t k = 0; k < s.size();) {  // per character of the mapped text
+        const size_t len = std::min(utf8_len(static_cast<unsigned char>(s[k])), s.size() - k);
+        const int32_t cid = find(s.substr(k, len));
+        if (cid >= 0) out.push_back(cid);
+        k += len;
+      }
+    }
+  }
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<int32_t> out;
-  if (add_bos && add_bos_) out.push_back(bos_);
+  if (add_bos && add_bos_ && bos_ >= 0) out.push_back(bos_);
   // Split out special tokens: user-defined ones always, control ones only
   // when asked (llama.cpp's rule).
   std::vector<std::pair<std::string, int32_t>> parts;  // text fragment or token (id >= 0)
@@ -166,7 +249,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
       prev_special = true;
       continue;
     }
-    encode_spm(add_space_prefix_ && prev_special ? " " + frag : frag, out);
+    if (bpe_) encode_bpe(frag, out);
+    else encode_spm(add_space_prefix_ && prev_special ? " " + frag : frag, out);
     prev_special = false;
   }
   return out;
@@ -177,6 +261,16 @@ std::string Tokenizer::piece(int32_t id) const {
   const int32_t ty = types_[id];
   if (ty == kControl || ty == kUnknown || ty == kUnused) return "";
   const std::string& s = tokens_[id];
+  if (bpe_) {  // undo GPT-2's byte -> code point map
+    if (ty == kUserDefined) return s;
+    std::string out;
+    for (uint32_t cp : utf8_to_cpts(s)) {
+      auto it = cpt_to_byte_.find(cp);
+      if (it != cpt_to_byte_.end()) out += static_cast<char>(it->second);
+      else out += cpt_to_utf8(cp);
+    }
+    return out;
+  }
   if (ty == kByte && s.size() == 6 && s.rfind("<0x", 0) == 0) {
     return std::string(1, static_cast<char>(std::stoi(s.substr(3, 2), nullptr, 16)));
   }

@@ -1,6 +1,7 @@
-// Tokenizers read from GGUF metadata. SentencePiece-style ("llama": scores,
-// token types, byte fallback) follows llama.cpp's SPM merge order exactly.
-// Byte-level BPE ("gpt2") is reported as unsupported for now (issue 4).
+// Tokenizers read from GGUF metadata: SentencePiece-style ("llama": scores,
+// token types, byte fallback) and byte-level BPE ("gpt2": merges and the
+// pre-tokenizer named by tokenizer.ggml.pre), both following llama.cpp's merge
+// order exactly.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "model/gguf.h"
+#include "model/pretokenize.h"
 #include "util/status.h"
 
 namespace tkv {
@@ -36,6 +38,12 @@ class Tokenizer {
 
  private:
   void encode_spm(std::string text, std::vector<int32_t>& out) const;
+  void encode_bpe(const std::string& text, std::vector<int32_t>& out) const;
+  bool bpe_ = false;
+  PreTokenizer pre_ = PreTokenizer::kGpt2;
+  std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
+  std::string byte_to_cpt_[256];                         // GPT-2 byte -> UTF-8 of its stand-in
+  std::unordered_map<uint32_t, uint8_t> cpt_to_byte_;
   int32_t find(std::string_view s) const;
 
   std::vector<std::string> tokens_;
