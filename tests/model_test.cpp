@@ -202,7 +202,7 @@ TEST(Model, QuantizedWeightsMatchReferenceOnDequantizedWeights) {
 TEST(Model, KQuantWeightsMatchReferenceOnDequantizedWeights) {
   // K-quants need rows that are multiples of 256.
   for (const char* type : {"Q4_K", "Q5_K", "Q6_K"})
-    for (const char* arch : {"llama", "qwen3"}) check_against_reference(arch, type, 1e-4, 256);
+    for (const char* arch : {"llama", "qwen2", "qwen3"}) check_against_reference(arch, type, 1e-4, 256);
 }
 
 TEST(Model, WeightBlocksRoundTripWithinTheirStep) {

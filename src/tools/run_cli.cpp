@@ -7,9 +7,12 @@
 #include <memory>
 #include <thread>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include "cache/kv_cache.h"
+#include "codec/format.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "tools/subcommands.h"
@@ -29,7 +32,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF model")->required();
   cmd->add_option("-p,--prompt", o->prompt, "prompt");
   cmd->add_option("-n,--n-predict", o->n, "tokens to generate")->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("-c,--ctx-size", o->ctx, "context (0: the model's, capped at 8192)")->check(CLI::Range(0, 1 << 22));
+  cmd->add_option("-c,--ctx-size", o->ctx, "context (0: the model's, capped by free memory)")->check(CLI::Range(0, 1 << 22));
   cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--cache-type-k", o->ctk, "K cache format (-ctk)");
   cmd->add_option("--cache-type-v", o->ctv, "V cache format (-ctv)");
@@ -52,7 +55,18 @@ void register_run(CLI::App& app) {
     const ModelConfig& c = model.config();
     const int threads = o->threads > 0 ? o->threads : std::max(1u, std::thread::hardware_concurrency());
     const auto prompt = model.tokenizer().encode(o->prompt, true);
-    const int ctx = o->ctx > 0 ? o->ctx : std::min(c.n_ctx_train, 8192);
+    // Default context: the model's trained one, capped so the cache takes at
+    // most half of the memory available now.
+    int ctx = o->ctx;
+    if (ctx == 0) {
+      auto probe = make_codec(o->ctk, c.head_dim);
+      auto probe_v = make_codec(o->ctv, c.head_dim);
+      const double per_token = (probe && probe_v)
+                                   ? double((*probe)->row_bytes() + (*probe_v)->row_bytes()) * c.n_head_kv * c.n_layer
+                                   : 1.0;
+      const double avail = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+      ctx = static_cast<int>(std::min<double>(c.n_ctx_train, std::max(256.0, 0.5 * avail / per_token)));
+    }
     if (static_cast<int>(prompt.size()) + o->n > ctx)
       fail("prompt (" + std::to_string(prompt.size()) + " tokens) + " + std::to_string(o->n) + " exceeds the context " + std::to_string(ctx) + " (raise -c)");
     KvCacheOptions co;
