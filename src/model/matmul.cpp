@@ -23,6 +23,45 @@ void RowDots(uint32_t type, const uint8_t* row, int64_t cols, const float* x, in
   const hn::RebindToSigned<decltype(df)> di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   constexpr int kT = 4;  // tokens per pass
+  if (n_tok == 1 && (type == 8 || type == 2) && N <= 16 && 16 % N == 0) {
+    // Decode: one token, so the dot of a Q8_0/Q4_0 row needs independent
+    // accumulators to hide the FMA latency (one chain per 16-value half block).
+    const bool q8 = type == 8;
+    const int64_t bb = q8 ? 34 : 18;
+    const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+    const hn::Rebind<uint16_t, decltype(df)> du16;
+    auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      const uint8_t* blk = row + b * bb;
+      uint16_t h;
+      std::memcpy(&h, blk, 2);
+      const auto scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16, h)));
+      for (int64_t o = 0; o < 16; o += N) {
+        decltype(hn::Zero(df)) w0, w1;  // values o.. and 16 + o..
+        if (q8) {
+          const hn::Rebind<int8_t, decltype(di)> d8;
+          w0 = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2 + o))));
+          w1 = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 18 + o))));
+        } else {
+          const hn::Rebind<uint8_t, decltype(di)> d8;
+          const auto q = hn::PromoteTo(di, hn::LoadU(d8, blk + 2 + o));
+          w0 = hn::ConvertTo(df, hn::Sub(hn::And(q, hn::Set(di, 15)), hn::Set(di, 8)));
+          w1 = hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(q), hn::Set(di, 8)));
+        }
+        const auto x0 = hn::Mul(hn::LoadU(df, x + b * 32 + o), scale);
+        const auto x1 = hn::Mul(hn::LoadU(df, x + b * 32 + 16 + o), scale);
+        if (b & 1) {
+          a2 = hn::MulAdd(w0, x0, a2);
+          a3 = hn::MulAdd(w1, x1, a3);
+        } else {
+          a0 = hn::MulAdd(w0, x0, a0);
+          a1 = hn::MulAdd(w1, x1, a1);
+        }
+      }
+    }
+    out[0] = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+    return;
+  }
   for (int t0 = 0; t0 < n_tok; t0 += kT) {
     const int nt = std::min(kT, n_tok - t0);
     decltype(hn::Zero(df)) acc[kT];
