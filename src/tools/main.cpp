@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   tkv::register_run(app);
   tkv::register_gen_model(app);
   tkv::register_bench_model(app);
+  tkv::register_perplexity(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,192 @@
+#include "eval/perplexity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "util/fp16.h"
+
+namespace tkv {
+namespace {
+
+constexpr uint32_t kKlMagic = 0x4C4B5654;  // "TVKL"
+constexpr uint32_t kKlVersion = 1;
+
+// FNV-1a over bytes: binds a base file to its model and text.
+uint64_t fnv(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+uint64_t model_hash(const Model& m) {
+  const ModelConfig& c = m.config();
+  uint64_t h = fnv(c.arch.data(), c.arch.size());
+  const int dims[] = {c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_ff, c.n_vocab};
+  h = fnv(dims, sizeof(dims), h);
+  for (const auto& t : m.file().tensors()) {
+    h = fnv(t.name.data(), t.name.size(), h);
+    h = fnv(t.dims.data(), t.dims.size() * 8, h);
+    h = fnv(&t.type, 4, h);
+    // A sample of the weights themselves, so two random models differ.
+    h = fnv(t.data, std::min<uint64_t>(t.n_bytes, 256), h);
+  }
+  return h;
+}
+
+struct KlHeader {
+  uint32_t magic, version;
+  uint64_t model, text;
+  uint32_t n_ctx, n_vocab, chunks, per_chunk;
+};
+
+double percentile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  const double pos = q * (v.size() - 1);
+  const size_t i = static_cast<size_t>(pos);
+  const double f = pos - i;
+  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+}
+
+}  // namespace
+
+std::string normalize_newlines(std::string text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i)
+    if (!(text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n')) out += text[i];
+  return out;
+}
+
+Expected<PerplexityResult> perplexity(const Model& model, const std::string& text, const PerplexityOptions& o,
+                                      const std::function<void(int, double)>& progress) {
+  const ModelConfig& c = model.config();
+  const int n_ctx = o.n_ctx, V = c.n_vocab;
+  if (n_ctx < 8) return Status::Error("perplexity: -c must be at least 8");
+  std::vector<int32_t> tokens = model.tokenizer().encode(text, true);
+  int chunks = static_cast<int>(tokens.size() / n_ctx);
+  if (o.max_chunks > 0) chunks = std::min(chunks, o.max_chunks);
+  if (chunks < 1)
+    return Status::Error("perplexity: the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " +
+                         std::to_string(n_ctx));
+  const int first = n_ctx / 2, per_chunk = n_ctx - 1 - first;
+  const uint64_t thash = fnv(tokens.data(), tokens.size() * 4);
+  // KL base file: header, then f16 log-probabilities of every scored position.
+  std::ofstream kl_out;
+  std::ifstream kl_in;
+  KlHeader hdr{kKlMagic, kKlVersion, model_hash(model), thash, uint32_t(n_ctx), uint32_t(V), uint32_t(chunks),
+               uint32_t(per_chunk)};
+  if (!o.kl_base.empty()) {
+    if (o.kl_write) {
+      kl_out.open(o.kl_base, std::ios::binary);
+      if (!kl_out) return Status::Error(o.kl_base + ": cannot create the KL base file");
+      kl_out.write(reinterpret_cast<const char*>(&hdr), sizeof(hdr));
+    } else {
+      kl_in.open(o.kl_base, std::ios::binary);
+      if (!kl_in) return Status::Error(o.kl_base + ": cannot open the KL base file");
+      KlHeader h{};
+      kl_in.read(reinterpret_cast<char*>(&h), sizeof(h));
+      if (!kl_in || h.magic != kKlMagic) return Status::Error(o.kl_base + ": not a turbokv KL base file");
+      if (h.version != kKlVersion)
+        return Status::Error(o.kl_base + ": KL base version " + std::to_string(h.version) + ", expected " + std::to_string(kKlVersion));
+      if (h.model != hdr.model) return Status::Error(o.kl_base + ": made with another model");
+      if (h.text != hdr.text) return Status::Error(o.kl_base + ": made with another text");
+      if (h.n_ctx != hdr.n_ctx || h.n_vocab != hdr.n_vocab)
+        return Status::Error(o.kl_base + ": made with -c " + std::to_string(h.n_ctx) + " and " + std::to_string(h.n_vocab) +
+                             " tokens of vocabulary; this run has -c " + std::to_string(n_ctx));
+      if (h.chunks < hdr.chunks)
+        return Status::Error(o.kl_base + ": has " + std::to_string(h.chunks) + " chunks, this run needs " + std::to_string(chunks));
+    }
+  }
+  KvCacheOptions co = o.cache;
+  co.capacity = n_ctx;
+  PerplexityResult r;
+  double nll = 0, nll2 = 0;
+  std::vector<double> kls, dps;
+  double same = 0;
+  std::vector<float> logits(size_t(n_ctx) * V), lp(V);
+  std::vector<uint16_t> base16(V);
+  for (int ch = 0; ch < chunks; ++ch) {
+    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+    if (!cache) return cache.status();
+    std::vector<int32_t> batch(tokens.begin() + size_t(ch) * n_ctx, tokens.begin() + size_t(ch + 1) * n_ctx);
+    if (model.tokenizer().bos() >= 0 && model.tokenizer().add_bos()) batch[0] = model.tokenizer().bos();
+    for (int b0 = 0; b0 < n_ctx; b0 += o.batch) {
+      const int nb = std::min(o.batch, n_ctx - b0);
+      Status s = model.forward(batch.data() + b0, nb, b0, **cache, o.threads, logits.data() + size_t(b0) * V, true);
+      if (!s.ok()) return s;
+    }
+    for (int i = first; i < n_ctx - 1; ++i) {
+      const float* row = logits.data() + size_t(i) * V;
+      const int32_t target = batch[i + 1];
+      const float mx = *std::max_element(row, row + V);
+      double sum = 0;
+      for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+      const double lse = mx + std::log(sum);
+      const double logp = row[target] - lse;
+      nll -= logp;
+      nll2 += logp * logp;
+      if (kl_out.is_open() || kl_in.is_open()) {
+        for (int v = 0; v < V; ++v) lp[v] = static_cast<float>(row[v] - lse);
+        if (kl_out.is_open()) {
+          for (int v = 0; v < V; ++v) base16[v] = f32_to_f16(std::max(lp[v], -65000.0f));
+          kl_out.write(reinterpret_cast<const char*>(base16.data()), V * 2);
+        } else {
+          kl_in.read(reinterpret_cast<char*>(base16.data()), V * 2);
+          if (!kl_in) return Status::Error(o.kl_base + ": truncated");
+          double kl = 0;
+          int top_b = 0, top_n = 0;
+          for (int v = 0; v < V; ++v) {
+            const double lb = f16_to_f32(base16[v]);
+            const double pb = std::exp(lb);
+            kl += pb * (lb - lp[v]);
+            if (lb > f16_to_f32(base16[top_b])) top_b = v;
+            if (lp[v] > lp[top_n]) top_n = v;
+          }
+          kls.push_back(std::max(kl, 0.0));
+          dps.push_back(std::exp(static_cast<double>(lp[target])) - std::exp(static_cast<double>(f16_to_f32(base16[target]))));
+          same += top_b == top_n;
+        }
+      }
+    }
+    r.scored += per_chunk;
+    r.running.push_back(std::exp(nll / r.scored));
+    if (progress) progress(ch + 1, r.running.back());
+  }
+  r.chunks = chunks;
+  const double n = static_cast<double>(r.scored);
+  const double mean = nll / n;
+  r.ppl = std::exp(mean);
+  double var = nll2 / n - mean * mean;
+  r.ppl_err = var > 0 ? std::sqrt(var / (n - 1)) * r.ppl : 0.0;
+  if (!kls.empty()) {
+    r.has_kl = true;
+    KlStats& k = r.kl;
+    const double m = kls.size();
+    double s = 0, s2 = 0, d = 0, d2 = 0;
+    for (double x : kls) { s += x; s2 += x * x; }
+    for (double x : dps) { d += x; d2 += x * x; }
+    k.mean = s / m;
+    k.mean_err = m > 1 ? std::sqrt(std::max(0.0, s2 / m - k.mean * k.mean) / (m - 1)) : 0;
+    k.dp_mean = d / m;
+    k.dp_err = m > 1 ? std::sqrt(std::max(0.0, d2 / m - k.dp_mean * k.dp_mean) / (m - 1)) : 0;
+    k.dp_rms = std::sqrt(d2 / m);
+    k.same_top = 100.0 * same / m;
+    std::sort(kls.begin(), kls.end());
+    k.min = kls.front();
+    k.max = kls.back();
+    k.median = percentile(kls, 0.5);
+    k.p999 = percentile(kls, 0.999);
+    k.p99 = percentile(kls, 0.99);
+    k.p95 = percentile(kls, 0.95);
+    k.p90 = percentile(kls, 0.90);
+    k.p10 = percentile(kls, 0.10);
+    k.p05 = percentile(kls, 0.05);
+    k.p01 = percentile(kls, 0.01);
+    k.p001 = percentile(kls, 0.001);
+  }
+  return r;
+}
+
+}  // namespace tkv

@@ -1,0 +1,97 @@
+// `turbokv perplexity -m M -f TEXT [-c 512] [--chunks N] [-b BATCH] [-ctk F] [-ctv F]
+// [--kl-divergence-base FILE [--kl-divergence]] [--json-out FILE]`:
+// llama-perplexity's method and output.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "codec/format.h"
+#include "eval/perplexity.h"
+#include "tools/subcommands.h"
+
+namespace tkv {
+
+void register_perplexity(CLI::App& app) {
+  struct Opt {
+    std::string model, file, ctk = "f16", ctv = "f16", mean_center = "on", kl_base, json_out;
+    int ctx = 512, chunks = 0, batch = 512, threads = 2;
+    bool kl = false;
+  };
+  auto o = std::make_shared<Opt>();
+  CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity and KL divergence on a text (llama-perplexity's method)");
+  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  cmd->add_option("-f,--file", o->file, "text file")->required();
+  cmd->add_option("-c,--ctx-size", o->ctx, "chunk length")->check(CLI::Range(8, 1 << 20));
+  cmd->add_option("--chunks", o->chunks, "chunks to score (0 = all)")->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("-b,--batch-size", o->batch, "tokens per forward call")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("-t,--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--cache-type-k", o->ctk, "K cache format (-ctk)");
+  cmd->add_option("--cache-type-v", o->ctv, "V cache format (-ctv)");
+  cmd->add_option("--kv-mean-center", o->mean_center, "exact mean centring for tq caches")->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--kl-divergence-base", o->kl_base, "base log-probabilities: written by a base run, read with --kl-divergence");
+  cmd->add_flag("--kl-divergence", o->kl, "compare with the base file");
+  cmd->add_option("--json-out", o->json_out, "append the results as a JSON line");
+  cmd->callback([o]() {
+    auto fail = [](const std::string& m) {
+      std::cerr << "turbokv perplexity: error: " << m << "\n";
+      throw CLI::RuntimeError(1);
+    };
+    if (o->kl && o->kl_base.empty()) fail("--kl-divergence needs --kl-divergence-base FILE");
+    std::ifstream in(o->file, std::ios::binary);
+    if (!in) fail(o->file + ": cannot open");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto m = Model::load(o->model);
+    if (!m) fail(m.error());
+    PerplexityOptions po;
+    po.n_ctx = o->ctx;
+    po.max_chunks = o->chunks;
+    po.batch = o->batch;
+    po.threads = o->threads;
+    po.cache.type_k = o->ctk;
+    po.cache.type_v = o->ctv;
+    po.cache.mean_center = o->mean_center == "on";
+    po.kl_base = o->kl_base;
+    po.kl_write = !o->kl_base.empty() && !o->kl;
+    std::fprintf(stderr, "perplexity: %s, -c %d, cache K %s V %s\n", o->model.c_str(), o->ctx, o->ctk.c_str(), o->ctv.c_str());
+    auto r = perplexity(**m, normalize_newlines(ss.str()), po, [](int i, double ppl) {
+      std::printf("[%d]%.4f,", i, ppl);
+      std::fflush(stdout);
+    });
+    if (!r) fail(r.error());
+    std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", r->ppl, r->ppl_err);
+    if (r->has_kl) {
+      const KlStats& k = r->kl;
+      std::printf("\n====== KL divergence statistics ======\n");
+      std::printf("Mean    KLD: %10.6f ± %10.6f\n", k.mean, k.mean_err);
+      std::printf("Maximum KLD: %10.6f\n99.9%%   KLD: %10.6f\n99.0%%   KLD: %10.6f\n95.0%%   KLD: %10.6f\n", k.max, k.p999, k.p99, k.p95);
+      std::printf("90.0%%   KLD: %10.6f\nMedian  KLD: %10.6f\n10.0%%   KLD: %10.6f\n 5.0%%   KLD: %10.6f\n", k.p90, k.median, k.p10, k.p05);
+      std::printf(" 1.0%%   KLD: %10.6f\n 0.1%%   KLD: %10.6f\nMinimum KLD: %10.6f\n", k.p01, k.p001, k.min);
+      std::printf("\n====== Token probability statistics ======\n");
+      std::printf("Mean    Δp: %6.3f ± %5.3f %%\nRMS Δp    : %6.3f %%\nSame top p: %6.3f %%\n", 100 * k.dp_mean,
+                  100 * k.dp_err, 100 * k.dp_rms, k.same_top);
+    }
+    if (!o->json_out.empty()) {
+      nlohmann::json j = {{"tool", "perplexity"}, {"model", o->model}, {"file", o->file}, {"type_k", o->ctk},
+                          {"type_v", o->ctv}, {"ctx", o->ctx}, {"chunks", r->chunks}, {"ppl", r->ppl},
+                          {"ppl_err", r->ppl_err}, {"mean_center", o->mean_center == "on"}};
+      auto kc = make_codec(o->ctk, (*m)->config().head_dim);
+      auto vc = make_codec(o->ctv, (*m)->config().head_dim);
+      if (kc && vc) j["bits_per_value"] = 0.5 * ((*kc)->bits_per_value() + (*vc)->bits_per_value());
+      if (r->has_kl)
+        j["kld"] = {{"mean", r->kl.mean}, {"mean_err", r->kl.mean_err}, {"max", r->kl.max}, {"median", r->kl.median},
+                    {"p99", r->kl.p99}, {"same_top_p", r->kl.same_top}, {"dp_rms", r->kl.dp_rms}};
+      std::ofstream out(o->json_out, std::ios::app);
+      if (!out) fail(o->json_out + ": cannot write");
+      out << j.dump() << "\n";
+    }
+  });
+
+}
+
+}  // namespace tkv
