@@ -5,7 +5,6 @@
 #include <cstring>
 #include <fstream>
 
-#include "util/fp16.h"
 
 namespace tkv {
 namespace {
@@ -72,7 +71,8 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
                          std::to_string(n_ctx));
   const int first = n_ctx / 2, per_chunk = n_ctx - 1 - first;
   const uint64_t thash = fnv(tokens.data(), tokens.size() * 4);
-  // KL base file: header, then f16 log-probabilities of every scored position.
+  // KL base file: header, then the f32 log-probabilities of every scored
+  // position (exact, so a run compared with its own base gives KLD 0).
   std::ofstream kl_out;
   std::ifstream kl_in;
   KlHeader hdr{kKlMagic, kKlVersion, model_hash(model), thash, uint32_t(n_ctx), uint32_t(V), uint32_t(chunks),
@@ -106,7 +106,7 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
   std::vector<double> kls, dps;
   double same = 0;
   std::vector<float> logits(size_t(n_ctx) * V), lp(V);
-  std::vector<uint16_t> base16(V);
+  std::vector<float> base(V);
   for (int ch = 0; ch < chunks; ++ch) {
     auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
     if (!cache) return cache.status();
@@ -130,22 +130,20 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
       if (kl_out.is_open() || kl_in.is_open()) {
         for (int v = 0; v < V; ++v) lp[v] = static_cast<float>(row[v] - lse);
         if (kl_out.is_open()) {
-          for (int v = 0; v < V; ++v) base16[v] = f32_to_f16(std::max(lp[v], -65000.0f));
-          kl_out.write(reinterpret_cast<const char*>(base16.data()), V * 2);
+          kl_out.write(reinterpret_cast<const char*>(lp.data()), sizeof(float) * V);
         } else {
-          kl_in.read(reinterpret_cast<char*>(base16.data()), V * 2);
-          if (!kl_in) return Status::Error(o.kl_base + ": truncated");
+          kl_in.read(reinterpret_cast<char*>(base.data()), sizeof(float) * V);
+          if (!kl_in) return Status::Error(o.kl_base + ": truncated (fewer scored positions than this run)");
           double kl = 0;
           int top_b = 0, top_n = 0;
           for (int v = 0; v < V; ++v) {
-            const double lb = f16_to_f32(base16[v]);
-            const double pb = std::exp(lb);
-            kl += pb * (lb - lp[v]);
-            if (lb > f16_to_f32(base16[top_b])) top_b = v;
+            const double lb = base[v];
+            kl += std::exp(lb) * (lb - lp[v]);
+            if (base[v] > base[top_b]) top_b = v;
             if (lp[v] > lp[top_n]) top_n = v;
           }
           kls.push_back(std::max(kl, 0.0));
-          dps.push_back(std::exp(static_cast<double>(lp[target])) - std::exp(static_cast<double>(f16_to_f32(base16[target]))));
+          dps.push_back(std::exp(static_cast<double>(lp[target])) - std::exp(static_cast<double>(base[target])));
           same += top_b == top_n;
         }
       }
