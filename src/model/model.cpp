@@ -158,7 +158,7 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
 }
 
 Status Model::forward(const int32_t* tokens, int n, int pos, KvCache& cache, int threads, float* logits,
-                      bool all_logits) const {
+                      bool all_logits, const KvObserver& observe) const {
   const ModelConfig& c = cfg_;
   if (n < 1) return Status::Error("forward: no tokens");
   for (int t = 0; t < n; ++t)
@@ -203,6 +203,7 @@ Status Model::forward(const int32_t* tokens, int n, int pos, KvCache& cache, int
         rope(kh, c.rope_dims, pos + t, c);
       }
     }
+    if (observe) observe(l, pos, n, k.data(), v.data());
     Status s = cache.append(l, pos, n, k.data(), v.data());
     if (!s.ok()) return s;
     AttentionArgs a;

@@ -3,6 +3,7 @@
 // compressed KV cache. The forward pass reads top to bottom in forward().
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,8 +41,11 @@ class Model {
   // Runs n tokens at positions [pos, pos + n) through the model, writing them
   // to the cache; logits of the last token go to `logits` (n_vocab), or of
   // every token when `all_logits` ([n][n_vocab]).
+  // Called with each layer's K and V rows ([n][n_head_kv][head_dim], K after
+  // RoPE, exactly what the cache stores) before they are written.
+  using KvObserver = std::function<void(int layer, int pos, int n, const float* k, const float* v)>;
   Status forward(const int32_t* tokens, int n, int pos, KvCache& cache, int threads, float* logits,
-                 bool all_logits = false) const;
+                 bool all_logits = false, const KvObserver& observe = {}) const;
 
  private:
   struct Layer {

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   tkv::register_gen_model(app);
   tkv::register_bench_model(app);
   tkv::register_perplexity(app);
+  tkv::register_kv_dump(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

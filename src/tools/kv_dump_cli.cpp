@@ -1,0 +1,46 @@
+// `turbokv kv-dump -m M -f TEXT --layers L1,L2 -o DIR [-n TOKENS]`
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "eval/perplexity.h"
+#include "tools/kv_dump.h"
+#include "tools/subcommands.h"
+
+namespace tkv {
+
+void register_kv_dump(CLI::App& app) {
+  struct Opt {
+    std::string model, file, out;
+    std::vector<int> layers;
+    int tokens = 512, threads = 2;
+  };
+  auto o = std::make_shared<Opt>();
+  CLI::App* cmd = app.add_subcommand("kv-dump", "Write a run's real K and V vectors in the KV file format");
+  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  cmd->add_option("-f,--file", o->file, "text file")->required();
+  cmd->add_option("--layers", o->layers, "layers, comma separated")->required()->delimiter(',');
+  cmd->add_option("-o,--output", o->out, "output directory")->required();
+  cmd->add_option("-n,--tokens", o->tokens, "tokens to run (BOS included)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("-t,--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
+  cmd->callback([o]() {
+    auto fail = [](const std::string& m) {
+      std::cerr << "turbokv kv-dump: error: " << m << "\n";
+      throw CLI::RuntimeError(1);
+    };
+    std::ifstream in(o->file, std::ios::binary);
+    if (!in) fail(o->file + ": cannot open");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto m = Model::load(o->model);
+    if (!m) fail(m.error());
+    Status s = kv_dump(**m, normalize_newlines(ss.str()), o->layers, o->tokens, o->out, o->threads);
+    if (!s.ok()) fail(s.message());
+    std::cerr << "wrote " << o->layers.size() * 2 << " files to " << o->out << "\n";
+  });
+}
+
+}  // namespace tkv
