@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   tkv::register_bench_model(app);
   tkv::register_perplexity(app);
   tkv::register_kv_dump(app);
+  tkv::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -21,5 +21,6 @@ void register_gen_model(CLI::App& app);   // gen_model_cli.cpp
 void register_bench_model(CLI::App& app); // bench_model_cli.cpp
 void register_perplexity(CLI::App& app);  // perplexity_cli.cpp
 void register_kv_dump(CLI::App& app);     // kv_dump_cli.cpp
+void register_bench(CLI::App& app);       // bench_cli.cpp
 
 }  // namespace tkv

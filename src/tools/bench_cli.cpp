@@ -1,0 +1,174 @@
+// `turbokv bench -m M [-p 512] [-n 128] [-d 0,4096] [-ctk f16,q8_0,tq4] [-ctv ...]
+// [-t 2] [-r 3] [-o md|csv|json] [--json-out FILE]`: llama-bench's tests and
+// table (pp = prompt processing, tg = generation, "@ dN" at a depth of N
+// tokens already in the cache), every combination, mean ± sd over -r runs,
+// plus the KV cache MiB of each run. Progress goes to stderr.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cache/kv_cache.h"
+#include "model/model.h"
+#include "tools/subcommands.h"
+
+namespace tkv {
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+std::vector<int> split_ints(const std::string& s, const char* what) {
+  std::vector<int> out;
+  for (const auto& x : split(s)) {
+    char* end = nullptr;
+    const long v = std::strtol(x.c_str(), &end, 10);
+    if (x.empty() || *end || v < 0 || v > (1 << 24)) throw std::invalid_argument(std::string("bad ") + what + " '" + x + "'");
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  struct Opt {
+    std::string model, p = "512", n = "128", d = "0", ctk = "f16,q8_0,tq4", ctv, t = "2", out = "md", json_out;
+    int reps = 3;
+  };
+  auto o = std::make_shared<Opt>();
+  CLI::App* cmd = app.add_subcommand("bench", "llama-bench style speed table over cache formats and depths");
+  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  cmd->add_option("-p,--n-prompt", o->p, "prompt lengths (0 = no pp test)");
+  cmd->add_option("-n,--n-gen", o->n, "generation lengths (0 = no tg test)");
+  cmd->add_option("-d,--n-depth", o->d, "tokens already in the cache");
+  cmd->add_option("--cache-type-k", o->ctk, "K formats (-ctk)");
+  cmd->add_option("--cache-type-v", o->ctv, "V formats (-ctv); default: the same as K, paired");
+  cmd->add_option("-t,--threads", o->t, "thread counts");
+  cmd->add_option("-r,--repetitions", o->reps, "runs per test")->check(CLI::Range(1, 1000));
+  cmd->add_option("-o,--output", o->out, "md, csv or json")->check(CLI::IsMember({"md", "csv", "json"}));
+  cmd->add_option("--json-out", o->json_out, "append each result as a JSON line");
+  cmd->callback([o]() {
+    auto fail = [](const std::string& m) {
+      std::cerr << "turbokv bench: error: " << m << "\n";
+      throw CLI::RuntimeError(1);
+    };
+    std::vector<int> ps, ns, ds, ts;
+    try {
+      ps = split_ints(o->p, "-p");
+      ns = split_ints(o->n, "-n");
+      ds = split_ints(o->d, "-d");
+      ts = split_ints(o->t, "-t");
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+    const auto ks = split(o->ctk);
+    const auto vs = o->ctv.empty() ? ks : split(o->ctv);
+    std::vector<std::pair<std::string, std::string>> pairs;
+    if (o->ctv.empty()) {
+      for (const auto& k : ks) pairs.push_back({k, k});
+    } else {
+      for (const auto& k : ks)
+        for (const auto& v : vs) pairs.push_back({k, v});
+    }
+    auto m = Model::load(o->model);
+    if (!m) fail(m.error());
+    const Model& model = **m;
+    const ModelConfig& c = model.config();
+    uint64_t params = 0;
+    for (const auto& t : model.file().tensors()) params += t.n_elements;
+    char model_name[128];
+    std::snprintf(model_name, sizeof(model_name), "%s %.2fM %s", c.arch.c_str(), params / 1e6,
+                  model.file().tensors().empty() ? "?" : model.file().tensor("blk.0.attn_q.weight")->info().name);
+    nlohmann::json results = nlohmann::json::array();
+    const bool md = o->out == "md";
+    if (md) {
+      std::printf("| model | size | params | threads | type_k | type_v | test | t/s | KV MiB |\n");
+      std::printf("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
+    } else if (o->out == "csv") {
+      std::printf("model,size_bytes,params,threads,type_k,type_v,test,n_prompt,n_gen,n_depth,avg_ts,stddev_ts,kv_mib\n");
+    }
+    using clock = std::chrono::steady_clock;
+    std::vector<float> logits(c.n_vocab);
+    for (const auto& [tk, tv] : pairs)
+      for (int th : ts)
+        for (int d : ds)
+          for (int mode = 0; mode < 2; ++mode)
+            for (int len : (mode == 0 ? ps : ns)) {
+              if (len == 0) continue;
+              std::vector<double> tps;
+              double kv_mib = 0;
+              for (int r = -1; r < o->reps; ++r) {  // r = -1: an unrecorded warm-up run
+                std::fprintf(stderr, "bench: %s/%s t=%d %s%d @ d%d run %d/%d\r", tk.c_str(), tv.c_str(), th,
+                             mode == 0 ? "pp" : "tg", len, d, r + 1, o->reps);  // run 0 = warm-up
+                KvCacheOptions co;
+                co.type_k = tk;
+                co.type_v = tv;
+                co.capacity = d + len + 1;
+                auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+                if (!cache) fail(cache.error());
+                kv_mib = ((*cache)->k_bytes() + (*cache)->v_bytes()) / 1048576.0;
+                std::vector<int32_t> toks(d + len);
+                for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919 + 13) % c.n_vocab);
+                for (int b0 = 0; b0 < d; b0 += 512) {  // the depth: filled by real forward passes, untimed
+                  Status s = model.forward(&toks[b0], std::min(512, d - b0), b0, **cache, th, logits.data());
+                  if (!s.ok()) fail(s.message());
+                }
+                const auto t0 = clock::now();
+                if (mode == 0) {
+                  for (int b0 = 0; b0 < len; b0 += 512) {
+                    Status s = model.forward(&toks[d + b0], std::min(512, len - b0), d + b0, **cache, th, logits.data());
+                    if (!s.ok()) fail(s.message());
+                  }
+                } else {
+                  for (int i = 0; i < len; ++i) {
+                    Status s = model.forward(&toks[d + i], 1, d + i, **cache, th, logits.data());
+                    if (!s.ok()) fail(s.message());
+                  }
+                }
+                if (r >= 0) tps.push_back(len / std::chrono::duration<double>(clock::now() - t0).count());
+              }
+              double mean = 0, sd = 0;
+              for (double x : tps) mean += x / tps.size();
+              for (double x : tps) sd += (x - mean) * (x - mean);
+              sd = tps.size() > 1 ? std::sqrt(sd / (tps.size() - 1)) : 0.0;
+              const std::string test = std::string(mode == 0 ? "pp" : "tg") + std::to_string(len) +
+                                       (d > 0 ? " @ d" + std::to_string(d) : "");
+              nlohmann::json j = {{"model", model_name}, {"model_file", o->model}, {"size_bytes", model.weight_bytes()},
+                                  {"params", params}, {"threads", th}, {"type_k", tk}, {"type_v", tv}, {"test", test},
+                                  {"n_prompt", mode == 0 ? len : 0}, {"n_gen", mode == 1 ? len : 0}, {"n_depth", d},
+                                  {"avg_ts", mean}, {"stddev_ts", sd}, {"samples_ts", tps}, {"kv_mib", kv_mib}};
+              results.push_back(j);
+              if (md) {
+                std::printf("| %s | %.2f MiB | %.2f M | %d | %s | %s | %s | %.2f ± %.2f | %.2f |\n", model_name,
+                            model.weight_bytes() / 1048576.0, params / 1e6, th, tk.c_str(), tv.c_str(), test.c_str(), mean,
+                            sd, kv_mib);
+              } else if (o->out == "csv") {
+                std::printf("\"%s\",%zu,%lu,%d,%s,%s,\"%s\",%d,%d,%d,%.4f,%.4f,%.4f\n", model_name, model.weight_bytes(),
+                            static_cast<unsigned long>(params), th, tk.c_str(), tv.c_str(), test.c_str(),
+                            mode == 0 ? len : 0, mode == 1 ? len : 0, d, mean, sd, kv_mib);
+              }
+              std::fflush(stdout);
+              if (!o->json_out.empty()) {
+                std::ofstream out(o->json_out, std::ios::app);
+                j["tool"] = "bench";
+                out << j.dump() << "\n";
+              }
+            }
+    std::fprintf(stderr, "%80s\r", "");
+    if (o->out == "json") std::cout << results.dump(2) << "\n";
+  });
+}
+
+}  // namespace tkv

@@ -1,0 +1,108 @@
+// kv-dump and bench end to end on a model the test writes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/gen_model.h"
+#include "model/model.h"
+#include "tools/kv_dump.h"
+#include "tools/kv_file.h"
+
+namespace tkv {
+namespace {
+
+std::string tiny_model() {
+  GenModelOptions o;
+  o.layers = 2;
+  o.dim = 64;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.head_dim = 32;
+  o.ffn = 96;
+  const std::string path = testing::TempDir() + "tkv_eval_model.gguf";
+  EXPECT_TRUE(generate_model(o, nullptr, path).ok());
+  return path;
+}
+
+std::string run_cmd(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (p && fgets(buf, sizeof(buf), p)) out += buf;
+  *rc = p ? pclose(p) : -1;
+  return out;
+}
+
+TEST(KvDump, WritesEachLayersKeysAndValues) {
+  auto m = Model::load(tiny_model());
+  ASSERT_TRUE(m.ok());
+  const std::string dir = testing::TempDir() + "tkv_dump";
+  ASSERT_TRUE(kv_dump(**m, "the cat sat on the mat", {0, 1}, 12, dir, 1).ok());
+  auto k = read_kv_file(dir + "/layer1_keys.bin");
+  ASSERT_TRUE(k.ok()) << k.error();
+  EXPECT_EQ(k->layer, 1u);
+  EXPECT_EQ(k->kv_heads, 2u);
+  EXPECT_EQ(k->head_dim, 32u);
+  EXPECT_GT(k->tokens, 1u);
+  EXPECT_LE(k->tokens, 12u);
+  double ss = 0;
+  for (float v : k->data) {
+    ASSERT_TRUE(std::isfinite(v));
+    ss += v * v;
+  }
+  EXPECT_GT(ss, 0.0);
+  EXPECT_TRUE(read_kv_file(dir + "/layer0_values.bin").ok());
+  auto bad = kv_dump(**m, "x", {7}, 12, dir, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("layer 7"), std::string::npos);
+}
+
+TEST(Bench, JsonAndMarkdownOutputsWithMeansOverRuns) {
+  const std::string model = tiny_model();
+  int rc = 0;
+  const std::string base = std::string(TKV_BINARY) + " bench -m " + model + " -p 16 -n 4 -d 0,8 -t 1 -ctk f16,tq4";
+  const std::string js = run_cmd(base + " -r 3 -o json 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0);
+  auto j = nlohmann::json::parse(js);
+  ASSERT_EQ(j.size(), 8u);  // 2 formats x 2 depths x (pp, tg)
+  for (const auto& r : j) {
+    const auto& s = r["samples_ts"];
+    ASSERT_EQ(s.size(), 3u);
+    double mean = 0;
+    for (double x : s) mean += x / 3;
+    double sd = 0;
+    for (double x : s) sd += (x - mean) * (x - mean);
+    sd = std::sqrt(sd / 2);
+    EXPECT_NEAR(r["avg_ts"].get<double>(), mean, 1e-9 * mean);
+    EXPECT_NEAR(r["stddev_ts"].get<double>(), sd, 1e-9 * mean + 1e-12);
+    EXPECT_GT(r["kv_mib"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(j[2]["test"], "pp16 @ d8");
+  const std::string md = run_cmd(base + " -r 1 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0);
+  std::istringstream in(md);
+  std::string line;
+  int rows = 0;
+  std::getline(in, line);
+  EXPECT_EQ(line.rfind("| model | size | params | threads | type_k | type_v | test | t/s |", 0), 0u) << line;
+  std::getline(in, line);
+  EXPECT_EQ(line.rfind("| ---", 0), 0u);
+  while (std::getline(in, line)) {
+    int bars = 0;
+    for (char ch : line) bars += ch == '|';
+    EXPECT_EQ(bars, 10) << line;
+    EXPECT_NE(line.find(" ± "), std::string::npos) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 8);
+}
+
+}  // namespace
+}  // namespace tkv
