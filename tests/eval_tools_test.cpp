@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/niah.h"
 #include "model/gen_model.h"
 #include "model/model.h"
 #include "tools/kv_dump.h"
@@ -102,6 +103,61 @@ TEST(Bench, JsonAndMarkdownOutputsWithMeansOverRuns) {
     ++rows;
   }
   EXPECT_EQ(rows, 8);
+}
+
+}  // namespace
+}  // namespace tkv
+
+namespace tkv {
+namespace {
+
+TEST(Niah, ScoringCases) {
+  EXPECT_EQ(niah_score(" 4821953.", "4821953"), NiahScore::kFound);
+  EXPECT_EQ(niah_score("The number is 4821953 indeed", "4821953"), NiahScore::kFound);
+  EXPECT_EQ(niah_score(" I do not know.", "4821953"), NiahScore::kNotFound);
+  EXPECT_EQ(niah_score(" 48219530", "4821953"), NiahScore::kExtraDigits);
+  EXPECT_EQ(niah_score(" 1234567", "4821953"), NiahScore::kWrongNumber);
+  EXPECT_EQ(niah_number(5, 1024, 50, 0), niah_number(5, 1024, 50, 0));
+  EXPECT_NE(niah_number(5, 1024, 50, 0), niah_number(6, 1024, 50, 0));
+  EXPECT_EQ(niah_number(5, 1024, 50, 0).size(), 7u);
+}
+
+TEST(Niah, NeedlePlacedAtTheRequestedDepth) {
+  auto m = Model::load(tiny_model());
+  ASSERT_TRUE(m.ok());
+  const Tokenizer& tok = (*m)->tokenizer();
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "the cat sat. ";
+  const auto hay = tok.encode(text, false);
+  for (int depth : {0, 25, 50, 75, 100}) {
+    const auto p = niah_build(tok, hay, "The special magic number is 1234567.", "What is the number?", "", 400, depth);
+    ASSERT_GT(p.haystack_tokens, 100u);
+    ASSERT_LE(p.tokens.size(), 400u - 16u);
+    const double at = double(p.needle_begin - 1) / p.haystack_tokens;  // -1: the BOS
+    EXPECT_NEAR(at * 100, depth, 3.0) << depth;
+    // The needle tokens are exactly the needle sentence.
+    const std::vector<int32_t> needle(p.tokens.begin() + p.needle_begin, p.tokens.begin() + p.needle_end);
+    EXPECT_NE(tok.decode(needle).find("1234567"), std::string::npos);
+    // It starts right after a sentence end (or at the start).
+    if (depth > 0) EXPECT_EQ(tok.piece(p.tokens[p.needle_begin - 1]).back(), '.');
+  }
+  // The grid runs, reproducibly, and the SVG has one cell per (depth, context).
+  NiahOptions o;
+  o.contexts = {320, 400};
+  o.depths = {0, 100};
+  o.cache.type_k = o.cache.type_v = "f16";
+  auto a = niah_run(**m, text, o);
+  auto b = niah_run(**m, text, o);
+  ASSERT_TRUE(a.ok()) << a.error();
+  ASSERT_EQ(a->size(), 4u);
+  for (size_t i = 0; i < a->size(); ++i) {
+    EXPECT_EQ((*a)[i].number, (*b)[i].number);
+    EXPECT_EQ((*a)[i].answer, (*b)[i].answer);
+  }
+  const std::string svg = niah_svg(*a, "t");
+  size_t rects = 0;
+  for (size_t pos = svg.find("<rect"); pos != std::string::npos; pos = svg.find("<rect", pos + 1)) ++rects;
+  EXPECT_EQ(rects, 4u);
 }
 
 }  // namespace

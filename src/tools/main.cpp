@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   tkv::register_perplexity(app);
   tkv::register_kv_dump(app);
   tkv::register_bench(app);
+  tkv::register_niah(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -22,5 +22,6 @@ void register_bench_model(CLI::App& app); // bench_model_cli.cpp
 void register_perplexity(CLI::App& app);  // perplexity_cli.cpp
 void register_kv_dump(CLI::App& app);     // kv_dump_cli.cpp
 void register_bench(CLI::App& app);       // bench_cli.cpp
+void register_niah(CLI::App& app);        // niah_cli.cpp
 
 }  // namespace tkv

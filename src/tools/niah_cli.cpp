@@ -1,0 +1,116 @@
+// `turbokv niah -m M --haystack DIR --contexts 1024,2048 --depths 0,10,...,100
+// [-ctk F] [-ctv F] [--trials N] [--seed S] [--svg OUT.svg] [--json-out FILE]`
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "codec/format.h"
+#include "eval/niah.h"
+#include "eval/perplexity.h"
+#include "tools/subcommands.h"
+
+namespace tkv {
+
+void register_niah(CLI::App& app) {
+  struct Opt {
+    std::string model, haystack, ctk = "tq4", ctv = "tq4", svg = "niah.svg", json_out, mean_center = "on";
+    std::vector<int> contexts{1024, 2048}, depths{0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100};
+    int trials = 1, threads = 2;
+    uint64_t seed = 1;
+  };
+  auto o = std::make_shared<Opt>();
+  CLI::App* cmd = app.add_subcommand("niah", "Needle in a haystack: exact recall of a 7-digit number per context and depth");
+  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  cmd->add_option("--haystack", o->haystack, "directory of .txt files (concatenated by name)")->required();
+  cmd->add_option("--contexts", o->contexts, "context lengths")->delimiter(',');
+  cmd->add_option("--depths", o->depths, "needle depths in % of the haystack")->delimiter(',');
+  cmd->add_option("--trials", o->trials, "needles per cell")->check(CLI::Range(1, 1000));
+  cmd->add_option("--seed", o->seed, "seed of the numbers");
+  cmd->add_option("-t,--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--cache-type-k", o->ctk, "K cache format (-ctk)");
+  cmd->add_option("--cache-type-v", o->ctv, "V cache format (-ctv)");
+  cmd->add_option("--kv-mean-center", o->mean_center, "exact mean centring for tq caches")->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--svg", o->svg, "heat map output");
+  cmd->add_option("--json-out", o->json_out, "append the results as a JSON line");
+  cmd->callback([o]() {
+    auto fail = [](const std::string& m) {
+      std::cerr << "turbokv niah: error: " << m << "\n";
+      throw CLI::RuntimeError(1);
+    };
+    std::vector<std::filesystem::path> files;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(o->haystack, ec))
+      if (e.path().extension() == ".txt") files.push_back(e.path());
+    if (ec) fail(o->haystack + ": " + ec.message());
+    if (files.empty()) fail(o->haystack + ": no .txt files");
+    std::sort(files.begin(), files.end());
+    std::string text;
+    for (const auto& p : files) {
+      std::ifstream in(p, std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text += normalize_newlines(ss.str()) + "\n";
+    }
+    auto m = Model::load(o->model);
+    if (!m) fail(m.error());
+    NiahOptions no;
+    no.contexts = o->contexts;
+    no.depths = o->depths;
+    no.trials = o->trials;
+    no.seed = o->seed;
+    no.threads = o->threads;
+    no.cache.type_k = o->ctk;
+    no.cache.type_v = o->ctv;
+    no.cache.mean_center = o->mean_center == "on";
+    auto cells = niah_run(**m, text, no, [](int i, int n) { std::fprintf(stderr, "niah: %d/%d\r", i, n); });
+    if (!cells) fail(cells.error());
+    std::fprintf(stderr, "%40s\r", "");
+    // Grid: depth rows, context columns, found/trials.
+    std::map<std::pair<int, int>, std::pair<int, int>> grid;
+    int found = 0;
+    for (const auto& c : *cells) {
+      auto& g = grid[{c.depth, c.context}];
+      g.first += c.score == NiahScore::kFound;
+      g.second += 1;
+      found += c.score == NiahScore::kFound;
+    }
+    std::printf("needle in a haystack: %s, cache K %s V %s (found / trials)\n%8s", o->model.c_str(), o->ctk.c_str(),
+                o->ctv.c_str(), "depth");
+    for (int cx : o->contexts) std::printf(" %8d", cx);
+    std::printf("\n");
+    for (int d : o->depths) {
+      std::printf("%7d%%", d);
+      for (int cx : o->contexts) std::printf(" %6d/%d", grid[{d, cx}].first, grid[{d, cx}].second);
+      std::printf("\n");
+    }
+    std::printf("total: %d / %zu found\n", found, cells->size());
+    const std::string title = "needle in a haystack, " + o->ctk + "/" + o->ctv;
+    std::ofstream svg(o->svg);
+    if (!svg) fail(o->svg + ": cannot write");
+    svg << niah_svg(*cells, title);
+    if (!o->json_out.empty()) {
+      nlohmann::json j = {{"tool", "niah"}, {"model", o->model}, {"type_k", o->ctk}, {"type_v", o->ctv},
+                          {"found", found}, {"total", cells->size()}};
+      auto kc = make_codec(o->ctk, (*m)->config().head_dim);
+      auto vc = make_codec(o->ctv, (*m)->config().head_dim);
+      if (kc && vc) j["bits_per_value"] = 0.5 * ((*kc)->bits_per_value() + (*vc)->bits_per_value());
+      nlohmann::json cs = nlohmann::json::array();
+      for (const auto& c : *cells)
+        cs.push_back({{"context", c.context}, {"depth", c.depth}, {"trial", c.trial}, {"number", c.number},
+                      {"answer", c.answer}, {"score", niah_score_name(c.score)}});
+      j["cells"] = cs;
+      std::ofstream out(o->json_out, std::ios::app);
+      out << j.dump() << "\n";
+    }
+  });
+}
+
+}  // namespace tkv
