@@ -162,3 +162,41 @@ TEST(Niah, NeedlePlacedAtTheRequestedDepth) {
 
 }  // namespace
 }  // namespace tkv
+
+namespace tkv {
+namespace {
+
+TEST(Report, SelfContainedPageFromJsonLines) {
+  const std::string dir = testing::TempDir();
+  {
+    std::ofstream f(dir + "tkv_r.jsonl");
+    f << R"({"tool":"perplexity","type_k":"tq4","type_v":"tq4","bits_per_value":4.25,"ppl":256.2,"mean_center":true,"kld":{"mean":0.0029}})" << "\n";
+    f << R"({"tool":"perplexity","type_k":"f16","type_v":"f16","bits_per_value":16,"ppl":255.8,"mean_center":true,"kld":{"mean":0.0}})" << "\n";
+    f << R"({"tool":"bench","type_k":"tq4","type_v":"tq4","n_gen":16,"n_depth":0,"avg_ts":100.0,"test":"tg16"})" << "\n";
+    f << R"({"tool":"bench","type_k":"tq4","type_v":"tq4","n_gen":16,"n_depth":4096,"avg_ts":80.0,"test":"tg16 @ d4096"})" << "\n";
+    f << R"({"tool":"niah","type_k":"tq4","type_v":"tq4","cells":[{"context":1024,"depth":50,"score":"found"}]})" << "\n";
+  }
+  int rc = 0;
+  run_cmd(std::string(TKV_BINARY) + " report --in " + dir + "tkv_r.jsonl --out " + dir + "tkv_r.html 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0);
+  std::ifstream in(dir + "tkv_r.html");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string html = ss.str();
+  size_t svgs = 0;
+  for (size_t p = html.find("<svg"); p != std::string::npos; p = html.find("<svg", p + 1)) ++svgs;
+  EXPECT_EQ(svgs, 4u);  // PPL, KLD, speed, one NIAH grid
+  EXPECT_EQ(html.find("src=\"http"), std::string::npos);  // nothing loaded from the network
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_NE(html.find("tq4/tq4"), std::string::npos);
+  // Bad input is a clear error.
+  {
+    std::ofstream f(dir + "tkv_bad.jsonl");
+    f << "not json\n";
+  }
+  run_cmd(std::string(TKV_BINARY) + " report --in " + dir + "tkv_bad.jsonl --out " + dir + "x.html 2>/dev/null", &rc);
+  EXPECT_NE(rc, 0);
+}
+
+}  // namespace
+}  // namespace tkv

@@ -143,7 +143,8 @@ std::string niah_svg(const std::vector<NiahCell>& cells, const std::string& titl
     f.second += 1;
   }
   const int cw = 70, ch = 26, left = 70, top = 50;
-  const int w = left + cw * static_cast<int>(ctxs.size()) + 20, h = top + ch * static_cast<int>(depths.size()) + 40;
+  const int w = std::max(420, left + cw * static_cast<int>(ctxs.size()) + 20);
+  const int h = top + ch * static_cast<int>(depths.size()) + 40;
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n";

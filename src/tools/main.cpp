@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   tkv::register_kv_dump(app);
   tkv::register_bench(app);
   tkv::register_niah(app);
+  tkv::register_report(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
