@@ -17,6 +17,7 @@
 #include "cache/kv_cache.h"
 #include "model/model.h"
 #include "tools/subcommands.h"
+#include "util/rng.h"
 
 namespace tkv {
 namespace {
@@ -46,6 +47,7 @@ void register_bench(CLI::App& app) {
   struct Opt {
     std::string model, p = "512", n = "128", d = "0", ctk = "f16,q8_0,tq4", ctv, t = "2", out = "md", json_out;
     int reps = 3;
+    std::string depth_fill = "model";
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("bench", "llama-bench style speed table over cache formats and depths");
@@ -59,6 +61,10 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-r,--repetitions", o->reps, "runs per test")->check(CLI::Range(1, 1000));
   cmd->add_option("-o,--output", o->out, "md, csv or json")->check(CLI::IsMember({"md", "csv", "json"}));
   cmd->add_option("--json-out", o->json_out, "append each result as a JSON line");
+  cmd->add_option("--depth-fill", o->depth_fill,
+                  "how the depth is filled: model (real forward passes, like llama-bench) or random (random K/V rows "
+                  "written straight to the cache: the same attention work, minutes faster on big models)")
+      ->check(CLI::IsMember({"model", "random"}));
   cmd->callback([o]() {
     auto fail = [](const std::string& m) {
       std::cerr << "turbokv bench: error: " << m << "\n";
@@ -121,9 +127,20 @@ void register_bench(CLI::App& app) {
                 kv_mib = ((*cache)->k_bytes() + (*cache)->v_bytes()) / 1048576.0;
                 std::vector<int32_t> toks(d + len);
                 for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919 + 13) % c.n_vocab);
-                for (int b0 = 0; b0 < d; b0 += 512) {  // the depth: filled by real forward passes, untimed
-                  Status s = model.forward(&toks[b0], std::min(512, d - b0), b0, **cache, th, logits.data());
-                  if (!s.ok()) fail(s.message());
+                if (o->depth_fill == "model") {
+                  for (int b0 = 0; b0 < d; b0 += 512) {  // the depth: real forward passes, untimed
+                    Status s = model.forward(&toks[b0], std::min(512, d - b0), b0, **cache, th, logits.data());
+                    if (!s.ok()) fail(s.message());
+                  }
+                } else if (d > 0) {  // random rows of unit scale in every layer, untimed
+                  Rng rng(7);
+                  std::vector<float> kv(size_t(std::min(d, 512)) * c.n_head_kv * c.head_dim);
+                  for (auto& x : kv) x = static_cast<float>(rng.gaussian());
+                  for (int l = 0; l < c.n_layer; ++l)
+                    for (int b0 = 0; b0 < d; b0 += 512) {
+                      Status s = (*cache)->append(l, b0, std::min(512, d - b0), kv.data(), kv.data());
+                      if (!s.ok()) fail(s.message());
+                    }
                 }
                 const auto t0 = clock::now();
                 if (mode == 0) {
@@ -148,7 +165,8 @@ void register_bench(CLI::App& app) {
               nlohmann::json j = {{"model", model_name}, {"model_file", o->model}, {"size_bytes", model.weight_bytes()},
                                   {"params", params}, {"threads", th}, {"type_k", tk}, {"type_v", tv}, {"test", test},
                                   {"n_prompt", mode == 0 ? len : 0}, {"n_gen", mode == 1 ? len : 0}, {"n_depth", d},
-                                  {"avg_ts", mean}, {"stddev_ts", sd}, {"samples_ts", tps}, {"kv_mib", kv_mib}};
+                                  {"avg_ts", mean}, {"stddev_ts", sd}, {"samples_ts", tps}, {"kv_mib", kv_mib},
+                                  {"depth_fill", o->depth_fill}};
               results.push_back(j);
               if (md) {
                 std::printf("| %s | %.2f MiB | %.2f M | %d | %s | %s | %s | %.2f ± %.2f | %.2f |\n", model_name,
