@@ -114,7 +114,7 @@ void register_bench(CLI::App& app) {
             for (int len : (mode == 0 ? ps : ns)) {
               if (len == 0) continue;
               std::vector<double> tps;
-              double kv_mib = 0;
+              double kv_mib = 0, k_bits = 0, v_bits = 0;
               for (int r = -1; r < o->reps; ++r) {  // r = -1: an unrecorded warm-up run
                 std::fprintf(stderr, "bench: %s/%s t=%d %s%d @ d%d run %d/%d\r", tk.c_str(), tv.c_str(), th,
                              mode == 0 ? "pp" : "tg", len, d, r + 1, o->reps);  // run 0 = warm-up
@@ -125,6 +125,8 @@ void register_bench(CLI::App& app) {
                 auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
                 if (!cache) fail(cache.error());
                 kv_mib = ((*cache)->k_bytes() + (*cache)->v_bytes()) / 1048576.0;
+                k_bits = (*cache)->k_bits_per_value();
+                v_bits = (*cache)->v_bits_per_value();
                 std::vector<int32_t> toks(d + len);
                 for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919 + 13) % c.n_vocab);
                 if (o->depth_fill == "model") {
@@ -166,7 +168,8 @@ void register_bench(CLI::App& app) {
                                   {"params", params}, {"threads", th}, {"type_k", tk}, {"type_v", tv}, {"test", test},
                                   {"n_prompt", mode == 0 ? len : 0}, {"n_gen", mode == 1 ? len : 0}, {"n_depth", d},
                                   {"avg_ts", mean}, {"stddev_ts", sd}, {"samples_ts", tps}, {"kv_mib", kv_mib},
-                                  {"depth_fill", o->depth_fill}};
+                                  {"depth_fill", o->depth_fill}, {"command_line", command_line()},
+                                  {"bits_per_value", 0.5 * (k_bits + v_bits)}};
               results.push_back(j);
               if (md) {
                 std::printf("| %s | %.2f MiB | %.2f M | %d | %s | %s | %s | %.2f ± %.2f | %.2f |\n", model_name,

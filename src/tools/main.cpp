@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   for (auto& a : args) argp.push_back(a.data());
   argc = static_cast<int>(argp.size());
   argv = argp.data();
+  tkv::set_command_line(argc, argv);
   CLI::App app{"turbokv: LLM inference with a compressed KV cache (rotation + Lloyd-Max codebooks)"};
   app.set_version_flag("--version", kVersion);
   // No require_subcommand(): it would be reported before an unknown flag.

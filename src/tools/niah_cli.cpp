@@ -98,7 +98,7 @@ void register_niah(CLI::App& app) {
     svg << niah_svg(*cells, title);
     if (!o->json_out.empty()) {
       nlohmann::json j = {{"tool", "niah"}, {"model", o->model}, {"type_k", o->ctk}, {"type_v", o->ctv},
-                          {"found", found}, {"total", cells->size()}};
+                          {"found", found}, {"total", cells->size()}, {"command_line", command_line()}};
       auto kc = make_codec(o->ctk, (*m)->config().head_dim);
       auto vc = make_codec(o->ctv, (*m)->config().head_dim);
       if (kc && vc) j["bits_per_value"] = 0.5 * ((*kc)->bits_per_value() + (*vc)->bits_per_value());

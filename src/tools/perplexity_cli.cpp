@@ -79,7 +79,8 @@ void register_perplexity(CLI::App& app) {
     if (!o->json_out.empty()) {
       nlohmann::json j = {{"tool", "perplexity"}, {"model", o->model}, {"file", o->file}, {"type_k", o->ctk},
                           {"type_v", o->ctv}, {"ctx", o->ctx}, {"chunks", r->chunks}, {"ppl", r->ppl},
-                          {"ppl_err", r->ppl_err}, {"mean_center", o->mean_center == "on"}};
+                          {"ppl_err", r->ppl_err}, {"mean_center", o->mean_center == "on"},
+                          {"command_line", command_line()}};
       auto kc = make_codec(o->ctk, (*m)->config().head_dim);
       auto vc = make_codec(o->ctv, (*m)->config().head_dim);
       if (kc && vc) j["bits_per_value"] = 0.5 * ((*kc)->bits_per_value() + (*vc)->bits_per_value());

@@ -8,7 +8,13 @@ namespace CLI {
 class App;
 }
 
+#include <string>
+
 namespace tkv {
+
+// The command line of this run, for the JSON lines of --json-out.
+const std::string& command_line();
+void set_command_line(int argc, char** argv);
 
 void register_kv_stats(CLI::App& app);  // kv_stats_cli.cpp
 void register_demo(CLI::App& app);      // demo.cpp
