@@ -17,6 +17,49 @@ size_t utf8_len(unsigned char c) {
 
 const std::string kSpace = "\xe2\x96\x81";  // U+2581, SentencePiece's space
 
+// Pair merging over the UTF-8 characters of `text`, as both of llama.cpp's
+// SPM and BPE sessions do: repeatedly merge the adjacent pair with the highest
+// priority (ties: leftmost). `priority(left, right, &p)` returns false when
+// the pair may not merge. Returns the final pieces in order.
+template <class Priority>
+std::vector<std::string_view> merge_pairs(const std::string& text, Priority priority) {
+  struct Sym { int prev, next; size_t pos, n; };
+  std::vector<Sym> sym;
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = std::min(utf8_len(static_cast<unsigned char>(text[i])), text.size() - i);
+    sym.push_back({static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, i, len});
+    i += len;
+  }
+  std::vector<std::string_view> out;
+  if (sym.empty()) return out;
+  sym.back().next = -1;
+  struct Bigram { int left, right; double prio; size_t size; };
+  auto cmp = [](const Bigram& a, const Bigram& b) { return a.prio < b.prio || (a.prio == b.prio && a.left > b.left); };
+  std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> queue(cmp);
+  auto view = [&](int i) { return std::string_view(text.data() + sym[i].pos, sym[i].n); };
+  auto try_add = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    double p;
+    if (priority(view(l), view(r), &p)) queue.push({l, r, p, sym[l].n + sym[r].n});
+  };
+  for (size_t i = 1; i < sym.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
+  while (!queue.empty()) {
+    const Bigram b = queue.top();
+    queue.pop();
+    Sym& l = sym[b.left];
+    Sym& r = sym[b.right];
+    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;  // stale: a side merged since
+    l.n += r.n;
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+  for (int i = 0; i != -1; i = sym[i].next) out.push_back(view(i));
+  return out;
+}
+
 }  // namespace
 
 Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
@@ -114,41 +157,14 @@ void Tokenizer::encode_spm(std::string text, std::vector<int32_t>& out) const {
     if (c == ' ') esc += kSpace;
     else esc += c;
   }
-  struct Sym { int prev, next; size_t pos, n; };
-  std::vector<Sym> sym;
-  for (size_t i = 0; i < esc.size();) {
-    const size_t len = std::min(utf8_len(static_cast<unsigned char>(esc[i])), esc.size() - i);
-    sym.push_back({static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, i, len});
-    i += len;
-  }
-  if (sym.empty()) return;
-  sym.back().next = -1;
-  struct Bigram { int left, right; float score; size_t size; };
-  auto cmp = [](const Bigram& a, const Bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
-  std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> queue(cmp);
-  auto try_add = [&](int l, int r) {
-    if (l < 0 || r < 0) return;
-    const std::string_view s(esc.data() + sym[l].pos, sym[l].n + sym[r].n);
-    const int32_t id = find(s);
-    if (id < 0) return;
-    queue.push({l, r, scores_[id], s.size()});
-  };
-  for (size_t i = 1; i < sym.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
-    Sym& l = sym[b.left];
-    Sym& r = sym[b.right];
-    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;  // stale
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[r.next].prev = b.left;
-    try_add(l.prev, b.left);
-    try_add(b.left, l.next);
-  }
-  for (int i = 0; i != -1; i = sym[i].next) {
-    const std::string_view s(esc.data() + sym[i].pos, sym[i].n);
+  // Pieces merge while their concatenation is a token; higher score first.
+  const auto pieces = merge_pairs(esc, [&](std::string_view l, std::string_view r, double* p) {
+    const int32_t id = find(std::string_view(l.data(), l.size() + r.size()));  // l and r are adjacent in esc
+    if (id < 0) return false;
+    *p = scores_[id];
+    return true;
+  });
+  for (std::string_view s : pieces) {
     const int32_t id = find(s);
     if (id >= 0) {
       out.push_back(id);
@@ -165,43 +181,18 @@ void Tokenizer::encode_bpe(const std::string& text, std::vector<int32_t>& out) c
   for (const std::string& word : pre_tokenize(text, pre_)) {
     std::string mapped;
     for (unsigned char b : word) mapped += byte_to_cpt_[b];
-    struct Sym { int prev, next; size_t pos, n; };
-    std::vector<Sym> sym;
-    for (size_t i = 0; i < mapped.size();) {
-      const size_t len = std::min(utf8_len(static_cast<unsigned char>(mapped[i])), mapped.size() - i);
-      sym.push_back({static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, i, len});
-      i += len;
-    }
-    if (sym.empty()) continue;
-    sym.back().next = -1;
-    struct Bigram { int left, right; int32_t rank; size_t size; };
-    auto cmp = [](const Bigram& a, const Bigram& b) { return a.rank > b.rank || (a.rank == b.rank && a.left > b.left); };
-    std::priority_queue<Bigram, std::vector<Bigram>, decltype(cmp)> queue(cmp);
-    auto try_add = [&](int l, int r) {
-      if (l < 0 || r < 0) return;
-      std::string key(mapped, sym[l].pos, sym[l].n);
+    // Pieces merge by the merge list: lower rank first.
+    std::string key;
+    const auto pieces = merge_pairs(mapped, [&](std::string_view l, std::string_view r, double* p) {
+      key.assign(l);
       key += ' ';
-      key.append(mapped, sym[r].pos, sym[r].n);
+      key.append(r);
       auto it = merge_rank_.find(key);
-      if (it == merge_rank_.end()) return;
-      queue.push({l, r, it->second, sym[l].n + sym[r].n});
-    };
-    for (size_t i = 1; i < sym.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
-    while (!queue.empty()) {
-      const Bigram b = queue.top();
-      queue.pop();
-      Sym& l = sym[b.left];
-      Sym& r = sym[b.right];
-      if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;  // stale
-      l.n += r.n;
-      r.n = 0;
-      l.next = r.next;
-      if (r.next >= 0) sym[r.next].prev = b.left;
-      try_add(l.prev, b.left);
-      try_add(b.left, l.next);
-    }
-    for (int i = 0; i != -1; i = sym[i].next) {
-      const std::string_view s(mapped.data() + sym[i].pos, sym[i].n);
+      if (it == merge_rank_.end()) return false;
+      *p = -static_cast<double>(it->second);
+      return true;
+    });
+    for (std::string_view s : pieces) {
       const int32_t id = find(s);
       if (id >= 0) {
         out.push_back(id);

@@ -9,6 +9,7 @@
 #include "eval/perplexity.h"
 #include "tools/kv_dump.h"
 #include "tools/subcommands.h"
+#include "util/text_file.h"
 
 namespace tkv {
 
@@ -31,13 +32,11 @@ void register_kv_dump(CLI::App& app) {
       std::cerr << "turbokv kv-dump: error: " << m << "\n";
       throw CLI::RuntimeError(1);
     };
-    std::ifstream in(o->file, std::ios::binary);
-    if (!in) fail(o->file + ": cannot open");
-    std::stringstream ss;
-    ss << in.rdbuf();
+    auto text = read_text_file(o->file);
+    if (!text) fail(text.error());
     auto m = Model::load(o->model);
     if (!m) fail(m.error());
-    Status s = kv_dump(**m, normalize_newlines(ss.str()), o->layers, o->tokens, o->out, o->threads);
+    Status s = kv_dump(**m, normalize_newlines(*text), o->layers, o->tokens, o->out, o->threads);
     if (!s.ok()) fail(s.message());
     std::cerr << "wrote " << o->layers.size() * 2 << " files to " << o->out << "\n";
   });

@@ -16,6 +16,7 @@
 #include "eval/niah.h"
 #include "eval/perplexity.h"
 #include "tools/subcommands.h"
+#include "util/text_file.h"
 
 namespace tkv {
 
@@ -54,10 +55,9 @@ void register_niah(CLI::App& app) {
     std::sort(files.begin(), files.end());
     std::string text;
     for (const auto& p : files) {
-      std::ifstream in(p, std::ios::binary);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      text += normalize_newlines(ss.str()) + "\n";
+      auto t = read_text_file(p.string());
+      if (!t) fail(t.error());
+      text += normalize_newlines(*t) + "\n";
     }
     auto m = Model::load(o->model);
     if (!m) fail(m.error());

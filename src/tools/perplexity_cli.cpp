@@ -13,6 +13,7 @@
 #include "codec/format.h"
 #include "eval/perplexity.h"
 #include "tools/subcommands.h"
+#include "util/text_file.h"
 
 namespace tkv {
 
@@ -42,10 +43,8 @@ void register_perplexity(CLI::App& app) {
       throw CLI::RuntimeError(1);
     };
     if (o->kl && o->kl_base.empty()) fail("--kl-divergence needs --kl-divergence-base FILE");
-    std::ifstream in(o->file, std::ios::binary);
-    if (!in) fail(o->file + ": cannot open");
-    std::stringstream ss;
-    ss << in.rdbuf();
+    auto text = read_text_file(o->file);
+    if (!text) fail(text.error());
     auto m = Model::load(o->model);
     if (!m) fail(m.error());
     PerplexityOptions po;
@@ -59,7 +58,7 @@ void register_perplexity(CLI::App& app) {
     po.kl_base = o->kl_base;
     po.kl_write = !o->kl_base.empty() && !o->kl;
     std::fprintf(stderr, "perplexity: %s, -c %d, cache K %s V %s\n", o->model.c_str(), o->ctx, o->ctk.c_str(), o->ctv.c_str());
-    auto r = perplexity(**m, normalize_newlines(ss.str()), po, [](int i, double ppl) {
+    auto r = perplexity(**m, normalize_newlines(*text), po, [](int i, double ppl) {
       std::printf("[%d]%.4f,", i, ppl);
       std::fflush(stdout);
     });

@@ -10,6 +10,7 @@
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "tools/subcommands.h"
+#include "util/text_file.h"
 
 namespace tkv {
 
@@ -34,11 +35,9 @@ void register_tokenize(CLI::App& app) {
     if (p->count() == 0 && f->count() == 0) fail("give -p TEXT or -f FILE");
     std::string text = o->prompt;
     if (f->count()) {
-      std::ifstream in(o->file, std::ios::binary);
-      if (!in) fail(o->file + ": cannot open");
-      std::stringstream ss;
-      ss << in.rdbuf();
-      text = ss.str();
+      auto t = read_text_file(o->file);
+      if (!t) fail(t.error());
+      text = *t;
     }
     auto g = gguf::File::open(o->model);
     if (!g) fail(g.error());
