@@ -90,7 +90,9 @@ TEST(Codebook, OneBitCentroidIsMeanAbsoluteCoordinate) {
     const auto& cb = lloyd_max(d, 1);
     EXPECT_NEAR(cb.centroids[1], sphere_coord_abs_mean(d), 1e-12) << d;
     // Closed form check of the closed form: E|t| ≈ sqrt(2/(π d)) for large d.
-    if (d >= 256) EXPECT_NEAR(cb.centroids[1] / std::sqrt(2.0 / (M_PI * d)), 1.0, 0.01);
+    if (d >= 256) {
+      EXPECT_NEAR(cb.centroids[1] / std::sqrt(2.0 / (M_PI * d)), 1.0, 0.01);
+    }
   }
 }
 

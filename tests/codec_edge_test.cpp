@@ -25,7 +25,9 @@ TEST(Fp16, HalfRoundTripsEveryValueAndMatchesF16C) {
     const float f = f16_to_f32(static_cast<uint16_t>(h));
     if (std::isnan(f)) continue;
     EXPECT_EQ(f32_to_f16(f), h) << h;
-    if (hw) EXPECT_EQ(hw_h2f(static_cast<uint16_t>(h)), f);
+    if (hw) {
+      EXPECT_EQ(hw_h2f(static_cast<uint16_t>(h)), f);
+    }
   }
   Rng rng(5);
   for (int i = 0; i < 200000; ++i) {

@@ -139,7 +139,9 @@ TEST(Niah, NeedlePlacedAtTheRequestedDepth) {
     const std::vector<int32_t> needle(p.tokens.begin() + p.needle_begin, p.tokens.begin() + p.needle_end);
     EXPECT_NE(tok.decode(needle).find("1234567"), std::string::npos);
     // It starts right after a sentence end (or at the start).
-    if (depth > 0) EXPECT_EQ(tok.piece(p.tokens[p.needle_begin - 1]).back(), '.');
+    if (depth > 0) {
+      EXPECT_EQ(tok.piece(p.tokens[p.needle_begin - 1]).back(), '.');
+    }
   }
   // The grid runs, reproducibly, and the SVG has one cell per (depth, context).
   NiahOptions o;

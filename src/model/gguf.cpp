@@ -84,18 +84,18 @@ Status read_value(Cursor& c, Type t, Value& v, const std::string& field, int dep
   v.type = t;
   const size_t at = c.pos;
   switch (t) {
-    case Type::kU8: { uint8_t x; auto s = c.read(x, field); v.u = x; return s; }
-    case Type::kI8: { int8_t x; auto s = c.read(x, field); v.i = x; return s; }
-    case Type::kU16: { uint16_t x; auto s = c.read(x, field); v.u = x; return s; }
-    case Type::kI16: { int16_t x; auto s = c.read(x, field); v.i = x; return s; }
-    case Type::kU32: { uint32_t x; auto s = c.read(x, field); v.u = x; return s; }
-    case Type::kI32: { int32_t x; auto s = c.read(x, field); v.i = x; return s; }
-    case Type::kU64: { uint64_t x; auto s = c.read(x, field); v.u = x; return s; }
-    case Type::kI64: { int64_t x; auto s = c.read(x, field); v.i = x; return s; }
-    case Type::kF32: { float x; auto s = c.read(x, field); v.f = x; return s; }
-    case Type::kF64: { double x; auto s = c.read(x, field); v.f = x; return s; }
+    case Type::kU8: { uint8_t x = 0; auto s = c.read(x, field); v.u = x; return s; }
+    case Type::kI8: { int8_t x = 0; auto s = c.read(x, field); v.i = x; return s; }
+    case Type::kU16: { uint16_t x = 0; auto s = c.read(x, field); v.u = x; return s; }
+    case Type::kI16: { int16_t x = 0; auto s = c.read(x, field); v.i = x; return s; }
+    case Type::kU32: { uint32_t x = 0; auto s = c.read(x, field); v.u = x; return s; }
+    case Type::kI32: { int32_t x = 0; auto s = c.read(x, field); v.i = x; return s; }
+    case Type::kU64: { uint64_t x = 0; auto s = c.read(x, field); v.u = x; return s; }
+    case Type::kI64: { int64_t x = 0; auto s = c.read(x, field); v.i = x; return s; }
+    case Type::kF32: { float x = 0; auto s = c.read(x, field); v.f = x; return s; }
+    case Type::kF64: { double x = 0; auto s = c.read(x, field); v.f = x; return s; }
     case Type::kBool: {
-      uint8_t x;
+      uint8_t x = 0;
       auto s = c.read(x, field);
       if (!s.ok()) return s;
       if (x > 1) return c.fail(field + ": bool value " + std::to_string(x) + " is not 0 or 1", at);
