@@ -19,6 +19,7 @@
 
 #include "attention/attention.h"
 #include "codec/format.h"
+#include "tools/arg_lists.h"
 #include "tools/subcommands.h"
 #include "util/bandwidth.h"
 #include "util/fma_peak.h"
@@ -42,29 +43,14 @@ struct Options {
   std::string layout = "head";
 };
 
-std::vector<int> parse_ints(const std::string& s, const char* what) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v <= 0 || v > (1 << 24))
-      throw std::invalid_argument(std::string("bad ") + what + " value '" + item + "'");
-    out.push_back(static_cast<int>(v));
-  }
-  if (out.empty()) throw std::invalid_argument(std::string("empty ") + what + " list");
-  return out;
-}
-
 struct Quantized {
   std::unique_ptr<Codec> codec;
   HugeBuffer rows;  // [max_ctx][kv_heads] or [kv_heads][max_ctx]
 };
 
 int run(const Options& o) {
-  const auto ctxs = parse_ints(o.ctx, "--ctx");
-  const auto threads = parse_ints(o.threads, "--threads");
+  const auto ctxs = parse_int_list(o.ctx, "--ctx", 1);
+  const auto threads = parse_int_list(o.threads, "--threads", 1);
   if (o.q_heads % o.kv_heads != 0) throw std::invalid_argument("--q-heads must be a multiple of --kv-heads");
   auto fk = parse_format_list(o.formats.empty() ? o.ctk : o.formats);
   if (!fk) throw std::invalid_argument(fk.error());

@@ -16,32 +16,11 @@
 
 #include "cache/kv_cache.h"
 #include "model/model.h"
+#include "tools/arg_lists.h"
 #include "tools/subcommands.h"
 #include "util/rng.h"
 
 namespace tkv {
-namespace {
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
-}
-
-std::vector<int> split_ints(const std::string& s, const char* what) {
-  std::vector<int> out;
-  for (const auto& x : split(s)) {
-    char* end = nullptr;
-    const long v = std::strtol(x.c_str(), &end, 10);
-    if (x.empty() || *end || v < 0 || v > (1 << 24)) throw std::invalid_argument(std::string("bad ") + what + " '" + x + "'");
-    out.push_back(static_cast<int>(v));
-  }
-  return out;
-}
-
-}  // namespace
 
 void register_bench(CLI::App& app) {
   struct Opt {
@@ -72,15 +51,15 @@ void register_bench(CLI::App& app) {
     };
     std::vector<int> ps, ns, ds, ts;
     try {
-      ps = split_ints(o->p, "-p");
-      ns = split_ints(o->n, "-n");
-      ds = split_ints(o->d, "-d");
-      ts = split_ints(o->t, "-t");
+      ps = parse_int_list(o->p, "-p", 0);
+      ns = parse_int_list(o->n, "-n", 0);
+      ds = parse_int_list(o->d, "-d", 0);
+      ts = parse_int_list(o->t, "-t", 1);
     } catch (const std::exception& e) {
       fail(e.what());
     }
-    const auto ks = split(o->ctk);
-    const auto vs = o->ctv.empty() ? ks : split(o->ctv);
+    const auto ks = split_list(o->ctk);
+    const auto vs = o->ctv.empty() ? ks : split_list(o->ctv);
     std::vector<std::pair<std::string, std::string>> pairs;
     if (o->ctv.empty()) {
       for (const auto& k : ks) pairs.push_back({k, k});
