@@ -88,7 +88,7 @@ void BM_dequantize(benchmark::State& state, std::string name, int d) {
 
 // One row per call, as when a decoder appends one token per (layer, KV head):
 // the same kRows rows, but kRows calls. The difference to BM_quantize is the
-// per-call overhead (buffer allocation, dispatch).
+// per-call overhead (validation, dispatch, padding the row buffer).
 void BM_quantize_1row(benchmark::State& state, std::string name, int d) {
   auto c = make_codec(name, d);
   if (!c) { state.SkipWithError(c.error().c_str()); return; }
