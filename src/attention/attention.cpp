@@ -24,9 +24,13 @@ void init_reader(attn::RowReader& r, const Codec* c) {
   r.dp = padded(r.d);
   r.row_bytes = c->row_bytes();
   r.fast = attn::reader_fast_ok(r.layout, r.d);
-  std::memset(r.tables, 0, sizeof(r.tables));
-  for (int p = 0; p < r.layout.nparts; ++p)
+  int covered = 0;
+  for (int p = 0; p < r.layout.nparts; ++p) {
+    std::memset(r.tables[p], 0, sizeof(r.tables[p]));
     std::memcpy(r.tables[p], r.layout.parts[p].centroids, sizeof(float) * (1u << r.layout.parts[p].bits));
+    covered += r.layout.parts[p].count;
+  }
+  r.gaps = r.layout.kind == RowLayout::Kind::kTurbo && covered < r.d;
   if (r.fast) {
     attn::reader_perm(r.layout, r.dp, r.perm);
   } else {
@@ -44,9 +48,21 @@ Status attention(const AttentionArgs& a) {
   if (!st.ok()) return st;
   const int d = a.d, dp = padded(d), g = a.n_q_heads / a.n_kv_heads;
   const float scale = a.scale > 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  attn::RowReader K, V;
-  init_reader(K, a.k.codec);
-  init_reader(V, a.v.codec);
+  // One reader per distinct codec: per-head codecs (calibrated bases) get one
+  // per KV head, and items then cover one head each.
+  const int H = a.n_kv_heads;
+  const bool multi = a.k.heads || a.v.heads;
+  thread_local std::vector<attn::RowReader> kr_store, vr_store;
+  kr_store.resize(a.k.heads ? H : 1);
+  vr_store.resize(a.v.heads ? H : 1);
+  for (size_t h = 0; h < kr_store.size(); ++h) init_reader(kr_store[h], a.k.head(static_cast<int>(h)));
+  for (size_t h = 0; h < vr_store.size(); ++h) init_reader(vr_store[h], a.v.head(static_cast<int>(h)));
+  const attn::RowReader* Kr = kr_store.data();
+  const attn::RowReader* Vr = vr_store.data();
+  auto Kh = [&](int h) -> const attn::RowReader& { return Kr[a.k.heads ? h : 0]; };
+  auto Vh = [&](int h) -> const attn::RowReader& { return Vr[a.v.heads ? h : 0]; };
+  const attn::RowReader& K = Kr[0];
+  const attn::RowReader& V = Vr[0];
   const size_t ks = a.k.token_stride ? a.k.token_stride : a.n_kv_heads * K.row_bytes;
   const size_t vs = a.v.token_stride ? a.v.token_stride : a.n_kv_heads * V.row_bytes;
   const size_t khs = a.k.head_stride ? a.k.head_stride : K.row_bytes;
@@ -57,22 +73,28 @@ Status attention(const AttentionArgs& a) {
       a.n_kv > 0 ? a.v.data + (a.n_kv - 1) * vs + (a.n_kv_heads - 1) * vhs + V.row_bytes : a.v.data;
   // Token-major caches are streamed a block of tokens at a time for all heads;
   // head-major caches one head at a time (each item then reads one range).
-  const bool per_head = khs > ks || vhs > vs;
+  const bool per_head = khs > ks || vhs > vs || multi;
 
   // Queries in K's coding domain, pre-scaled: [n_q][n_q_heads][dp].
   hwy::AlignedFreeUniquePtr<float[]> qp = hwy::AllocateAligned<float>(static_cast<size_t>(a.n_q) * a.n_q_heads * dp);
   {
     std::vector<float> tmp(dp, 0.0f);
     for (int i = 0; i < a.n_q * a.n_q_heads; ++i) {
+      const int h = (i % a.n_q_heads) / g;
+      const Codec* kc = a.k.head(h);
+      const attn::RowReader& KR = Kh(h);
       const float* q = a.q + static_cast<size_t>(i) * d;
       float* dst = qp.get() + static_cast<size_t>(i) * dp;
-      if (const Rotation* R = a.k.codec->rotation()) {
+      if (const Rotation* R = kc->rotation()) {
         R->forward(q, tmp.data());
       } else {
         std::memcpy(tmp.data(), q, sizeof(float) * d);
       }
+      // K rows decode to unscaled values: their coordinate scale goes here.
+      if (const float* cs = kc->coord_scale())
+        for (int c = 0; c < d; ++c) tmp[c] *= cs[c];
       // Position p of the kernel's K decode order holds coordinate perm[p].
-      for (int c = 0; c < dp; ++c) dst[c] = K.perm[c] < d ? tmp[K.perm[c]] * scale : 0.0f;
+      for (int c = 0; c < dp; ++c) dst[c] = KR.perm[c] < d ? tmp[KR.perm[c]] * scale : 0.0f;
     }
   }
 
@@ -83,7 +105,6 @@ Status attention(const AttentionArgs& a) {
   auto limit_of = [&](int i) {
     return a.causal_offset < 0 ? a.n_kv : std::clamp(a.causal_offset + i + 1, 0, a.n_kv);
   };
-  const int H = a.n_kv_heads;
   struct Item { int tile, h0, h1, r0, r1; };
   std::vector<Item> items;
   std::vector<size_t> first_item(n_tiles + 1, 0);
@@ -162,7 +183,7 @@ Status attention(const AttentionArgs& a) {
     w.l = lbuf + it * per_item;
     w.acc = acc + it * per_item * dp;
     w.skipped = &skipped[it];
-    attn::run_work(K, V, w);
+    attn::run_work(Kh(item.h0), Vh(item.h0), w);
   }
 
   // Merge chunks (fixed order), normalise, rotate back, add mu_v.
@@ -198,9 +219,11 @@ Status attention(const AttentionArgs& a) {
             const float* ai = acc + slot * dp;
             for (int c = 0; c < dp; ++c) o[c] += f * ai[c];
           }
+          const attn::RowReader& VR = Vh(h);
+          const float* vsc = a.v.head(h)->coord_scale();
           for (int c = 0; c < dp; ++c)
-            if (V.perm[c] < d) of[V.perm[c]] = static_cast<float>(o[c] / l);
-          if (const Rotation* R = a.v.codec->rotation()) {
+            if (VR.perm[c] < d) of[VR.perm[c]] = static_cast<float>(o[c] / l) * (vsc ? vsc[VR.perm[c]] : 1.0f);
+          if (const Rotation* R = a.v.head(h)->rotation()) {
             R->inverse(of.data(), res.data());
           } else {
             std::memcpy(res.data(), of.data(), sizeof(float) * d);

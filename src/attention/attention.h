@@ -21,6 +21,10 @@ struct KvRows {
   const uint8_t* data = nullptr;
   size_t token_stride = 0;  // bytes; 0 means n_kv_heads * row_bytes
   size_t head_stride = 0;   // bytes; 0 means row_bytes
+  // Optional per-KV-head codecs ([n_kv_heads], calibrated formats: one basis
+  // per head), all with codec's head dim and row size; codec is then heads[0].
+  const Codec* const* heads = nullptr;
+  const Codec* head(int h) const { return heads ? heads[h] : codec; }
 };
 
 struct AttnStats {

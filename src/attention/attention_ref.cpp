@@ -22,6 +22,11 @@ Status check_attention_args(const AttentionArgs& a) {
   if (a.k.codec->dim() != a.d || a.v.codec->dim() != a.d)
     return err("head dim " + std::to_string(a.d) + " does not match the K/V codecs (" +
                std::to_string(a.k.codec->dim()) + ", " + std::to_string(a.v.codec->dim()) + ")");
+  for (const KvRows* r : {&a.k, &a.v})
+    if (r->heads)
+      for (int h = 0; h < a.n_kv_heads; ++h)
+        if (!r->heads[h] || r->heads[h]->dim() != a.d || r->heads[h]->row_bytes() != r->codec->row_bytes())
+          return err("per-head codec " + std::to_string(h) + " is missing or does not match the head dim / row size");
   if (a.threads < 1) return err("threads must be >= 1");
   if (!(a.sparse_v >= 0.0f && a.sparse_v < 1.0f)) return err("sparse_v threshold must be in [0, 1)");
   return Status::Ok();
@@ -42,8 +47,8 @@ Status attention_ref(const AttentionArgs& a) {
     for (int h = 0; h < a.n_kv_heads; ++h) {
       float* kr = &K[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
       float* vr = &V[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
-      a.k.codec->dequantize(a.k.data + t * ks + h * khs, 1, kr, Impl::kRef);
-      a.v.codec->dequantize(a.v.data + t * vs + h * vhs, 1, vr, Impl::kRef);
+      a.k.head(h)->dequantize(a.k.data + t * ks + h * khs, 1, kr, Impl::kRef);
+      a.v.head(h)->dequantize(a.v.data + t * vs + h * vhs, 1, vr, Impl::kRef);
       for (int i = 0; i < d; ++i) {
         if (a.mu_k) kr[i] += a.mu_k[h * d + i];
         if (a.mu_v) vr[i] += a.mu_v[h * d + i];

@@ -90,7 +90,7 @@ struct TurboConsts {
     const float* table;
   };
   int nparts = 0;
-  Part parts[2];
+  Part parts[RowLayout::kMaxParts];
 };
 
 HWY_INLINE void MakeTurboConsts(const RowReader& R, TurboConsts& tc) {
@@ -143,7 +143,9 @@ HWY_INLINE ChunkPlan TurboPlan(const TurboConsts& tc, int c) {
   const int N = Lanes();
   ChunkPlan p;
   p.c = c;
-  p.part = &tc.parts[(tc.nparts > 1 && c >= tc.parts[1].begin) ? 1 : 0];
+  int pi = 0;
+  while (pi + 1 < tc.nparts && c >= tc.parts[pi + 1].begin) ++pi;
+  p.part = &tc.parts[pi];
   const int cr = c - p.part->begin;
   p.super = c < p.part->super_end;
   p.nplanes = p.part->nplanes;
@@ -556,6 +558,8 @@ void DecodeRows(const RowReader& R, const BlockRows& B, int nb, float* out) {
     FourRows(B, r, nr, rows);
     float* o[4];
     for (int i = 0; i < 4; ++i) o[i] = out + static_cast<size_t>(r + std::min(i, nr - 1)) * dp;
+    if (R.gaps)  // coordinates outside every part are not visited below
+      for (int i = 0; i < nr; ++i) std::memset(o[i], 0, sizeof(float) * dp);
     const auto s0 = hn::Set(df, B.scale[r]), s1 = hn::Set(df, B.scale[r + std::min(1, nr - 1)]);
     const auto s2 = hn::Set(df, B.scale[r + std::min(2, nr - 1)]), s3 = hn::Set(df, B.scale[r + std::min(3, nr - 1)]);
     // Duplicate rows (nr < 4) write the same values twice; harmless.
@@ -601,7 +605,7 @@ Kind PrepareRows(const RowReader& R, const uint8_t* base, size_t stride, const u
   } else {
     for (int i = 0; i < nb; ++i) {
       float* out = dec + static_cast<size_t>(i) * dp;
-      R.codec->decode_rotated(B.row[i], out);
+      R.codec->decode_unscaled(B.row[i], out);
       for (int c = R.d; c < dp; ++c) out[c] = 0.0f;
     }
   }

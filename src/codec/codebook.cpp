@@ -194,7 +194,8 @@ std::unique_ptr<Codebook> solve(int d, int bits, Density kind) {
 }  // namespace
 
 const Codebook& lloyd_max(int d, int bits, Density density) {
-  if (d < 2 || d > 65536) throw std::invalid_argument("codebook: d must be in [2, 65536], got " + std::to_string(d));
+  if (d < (density == Density::kGaussian ? 1 : 2) || d > 65536)
+    throw std::invalid_argument("codebook: d must be in [2, 65536] (1 for the Gaussian), got " + std::to_string(d));
   if (bits < 1 || bits > 8) throw std::invalid_argument("codebook: bits must be in [1, 8], got " + std::to_string(bits));
   if (density == Density::kSphere && d < 3) throw std::invalid_argument("codebook: sphere density needs d >= 3");
   static std::mutex mu;

@@ -25,7 +25,7 @@ struct Codebook {
   double mse_vector() const { return d * mse_coord; }
 };
 
-// Cached, thread-safe. d in [2, 65536], bits in [1, 8]; other values throw
+// Cached, thread-safe. d in [2, 65536] (Gaussian: [1, 65536]), bits in [1, 8]; other values throw
 // std::invalid_argument (callers validate user input before reaching here).
 const Codebook& lloyd_max(int d, int bits, Density density = Density::kSphere);
 

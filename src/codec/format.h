@@ -16,7 +16,7 @@
 
 namespace tkv {
 
-enum class FormatFamily { kPlain, kLlamaBlock, kTurbo };
+enum class FormatFamily { kPlain, kLlamaBlock, kTurbo, kCalibrated };
 
 // What attention kernels need to read rows without going through Codec:
 // the kind of row, and for tq rows the code planes and centroid tables.
@@ -33,10 +33,13 @@ struct RowLayout {
     int nplanes = 0;
     Plane planes[4];
   };
+  static constexpr int kMaxParts = 8;  // tqc: one run per bit width 1..8
   Kind kind = Kind::kF32;
   int d = 0;
-  int nparts = 0;       // kTurbo: coordinates [0, wide) then [wide, d)
-  Part parts[2];
+  // kTurbo: ascending, disjoint runs of coordinates (tq: [0, wide) then
+  // [wide, d); tqc: one per bit width). Coordinates in no part decode to 0.
+  int nparts = 0;
+  Part parts[kMaxParts];
 };
 
 class Codec {
@@ -60,7 +63,15 @@ class Codec {
   // Decode one row in the domain it was coded in (R x̂ for rotated formats).
   void decode_rotated(const uint8_t* row, float* out, Impl impl = Impl::kSimd) const {
     decode_row(row, out, impl);
+    if (const float* s = coord_scale())
+      for (int i = 0; i < d_; ++i) out[i] *= s[i];
   }
+  // Per-coordinate scale of the coding domain, or null when all are 1
+  // (calibrated formats: each component's standard deviation). A row decodes
+  // to unscaled values u (what layout() describes) and R x̂ = coord_scale ⊙ u;
+  // attention folds the scale into the query (K) and the output (V).
+  const float* coord_scale() const { return coord_scale_.empty() ? nullptr : coord_scale_.data(); }
+  void decode_unscaled(const uint8_t* row, float* out, Impl impl = Impl::kSimd) const { decode_row(row, out, impl); }
 
  protected:
   Codec(std::string name, int d, FormatFamily fam) : name_(std::move(name)), d_(d), family_(fam) {}
@@ -75,6 +86,7 @@ class Codec {
   size_t row_bytes_ = 0;
   std::shared_ptr<const Rotation> rotation_;
   RowLayout layout_;
+  std::vector<float> coord_scale_;
 };
 
 // Creates a codec by name: f32 f16 bf16 q8_0 q4_0 q8_0r q4_0r tqB (B = 1..8),

@@ -35,7 +35,7 @@ void Codec::dequantize(const uint8_t* in, size_t n, float* out, Impl impl) const
   alignas(64) float tmp[1024 + kRowPad];
   for (size_t r = 0; r < n; ++r) {
     if (rotation_) {
-      decode_row(in + r * row_bytes_, tmp, impl);
+      decode_rotated(in + r * row_bytes_, tmp, impl);
       rotation_->inverse(tmp, out + r * d_, impl);
     } else {
       decode_row(in + r * row_bytes_, out + r * d_, impl);
@@ -55,6 +55,10 @@ Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64
     c = make_plain_codec(name, d);
   } else if (name == "q8_0" || name == "q4_0" || name == "q8_0r" || name == "q4_0r") {
     c = make_llama_codec(name, d, seed);
+  } else if (name.substr(0, 3) == "tqc") {
+    return Status::Error("format " + std::string(name) +
+                         ": calibrated formats need a calibration (a policy from `turbokv calibrate`, "
+                         "or kv-stats --calibrated)");
   } else if (name.substr(0, 2) == "tq") {
     c = make_turbo_codec(name, d, seed);
   }

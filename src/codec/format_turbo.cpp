@@ -16,20 +16,6 @@
 namespace tkv {
 namespace {
 
-std::vector<int> plane_widths(int bits) {
-  if (bits == 8) return {8};
-  std::vector<int> w;
-  for (int p : {4, 2, 1})
-    if (bits >= p) { w.push_back(p); bits -= p; }
-  return w;
-}
-
-size_t coded_bytes(int n, int bits) {
-  size_t b = 0;
-  for (int w : plane_widths(bits)) b += plane_bytes(n, w);
-  return b;
-}
-
 enum class NormMode { kPlain, kCorrect, kUnbiased };
 
 class TurboCodec final : public Codec {

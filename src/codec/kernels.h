@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace tkv {
 
@@ -48,6 +49,10 @@ TKV_CODEC_KERNELS(simd)
 bool all_finite(const float* x, size_t n, size_t* bad_index);
 // Bit planes: codes of `width` bits (1..8) packed LSB-first; returns bytes written.
 size_t plane_bytes(int n, int width);
+// How a code of `bits` (1..8) is split into planes: {8}, or 4, 2, 1 as needed.
+std::vector<int> plane_widths(int bits);
+// Bytes of n codes of `bits` in their planes.
+size_t coded_bytes(int n, int bits);
 size_t pack_plane(const uint8_t* vals, int n, int width, int shift, uint8_t* out);
 void unpack_plane_or(const uint8_t* in, int n, int width, int shift, uint8_t* vals);
 

@@ -135,6 +135,20 @@ bool all_finite(const float* x, size_t n, size_t* bad_index) {
 
 size_t plane_bytes(int n, int width) { return (static_cast<size_t>(n) * width + 7) / 8; }
 
+std::vector<int> plane_widths(int bits) {
+  if (bits == 8) return {8};
+  std::vector<int> w;
+  for (int p : {4, 2, 1})
+    if (bits >= p) { w.push_back(p); bits -= p; }
+  return w;
+}
+
+size_t coded_bytes(int n, int bits) {
+  size_t b = 0;
+  for (int w : plane_widths(bits)) b += plane_bytes(n, w);
+  return b;
+}
+
 template <int W>
 static void pack_w(const uint8_t* vals, int n, int shift, uint8_t* out) {
   constexpr int per = 8 / W;

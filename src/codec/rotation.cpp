@@ -68,6 +68,30 @@ Expected<std::shared_ptr<const Rotation>> Rotation::make(int d, uint64_t seed) {
   return it->second;
 }
 
+Expected<std::shared_ptr<const Rotation>> Rotation::from_matrix(int d, const std::vector<float>& m) {
+  if (d < 1 || d > 1024) return Status::Error("rotation: head dim " + std::to_string(d) + " outside [1, 1024]");
+  const size_t n = static_cast<size_t>(d);
+  if (m.size() != n * n) return Status::Error("rotation: matrix has " + std::to_string(m.size()) + " entries, expected " +
+                                              std::to_string(n * n));
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = i; j < n; ++j) {
+      double dot = 0;
+      for (size_t k = 0; k < n; ++k) dot += static_cast<double>(m[i * n + k]) * m[j * n + k];
+      if (!(std::fabs(dot - (i == j ? 1.0 : 0.0)) <= 1e-4))
+        return Status::Error("rotation: basis is not orthonormal (row " + std::to_string(i) + " . row " +
+                             std::to_string(j) + " = " + std::to_string(dot) + ")");
+    }
+  auto r = std::make_shared<Rotation>();
+  r->d_ = d;
+  r->seed_ = 0;
+  r->hadamard_ = false;
+  r->r_ = m;
+  r->rt_.resize(n * n);
+  for (size_t j = 0; j < n; ++j)
+    for (size_t i = 0; i < n; ++i) r->rt_[i * n + j] = m[j * n + i];
+  return std::shared_ptr<const Rotation>(std::move(r));
+}
+
 void Rotation::forward(const float* x, float* y, Impl impl) const {
   if (hadamard_) {
     if (impl == Impl::kRef) ref::rht_forward(x, sign_.data(), scale_, y, d_);

@@ -21,6 +21,9 @@ class Rotation {
  public:
   // Cached per (d, seed); d in [2, 4096].
   static Expected<std::shared_ptr<const Rotation>> make(int d, uint64_t seed = kDefaultSeed);
+  // A given orthonormal matrix R (d x d, row-major; y = R x), e.g. a calibrated
+  // basis. Fails unless R Rᵀ = I within 1e-4 per entry. Not cached.
+  static Expected<std::shared_ptr<const Rotation>> from_matrix(int d, const std::vector<float>& r_rows);
 
   int dim() const { return d_; }
   bool hadamard() const { return hadamard_; }

@@ -1,0 +1,242 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "codec/calibrated.h"
+#include "codec/codebook.h"
+#include "codec/eigen.h"
+#include "codec/kernels.h"
+#include "util/fp16.h"
+#include "util/rng.h"
+
+namespace tkv {
+namespace {
+
+// Expected squared error of a unit Gaussian coded at b bits (b = 0: nothing coded).
+double gauss_mse(int b) { return b == 0 ? 1.0 : lloyd_max(1, b, Density::kGaussian).mse_coord; }
+
+class CalibratedCodec final : public Codec {
+ public:
+  CalibratedCodec(std::string name, int d, std::vector<int> bits, std::vector<float> sigma,
+                  std::shared_ptr<const Rotation> rot)
+      : Codec(std::move(name), d, FormatFamily::kCalibrated), bits_(std::move(bits)) {
+    rotation_ = std::move(rot);
+    coord_scale_ = std::move(sigma);
+    layout_.kind = RowLayout::Kind::kTurbo;
+    layout_.d = d;
+    size_t off = 2;
+    for (int i = 0; i < d;) {
+      int j = i;
+      while (j < d && bits_[j] == bits_[i]) ++j;
+      if (bits_[i] > 0) {
+        RowLayout::Part& part = layout_.parts[layout_.nparts++];
+        part.begin = i;
+        part.count = j - i;
+        part.bits = bits_[i];
+        part.centroids = lloyd_max(1, bits_[i], Density::kGaussian).centroids_f.data();
+        int shift = 0;
+        for (int width : plane_widths(part.bits)) {
+          part.planes[part.nplanes++] = {width, shift, off};
+          off += plane_bytes(part.count, width);
+          shift += width;
+        }
+      }
+      i = j;
+    }
+    row_bytes_ = off;
+    inv_sigma_.resize(d);
+    for (int i = 0; i < d; ++i) inv_sigma_[i] = bits_[i] > 0 ? 1.0f / coord_scale_[i] : 0.0f;
+  }
+
+ protected:
+  Status encode_row(float* y, uint8_t* out, Impl impl) const override {
+    double ss = 0;
+    int n = 0;
+    for (int i = 0; i < d_; ++i) {
+      y[i] *= inv_sigma_[i];  // whitened z_i (0 for uncoded components)
+      if (bits_[i] > 0) { ss += static_cast<double>(y[i]) * y[i]; ++n; }
+    }
+    const double s = n > 0 ? std::sqrt(ss / n) : 0.0;
+    if (!(s < kUNormMax)) return Status::Error("row scale " + std::to_string(s) + " exceeds the tqc range (4.29e9)");
+    const float sf = static_cast<float>(s);
+    const float inv = sf > 0.0f ? 1.0f / sf : 0.0f;
+    const uint16_t h = f32_to_unorm16(sf);
+    std::memcpy(out, &h, 2);
+    uint8_t codes[1024];
+    auto enc = impl == Impl::kRef ? ref::encode_cells : simd::encode_cells;
+    for (int pi = 0; pi < layout_.nparts; ++pi) {
+      const RowLayout::Part& part = layout_.parts[pi];
+      const Codebook& cb = lloyd_max(1, part.bits, Density::kGaussian);
+      enc(y + part.begin, part.count, inv, cb.boundaries_f.data(), static_cast<int>(cb.boundaries_f.size()),
+          codes + part.begin);
+      for (int k = 0; k < part.nplanes; ++k)
+        pack_plane(codes + part.begin, part.count, part.planes[k].width, part.planes[k].shift,
+                   out + part.planes[k].offset);
+    }
+    return Status::Ok();
+  }
+
+  void decode_row(const uint8_t* in, float* out, Impl impl) const override {
+    uint16_t h;
+    std::memcpy(&h, in, 2);
+    const float scale = unorm16_to_f32(h);
+    std::memset(out, 0, sizeof(float) * d_);
+    uint8_t codes[1024];
+    auto dec = impl == Impl::kRef ? ref::decode_cells : simd::decode_cells;
+    for (int pi = 0; pi < layout_.nparts; ++pi) {
+      const RowLayout::Part& part = layout_.parts[pi];
+      std::memset(codes + part.begin, 0, part.count);
+      for (int k = 0; k < part.nplanes; ++k)
+        unpack_plane_or(in + part.planes[k].offset, part.count, part.planes[k].width, part.planes[k].shift,
+                        codes + part.begin);
+      dec(codes + part.begin, part.count, part.centroids, scale, out + part.begin);
+    }
+  }
+
+ private:
+  std::vector<int> bits_;
+  std::vector<float> inv_sigma_;
+};
+
+}  // namespace
+
+Expected<HeadBasis> fit_head_basis(const float* x, size_t n, int d) {
+  if (d < 1 || d > 1024) return Status::Error("calibration: head dim " + std::to_string(d) + " outside [1, 1024]");
+  if (n < 2) return Status::Error("calibration: need at least 2 rows, got " + std::to_string(n));
+  const size_t D = static_cast<size_t>(d);
+  std::vector<double> mean(D, 0.0);
+  for (size_t t = 0; t < n; ++t)
+    for (size_t i = 0; i < D; ++i) {
+      const float v = x[t * D + i];
+      if (!std::isfinite(v))
+        return Status::Error("calibration: row " + std::to_string(t) + " element " + std::to_string(i) +
+                             " is not finite");
+      mean[i] += v;
+    }
+  for (double& m : mean) m /= static_cast<double>(n);
+  std::vector<double> cov(D * D, 0.0), c(D);
+  for (size_t t = 0; t < n; ++t) {
+    for (size_t i = 0; i < D; ++i) c[i] = x[t * D + i] - mean[i];
+    for (size_t i = 0; i < D; ++i)
+      for (size_t j = i; j < D; ++j) cov[i * D + j] += c[i] * c[j];
+  }
+  for (size_t i = 0; i < D; ++i)
+    for (size_t j = i; j < D; ++j) cov[j * D + i] = cov[i * D + j] /= static_cast<double>(n);
+  const SymEigen e = sym_eigen(cov, d);
+  HeadBasis b;
+  b.d = d;
+  b.mean.assign(mean.begin(), mean.end());
+  b.basis.assign(e.vectors.begin(), e.vectors.end());
+  b.var.resize(D);
+  for (size_t i = 0; i < D; ++i) b.var[i] = static_cast<float>(std::max(0.0, e.values[i]));
+  return b;
+}
+
+HeadBasis synthetic_head_basis(int d, uint64_t seed) {
+  HeadBasis b;
+  b.d = d;
+  b.mean.assign(d, 0.0f);
+  b.basis.resize(static_cast<size_t>(d) * d);
+  Rng rng(seed);
+  // Gram-Schmidt on Gaussian rows (float64), like Rotation's dense matrices.
+  std::vector<double> q(static_cast<size_t>(d) * d);
+  for (auto& v : q) v = rng.gaussian();
+  for (int j = 0; j < d; ++j) {
+    double* rj = &q[static_cast<size_t>(j) * d];
+    for (int pass = 0; pass < 2; ++pass)
+      for (int k = 0; k < j; ++k) {
+        const double* rk = &q[static_cast<size_t>(k) * d];
+        double dot = 0;
+        for (int i = 0; i < d; ++i) dot += rk[i] * rj[i];
+        for (int i = 0; i < d; ++i) rj[i] -= dot * rk[i];
+      }
+    double nrm = 0;
+    for (int i = 0; i < d; ++i) nrm += rj[i] * rj[i];
+    nrm = std::sqrt(nrm);
+    for (int i = 0; i < d; ++i) rj[i] /= nrm;
+  }
+  b.basis.assign(q.begin(), q.end());
+  b.var.resize(d);
+  for (int i = 0; i < d; ++i) b.var[i] = static_cast<float>(std::exp2(-4.0 * i / d));
+  return b;
+}
+
+std::vector<int> allocate_bits(const std::vector<float>& var, int total_bits, int group) {
+  const int d = static_cast<int>(var.size());
+  std::vector<int> bits(d, 0);
+  if (group < 1) group = 1;
+  const int ng = (d + group - 1) / group;
+  std::vector<double> gvar(ng, 0.0);
+  std::vector<int> gsize(ng, 0);
+  for (int i = 0; i < d; ++i) { gvar[i / group] += var[i]; ++gsize[i / group]; }
+  std::vector<int> gb(ng, 0);
+  int left = total_bits;
+  for (;;) {
+    int best = -1;
+    double best_gain = 0;
+    for (int g = 0; g < ng; ++g) {
+      if (gb[g] >= 8 || gsize[g] > left) continue;
+      const double gain = gvar[g] * (gauss_mse(gb[g]) - gauss_mse(gb[g] + 1));
+      if (gain > best_gain) { best_gain = gain; best = g; }  // ties: lowest index
+    }
+    if (best < 0) break;
+    ++gb[best];
+    left -= gsize[best];
+  }
+  for (int i = 0; i < d; ++i) bits[i] = gb[i / group];
+  return bits;
+}
+
+bool is_calibrated_format(std::string_view name) { return name.size() > 3 && name.substr(0, 3) == "tqc"; }
+
+Expected<double> calibrated_bits(std::string_view name, int d) {
+  if (!is_calibrated_format(name)) return Status::Error("not a calibrated format: '" + std::string(name) + "'");
+  const std::string num(name.substr(3));
+  char* end = nullptr;
+  const double b = std::strtod(num.c_str(), &end);
+  if (num.empty() || *end != '\0' || !(b > 0.0) || b > 8.0)
+    return Status::Error("format " + std::string(name) + ": tqcB needs B, the bits per coordinate, in (0, 8]");
+  const double total = b * d;
+  if (std::fabs(total - std::round(total)) > 1e-6)
+    return Status::Error("format " + std::string(name) + ": " + num + " bits x head dim " + std::to_string(d) +
+                         " is not a whole number of bits");
+  return b;
+}
+
+std::string calibrated_format_name(double bits) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "tqc%g", bits);
+  return buf;
+}
+
+Expected<std::unique_ptr<Codec>> make_calibrated_codec(std::string_view name, const HeadBasis& basis) {
+  const int d = basis.d;
+  auto b = calibrated_bits(name, d);
+  if (!b) return b.status();
+  if (basis.var.size() != static_cast<size_t>(d) || basis.basis.size() != static_cast<size_t>(d) * d)
+    return Status::Error("format " + std::string(name) + ": basis does not match head dim " + std::to_string(d));
+  for (int i = 0; i < d; ++i)
+    if (!(basis.var[i] >= 0.0f) || !std::isfinite(basis.var[i]))
+      return Status::Error("format " + std::string(name) + ": component " + std::to_string(i) + " has variance " +
+                           std::to_string(basis.var[i]));
+  auto rot = Rotation::from_matrix(d, basis.basis);
+  if (!rot) return Status::Error("format " + std::string(name) + ": " + rot.error());
+  const int total = static_cast<int>(std::lround(*b * d));
+  const int group = (d % 16 == 0 && total % 16 == 0) ? 16 : 1;
+  std::vector<int> bits = allocate_bits(basis.var, total, group);
+  std::vector<float> sigma(d);
+  for (int i = 0; i < d; ++i) sigma[i] = bits[i] > 0 ? std::sqrt(basis.var[i]) : 0.0f;
+  // Runs of equal widths: a greedy allocation is monotone in the variance
+  // order, so at most 8 of them.
+  int runs = 0;
+  for (int i = 0; i < d; ++i)
+    if (bits[i] > 0 && (i == 0 || bits[i] != bits[i - 1])) ++runs;
+  if (runs > RowLayout::kMaxParts)
+    return Status::Error("format " + std::string(name) + ": variances are not sorted (" + std::to_string(runs) +
+                         " runs of bit widths)");
+  return std::unique_ptr<Codec>(new CalibratedCodec(std::string(name), d, std::move(bits), std::move(sigma), *rot));
+}
+
+}  // namespace tkv

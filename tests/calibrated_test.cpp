@@ -1,0 +1,284 @@
+// Calibrated coding (tqc): the eigen solver, the fitted basis, bit allocation,
+// round trips, and fused attention on per-head calibrated rows against
+// float64 attention over the decoded rows (the kernel adds no error).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <numeric>
+
+#include "attention/attention.h"
+#include "codec/calibrated.h"
+#include "codec/eigen.h"
+#include "codec/format.h"
+#include "util/rng.h"
+#include "util/simd_targets.h"
+
+namespace tkv {
+namespace {
+
+// n rows x = mean + sum_i sqrt(var_i) g_i P_i of a head basis.
+std::vector<float> draw_rows(const HeadBasis& b, size_t n, uint64_t seed) {
+  Rng rng(seed);
+  const int d = b.d;
+  std::vector<float> x(n * d);
+  for (size_t t = 0; t < n; ++t)
+    for (int c = 0; c < d; ++c) {
+      const double g = rng.gaussian() * std::sqrt(double(b.var[c]));
+      for (int i = 0; i < d; ++i) x[t * d + i] += float(g * b.basis[size_t(c) * d + i]);
+    }
+  for (size_t t = 0; t < n; ++t)
+    for (int i = 0; i < d; ++i) x[t * d + i] += b.mean[i];
+  return x;
+}
+
+double rel_mse(const Codec& c, const std::vector<float>& x, const float* mu = nullptr) {
+  const int d = c.dim();
+  const size_t n = x.size() / d;
+  std::vector<float> xc = x;
+  if (mu)
+    for (size_t t = 0; t < n; ++t)
+      for (int i = 0; i < d; ++i) xc[t * d + i] -= mu[i];
+  std::vector<uint8_t> q(n * c.row_bytes());
+  EXPECT_TRUE(c.quantize(xc.data(), n, q.data()).ok());
+  std::vector<float> y(xc.size());
+  c.dequantize(q.data(), n, y.data());
+  double e = 0, s = 0;
+  for (size_t i = 0; i < xc.size(); ++i) {
+    e += std::pow(double(xc[i]) - y[i], 2);
+    s += double(xc[i]) * xc[i];
+  }
+  return e / s;
+}
+
+TEST(Calibrated, EigenSolverDiagonalisesSymmetricMatrices) {
+  for (int n : {1, 2, 7, 64, 130}) {
+    Rng rng(n);
+    std::vector<double> a(size_t(n) * n);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j <= i; ++j) a[size_t(i) * n + j] = a[size_t(j) * n + i] = rng.gaussian();
+    const SymEigen e = sym_eigen(a, n);
+    for (int r = 0; r < n; ++r) {
+      if (r > 0) EXPECT_GE(e.values[r - 1], e.values[r]);
+      for (int s = 0; s < n; ++s) {  // orthonormal rows
+        double dot = 0;
+        for (int k = 0; k < n; ++k) dot += e.vectors[size_t(r) * n + k] * e.vectors[size_t(s) * n + k];
+        EXPECT_NEAR(dot, r == s ? 1.0 : 0.0, 1e-10);
+      }
+      for (int i = 0; i < n; ++i) {  // A v = lambda v
+        double av = 0;
+        for (int k = 0; k < n; ++k) av += a[size_t(i) * n + k] * e.vectors[size_t(r) * n + k];
+        EXPECT_NEAR(av, e.values[r] * e.vectors[size_t(r) * n + i], 1e-9);
+      }
+    }
+  }
+}
+
+TEST(Calibrated, FittedBasisIsOrthonormalAndFindsTheVariances) {
+  const int d = 48;
+  HeadBasis truth = synthetic_head_basis(d, 5);
+  for (int i = 0; i < d; ++i) truth.mean[i] = float(i % 5) - 2.0f;
+  const auto x = draw_rows(truth, 20000, 9);
+  auto fit = fit_head_basis(x.data(), 20000, d);
+  ASSERT_TRUE(fit.ok()) << fit.error();
+  for (int r = 0; r < d; ++r)
+    for (int s = 0; s < d; ++s) {
+      double dot = 0;
+      for (int k = 0; k < d; ++k) dot += double(fit->basis[size_t(r) * d + k]) * fit->basis[size_t(s) * d + k];
+      EXPECT_NEAR(dot, r == s ? 1.0 : 0.0, 1e-6);
+    }
+  for (int i = 0; i < d; ++i) {
+    EXPECT_NEAR(fit->var[i], truth.var[i], 0.06 * truth.var[i] + 1e-3) << i;
+    EXPECT_NEAR(fit->mean[i], truth.mean[i], 0.05);
+  }
+  // Deterministic for the same rows.
+  auto again = fit_head_basis(x.data(), 20000, d);
+  EXPECT_EQ(fit->basis, again->basis);
+  EXPECT_EQ(fit->var, again->var);
+  // Bad input is an error, not garbage.
+  std::vector<float> bad = x;
+  bad[77] = NAN;
+  EXPECT_FALSE(fit_head_basis(bad.data(), 100, d).ok());
+  EXPECT_FALSE(fit_head_basis(x.data(), 1, d).ok());
+}
+
+TEST(Calibrated, AllocationMeetsTheBudgetAndSkipsZeroVariance) {
+  std::vector<float> var(64);
+  for (int i = 0; i < 64; ++i) var[i] = i < 40 ? std::exp2(-0.2f * i) : 0.0f;
+  for (int total : {0, 1, 64, 150, 256, 320}) {
+    const auto b = allocate_bits(var, total, 1);
+    EXPECT_EQ(std::accumulate(b.begin(), b.end(), 0), std::min(total, 40 * 8));
+    for (int i = 0; i < 64; ++i) {
+      if (i >= 40) EXPECT_EQ(b[i], 0) << "zero-variance component " << i << " got bits";
+      if (i > 0) EXPECT_LE(b[i], b[i - 1]);
+    }
+  }
+  const auto g = allocate_bits(var, 256, 16);
+  EXPECT_EQ(std::accumulate(g.begin(), g.end(), 0), 256);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(g[i], g[i / 16 * 16]);
+  EXPECT_EQ(g[63], 0);  // the all-zero group gets nothing
+  // A codec on that basis: the zero-variance components cost no bytes.
+  HeadBasis hb = synthetic_head_basis(64, 3);
+  hb.var = var;
+  auto c = make_calibrated_codec("tqc2", hb);
+  ASSERT_TRUE(c.ok()) << c.error();
+  int covered = 0;
+  for (int p = 0; p < (*c)->layout().nparts; ++p) covered += (*c)->layout().parts[p].count;
+  EXPECT_LE(covered, 48);
+  EXPECT_EQ((*c)->row_bytes(), 2u + 128 / 8);
+}
+
+TEST(Calibrated, EightBitsRoundTripsToCodebookError) {
+  for (int d : {64, 80, 128}) {
+    const HeadBasis hb = synthetic_head_basis(d, d);
+    auto c = make_calibrated_codec("tqc8", hb);
+    ASSERT_TRUE(c.ok()) << c.error();
+    EXPECT_EQ((*c)->row_bytes(), size_t(2 + d));
+    const auto x = draw_rows(hb, 500, 1);
+    // Unit-Gaussian 8-bit Lloyd-Max error is ~4e-5 per coordinate.
+    EXPECT_LT(rel_mse(**c, x), 2e-4) << d;
+  }
+}
+
+TEST(Calibrated, BeatsPlainTqOnAnisotropicRows) {
+  const int d = 128;
+  HeadBasis hb = synthetic_head_basis(d, 17);
+  for (int i = 0; i < d; ++i) hb.var[i] = float(std::exp(-8.0 * i / d));  // eigenvalue spread ~3000x
+  const auto train = draw_rows(hb, 4000, 2), test = draw_rows(hb, 1000, 3);
+  auto fit = fit_head_basis(train.data(), 4000, d);
+  ASSERT_TRUE(fit.ok());
+  for (int bits : {2, 3, 4}) {
+    auto tqc = make_calibrated_codec("tqc" + std::to_string(bits), *fit);
+    auto tq = make_codec("tq" + std::to_string(bits), d);
+    ASSERT_TRUE(tqc.ok() && tq.ok());
+    EXPECT_EQ((*tqc)->row_bytes(), (*tq)->row_bytes());
+    const double e_c = rel_mse(**tqc, test, fit->mean.data()), e_t = rel_mse(**tq, test);
+    EXPECT_LT(e_c * 2.0, e_t) << bits << " bits: tqc " << e_c << " tq " << e_t;
+  }
+}
+
+TEST(Calibrated, NamesAndBadInput) {
+  EXPECT_TRUE(calibrated_bits("tqc3.5", 64).ok());
+  EXPECT_FALSE(calibrated_bits("tqc3.3", 64).ok());   // not a multiple of 1/64
+  EXPECT_FALSE(calibrated_bits("tqc9", 64).ok());
+  EXPECT_FALSE(calibrated_bits("tqcx", 64).ok());
+  EXPECT_EQ(calibrated_format_name(4.0), "tqc4");
+  EXPECT_EQ(calibrated_format_name(2.25), "tqc2.25");
+  auto plain = make_codec("tqc4", 128);
+  ASSERT_FALSE(plain.ok());
+  EXPECT_NE(plain.error().find("calibration"), std::string::npos);
+  HeadBasis hb = synthetic_head_basis(32, 1);
+  hb.basis[5] += 0.1f;  // no longer orthonormal
+  auto c = make_calibrated_codec("tqc4", hb);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().find("orthonormal"), std::string::npos);
+}
+
+// Per-head calibrated K and V (or mixed with plain formats) through the fused
+// kernel, against float64 attention over the decoded rows.
+void check_attention(const std::string& fk, const std::string& fv, int d, int H, int gqa, int n_kv, int n_q,
+                     int causal) {
+  SCOPED_TRACE(fk + "/" + fv + " d=" + std::to_string(d) + " H=" + std::to_string(H) + " gqa=" +
+               std::to_string(gqa) + " n_kv=" + std::to_string(n_kv) + " n_q=" + std::to_string(n_q));
+  const int Hq = H * gqa;
+  std::vector<HeadBasis> bases;
+  std::vector<std::unique_ptr<Codec>> kc, vc;
+  std::vector<const Codec*> kp, vp;
+  for (int h = 0; h < H; ++h) {
+    bases.push_back(synthetic_head_basis(d, 100 + h));
+    auto make = [&](const std::string& f, uint64_t seed) {
+      auto c = is_calibrated_format(f) ? make_calibrated_codec(f, bases[h]) : make_codec(f, d, seed);
+      EXPECT_TRUE(c.ok()) << c.error();
+      return std::move(*c);
+    };
+    kc.push_back(make(fk, 1));
+    vc.push_back(make(fv, 2));
+    kp.push_back(kc.back().get());
+    vp.push_back(vc.back().get());
+  }
+  Rng rng(d * 7 + n_kv);
+  std::vector<float> q(size_t(n_q) * Hq * d), mu_k(size_t(H) * d), mu_v(size_t(H) * d);
+  for (auto& x : q) x = float(rng.gaussian());
+  for (auto& x : mu_k) x = float(rng.gaussian());
+  for (auto& x : mu_v) x = float(rng.gaussian());
+  const size_t kr = kc[0]->row_bytes(), vr = vc[0]->row_bytes();
+  std::vector<uint8_t> kq(size_t(n_kv) * H * kr), vq(size_t(n_kv) * H * vr);
+  std::vector<float> K(size_t(n_kv) * H * d), V(K.size());  // decoded, original domain, + mu
+  for (int h = 0; h < H; ++h) {
+    const auto xk = draw_rows(bases[h], n_kv, 10 + h), xv = draw_rows(bases[h], n_kv, 20 + h);
+    for (int t = 0; t < n_kv; ++t) {
+      uint8_t* krow = &kq[(size_t(t) * H + h) * kr];
+      uint8_t* vrow = &vq[(size_t(t) * H + h) * vr];
+      ASSERT_TRUE(kc[h]->quantize(&xk[size_t(t) * d], 1, krow).ok());
+      ASSERT_TRUE(vc[h]->quantize(&xv[size_t(t) * d], 1, vrow).ok());
+      kc[h]->dequantize(krow, 1, &K[(size_t(t) * H + h) * d], Impl::kRef);
+      vc[h]->dequantize(vrow, 1, &V[(size_t(t) * H + h) * d], Impl::kRef);
+      for (int i = 0; i < d; ++i) {
+        K[(size_t(t) * H + h) * d + i] += mu_k[h * d + i];
+        V[(size_t(t) * H + h) * d + i] += mu_v[h * d + i];
+      }
+    }
+  }
+  std::vector<float> out(q.size(), -1.0f);
+  AttentionArgs a;
+  a.q = q.data();
+  a.n_q = n_q;
+  a.n_q_heads = Hq;
+  a.n_kv = n_kv;
+  a.n_kv_heads = H;
+  a.d = d;
+  a.k = {kp[0], kq.data(), 0, 0, kp.data()};
+  a.v = {vp[0], vq.data(), 0, 0, vp.data()};
+  a.causal_offset = causal;
+  a.mu_k = mu_k.data();
+  a.mu_v = mu_v.data();
+  a.threads = 2;
+  a.out = out.data();
+  ASSERT_TRUE(attention(a).ok());
+  std::vector<float> ref_out(q.size());
+  a.out = ref_out.data();
+  ASSERT_TRUE(attention_ref(a).ok());
+  const double scale = 1.0 / std::sqrt(double(d));
+  for (int i = 0; i < n_q; ++i)
+    for (int hq = 0; hq < Hq; ++hq) {
+      const int h = hq / gqa;
+      const int lim = causal < 0 ? n_kv : std::min(n_kv, causal + i + 1);
+      std::vector<double> s(lim), o(d, 0.0);
+      double mx = -1e300, sum = 0;
+      for (int t = 0; t < lim; ++t) {
+        double dot = 0;
+        for (int x = 0; x < d; ++x) dot += double(q[(size_t(i) * Hq + hq) * d + x]) * K[(size_t(t) * H + h) * d + x];
+        mx = std::max(mx, s[t] = dot * scale);
+      }
+      for (auto& x : s) sum += (x = std::exp(x - mx));
+      for (int t = 0; t < lim; ++t)
+        for (int x = 0; x < d; ++x) o[x] += s[t] / sum * V[(size_t(t) * H + h) * d + x];
+      double e = 0, er = 0, n = 0;
+      for (int x = 0; x < d; ++x) {
+        const size_t at = (size_t(i) * Hq + hq) * d + x;
+        e += std::pow(out[at] - o[x], 2);
+        er += std::pow(out[at] - ref_out[at], 2);
+        n += o[x] * o[x];
+      }
+      EXPECT_LT(std::sqrt(e / std::max(n, 1e-6)), 1e-4) << "query " << i << " head " << hq;
+      EXPECT_LT(std::sqrt(er / std::max(n, 1e-6)), 1e-4) << "reference, query " << i << " head " << hq;
+    }
+}
+
+TEST(Calibrated, AttentionAddsNoErrorBeyondTheCodes) {
+  for (const auto& t : simd_targets()) {
+    SCOPED_TRACE(t.name);
+    simd_force_target(t.bit);
+    check_attention("tqc4", "tqc4", 128, 2, 4, 300, 1, -1);
+    check_attention("tqc3", "tqc2.5", 64, 2, 1, 1, 1, -1);
+    check_attention("tqc2.25", "tqc3.75", 64, 1, 8, 700, 1, -1);
+    check_attention("tqc3", "tq4", 128, 2, 2, 200, 5, 195);
+    check_attention("f16", "tqc4", 96, 2, 3, 100, 17, 83);
+    check_attention("tqc3.5", "tqc8", 80, 3, 2, 150, 1, -1);   // d 80: runs of 16 not all aligned on AVX-512
+    check_attention("tqc2.1", "q8_0", 80, 2, 1, 90, 1, -1);    // 168 bits: allocated one by one (slow path)
+  }
+  simd_force_target(0);
+}
+
+}  // namespace
+}  // namespace tkv
