@@ -26,6 +26,8 @@ struct HeadBasis {
   std::vector<float> mean;   // d
   std::vector<float> basis;  // d x d row-major; row i = component i (unit vector)
   std::vector<float> var;    // d, descending, >= 0
+  double shrink_offdiag = 0;  // fit_head_basis's shrinkage weights (see there)
+  double shrink_mean = 0;
 };
 
 // Mean, eigenvectors and eigenvalues of the centred covariance of n rows of d

@@ -124,13 +124,48 @@ Expected<HeadBasis> fit_head_basis(const float* x, size_t n, int d) {
   }
   for (size_t i = 0; i < D; ++i)
     for (size_t j = i; j < D; ++j) cov[j * D + i] = cov[i * D + j] /= static_cast<double>(n);
+  // Shrinkage for small calibration sets (n not much above d, where the
+  // sample covariance is singular and its small eigenvalues are noise):
+  // 1. off-diagonal entries towards 0 (Schafer & Strimmer's target D): per-
+  //    channel variances are estimated well from few rows, correlations not;
+  //    lambda = sum Var(s_ij) / sum s_ij^2 over i != j, estimated from the rows;
+  // 2. eigenvalues towards their mean with weight 0.3 min(1, d/n), so no
+  //    direction is coded as if it were empty (Ledoit-Wolf's own weight, 0.6
+  //    to 1 on 49 Qwen3.5 keys, shrank too far: measured in docs/RESULTS.md).
+  // Both weights vanish as n grows.
+  double num = 0, den = 0;
+  {
+    std::vector<double> w2(D * D, 0.0);
+    for (size_t t = 0; t < n; ++t) {
+      for (size_t i = 0; i < D; ++i) c[i] = x[t * D + i] - mean[i];
+      for (size_t i = 0; i < D; ++i)
+        for (size_t j = i + 1; j < D; ++j) w2[i * D + j] += std::pow(c[i] * c[j] - cov[i * D + j], 2);
+    }
+    const double nn = static_cast<double>(n);
+    for (size_t i = 0; i < D; ++i)
+      for (size_t j = i + 1; j < D; ++j) {
+        num += w2[i * D + j] / (nn * (nn - 1.0));  // variance of the mean of n products
+        den += cov[i * D + j] * cov[i * D + j];
+      }
+  }
+  double lambda = den > 0 ? std::min(1.0, num / den) : 0.0;
+  for (size_t i = 0; i < D; ++i)
+    for (size_t j = 0; j < D; ++j)
+      if (i != j) cov[i * D + j] *= 1.0 - lambda;
+  double mu_tr = 0;
+  for (size_t i = 0; i < D; ++i) mu_tr += cov[i * D + i];
+  mu_tr /= static_cast<double>(D);
+  const double alpha = 0.3 * std::min(1.0, static_cast<double>(D) / static_cast<double>(n));
   const SymEigen e = sym_eigen(cov, d);
   HeadBasis b;
   b.d = d;
   b.mean.assign(mean.begin(), mean.end());
   b.basis.assign(e.vectors.begin(), e.vectors.end());
   b.var.resize(D);
-  for (size_t i = 0; i < D; ++i) b.var[i] = static_cast<float>(std::max(0.0, e.values[i]));
+  for (size_t i = 0; i < D; ++i)
+    b.var[i] = static_cast<float>((1.0 - alpha) * std::max(0.0, e.values[i]) + alpha * mu_tr);
+  b.shrink_offdiag = lambda;
+  b.shrink_mean = alpha;
   return b;
 }
 
@@ -221,13 +256,40 @@ Expected<std::unique_ptr<Codec>> make_calibrated_codec(std::string_view name, co
     if (!(basis.var[i] >= 0.0f) || !std::isfinite(basis.var[i]))
       return Status::Error("format " + std::string(name) + ": component " + std::to_string(i) + " has variance " +
                            std::to_string(basis.var[i]));
-  auto rot = Rotation::from_matrix(d, basis.basis);
-  if (!rot) return Status::Error("format " + std::string(name) + ": " + rot.error());
   const int total = static_cast<int>(std::lround(*b * d));
   const int group = (d % 16 == 0 && total % 16 == 0) ? 16 : 1;
   std::vector<int> bits = allocate_bits(basis.var, total, group);
   std::vector<float> sigma(d);
   for (int i = 0; i < d; ++i) sigma[i] = bits[i] > 0 ? std::sqrt(basis.var[i]) : 0.0f;
+  std::vector<float> rows = basis.basis;
+  {
+    // Components sharing a bit width are mixed by a seeded random rotation:
+    // the expected error is the same (equal bits, total variance kept), but
+    // each coded coordinate becomes a blend of many components, so errors in
+    // individual variance estimates and non-Gaussian shapes average out.
+    for (int i = 0; i < d;) {
+      int j = i;
+      while (j < d && bits[j] == bits[i]) ++j;
+      const int len = j - i;
+      if (bits[i] > 0 && len >= 2) {
+        auto q = Rotation::make(len, kDefaultSeed + static_cast<uint64_t>(i));
+        if (!q) return Status::Error("format " + std::string(name) + ": " + q.error());
+        double v = 0;
+        for (int k = i; k < j; ++k) v += basis.var[k];
+        const float s = static_cast<float>(std::sqrt(v / len));
+        for (int r = 0; r < len; ++r) {
+          sigma[i + r] = s;
+          for (int col = 0; col < d; ++col) {
+            double acc = 0;
+            for (int k = 0; k < len; ++k)
+              acc += (*q)->entry(r, k) * basis.basis[static_cast<size_t>(i + k) * d + col];
+            rows[static_cast<size_t>(i + r) * d + col] = static_cast<float>(acc);
+          }
+        }
+      }
+      i = j;
+    }
+  }
   // Runs of equal widths: a greedy allocation is monotone in the variance
   // order, so at most 8 of them.
   int runs = 0;
@@ -236,6 +298,8 @@ Expected<std::unique_ptr<Codec>> make_calibrated_codec(std::string_view name, co
   if (runs > RowLayout::kMaxParts)
     return Status::Error("format " + std::string(name) + ": variances are not sorted (" + std::to_string(runs) +
                          " runs of bit widths)");
+  auto rot = Rotation::from_matrix(d, rows);
+  if (!rot) return Status::Error("format " + std::string(name) + ": " + rot.error());
   return std::unique_ptr<Codec>(new CalibratedCodec(std::string(name), d, std::move(bits), std::move(sigma), *rot));
 }
 

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -88,8 +89,15 @@ Expected<std::vector<std::string>> parse_format_list(std::string_view list) {
     if (comma == std::string_view::npos) comma = list.size();
     std::string item(list.substr(pos, comma - pos));
     if (item.empty()) return Status::Error("empty format name in list '" + std::string(list) + "'");
-    auto c = make_codec(item, 128);
-    if (!c) return c.status();
+    if (item.size() > 3 && item.substr(0, 3) == "tqc") {  // needs a calibration; checked where it is built
+      char* end = nullptr;
+      const double b = std::strtod(item.c_str() + 3, &end);
+      if (*end != '\0' || !(b > 0.0 && b <= 8.0))
+        return Status::Error("format " + item + ": tqcB needs B, the bits per coordinate, in (0, 8]");
+    } else {
+      auto c = make_codec(item, 128);
+      if (!c) return c.status();
+    }
     out.push_back(item);
     pos = comma + 1;
   }

@@ -1,5 +1,7 @@
 #include "tools/kv_stats.h"
 
+#include "codec/calibrated.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -167,49 +169,82 @@ Expected<std::vector<KvStatsRow>> kv_stats(const KvFile& kv, const std::string& 
     return Status::Error(source + ": no vectors (kv_heads " + std::to_string(kv.kv_heads) + ", tokens " +
                          std::to_string(kv.tokens) + ", " + std::to_string(kv.data.size()) + " values)");
   const int d = static_cast<int>(kv.head_dim);
-  const size_t n = kv.tokens;
+  // Calibrated mode: fit on rows [0, n0), measure rows [n0, n0 + n).
+  const size_t n0 = opt.calibrated ? kv.tokens / 2 : 0;
+  const size_t n = kv.tokens - n0;
+  if (opt.calibrated && n0 < 2)
+    return Status::Error(source + ": --calibrated needs at least 4 vectors per head, got " + std::to_string(kv.tokens));
   const auto& names = opt.formats.empty() ? all_format_names() : opt.formats;
-  std::vector<std::unique_ptr<Codec>> codecs;
+  // codecs[f * heads + h]: plain formats share one codec, tqc has one per head.
+  const size_t H = kv.kv_heads;
+  std::vector<std::unique_ptr<Codec>> owned;
+  std::vector<const Codec*> codecs;
+  std::vector<HeadBasis> bases(H);
+  if (opt.calibrated)
+    for (uint32_t h = 0; h < H; ++h) {
+      auto b = fit_head_basis(kv.head(h), n0, d);
+      if (!b) return Status::Error(source + ": head " + std::to_string(h) + ": " + b.error());
+      bases[h] = std::move(*b);
+    }
   for (const auto& name : names) {
-    auto c = make_codec(name, d, opt.seed);
-    if (!c) return Status::Error(source + ": " + c.error());
-    codecs.push_back(std::move(*c));
+    if (is_calibrated_format(name)) {
+      if (!opt.calibrated) return Status::Error(source + ": " + name + " needs --calibrated");
+      for (uint32_t h = 0; h < H; ++h) {
+        auto c = make_calibrated_codec(name, bases[h]);
+        if (!c) return Status::Error(source + ": " + c.error());
+        owned.push_back(std::move(*c));
+        codecs.push_back(owned.back().get());
+      }
+    } else {
+      auto c = make_codec(name, d, opt.seed);
+      if (!c) return Status::Error(source + ": " + c.error());
+      owned.push_back(std::move(*c));
+      for (uint32_t h = 0; h < H; ++h) codecs.push_back(owned.back().get());
+    }
   }
+  const size_t nf = names.size();
   std::vector<bool> variants;  // mean_centered flags, in report order
   if (opt.plain) variants.push_back(false);
   if (opt.centered) variants.push_back(true);
 
-  std::vector<Accum> acc(codecs.size() * variants.size());
+  std::vector<Accum> acc(nf * variants.size());
   std::vector<double> xh;
   for (uint32_t h = 0; h < kv.kv_heads; ++h) {
     const std::string where = source + ": head " + std::to_string(h) + ": ";
-    const float* x = kv.head(h);
+    const float* x = kv.head(h) + n0 * d;
     HeadReference ref = make_reference(x, n, d, opt.queries, opt.seed ^ (0x71756572ull * (h + 1)));
-    if (opt.centered) {
+    if (opt.calibrated) {
+      ref.mu.assign(bases[h].mean.begin(), bases[h].mean.end());
+    } else if (opt.centered) {
       auto mu = head_mean(x, n, d, opt.mean_rows);
       if (!mu) return Status::Error(where + mu.error());
       ref.mu = std::move(*mu);
     }
-    for (size_t f = 0; f < codecs.size(); ++f)
+    for (size_t f = 0; f < nf; ++f)
       for (size_t v = 0; v < variants.size(); ++v) {
-        Status s = decode_rows(*codecs[f], x, n, variants[v] ? &ref.mu : nullptr, xh);
+        const Codec& c = *codecs[f * H + h];
+        const bool tqc = c.family() == FormatFamily::kCalibrated;
+        if (tqc && !variants[v] && variants.size() > 1) continue;  // tqc is centred by construction
+        const bool centre = variants[v] || tqc;
+        Status s = decode_rows(c, x, n, centre ? &ref.mu : nullptr, xh);
         if (!s.ok()) return Status::Error(where + s.message());
         accumulate(ref, xh, n, d, acc[f * variants.size() + v]);
       }
   }
 
   std::vector<KvStatsRow> rows;
-  for (size_t f = 0; f < codecs.size(); ++f)
+  for (size_t f = 0; f < nf; ++f)
     for (size_t v = 0; v < variants.size(); ++v) {
       const Accum& a = acc[f * variants.size() + v];
+      if (a.rows == 0) continue;  // a tqc format's uncentred variant
       KvStatsRow r;
       r.source = source;
-      r.format = codecs[f]->name();
+      r.format = codecs[f * H]->name();
       r.d = d;
       r.heads = kv.kv_heads;
-      r.tokens = kv.tokens;
-      r.mean_centered = variants[v];
-      r.bits_per_value = codecs[f]->bits_per_value();
+      r.tokens = static_cast<uint32_t>(n);
+      r.mean_centered = variants[v] || codecs[f * H]->family() == FormatFamily::kCalibrated;
+      r.bits_per_value = codecs[f * H]->bits_per_value();
       r.size_vs_f16 = 16.0 / r.bits_per_value;
       r.rel_mse = ratio(a.err2, a.energy);
       r.cosine = a.cos_sum / static_cast<double>(a.rows);

@@ -23,6 +23,9 @@ struct KvStatsOptions {
   int mean_rows = 64;                // rows that estimate the centring mean (all if fewer)
   bool plain = true;                 // measure without centring
   bool centered = true;              // measure with exact mean centring
+  // Calibrated mode: each head's first half of the rows fits the tqc basis
+  // and the centring mean; every format is measured on the second half.
+  bool calibrated = false;
 };
 
 struct KvStatsRow {
@@ -41,6 +44,7 @@ struct KvStatsRow {
 };
 
 // Measures every format in opt.formats on every head of kv (rows = tokens).
+// tqc formats need opt.calibrated (they always code x - mu of the fit).
 // Errors (bad format, unsupported d, NaN/Inf or out-of-range values) name the
 // source, the head, the format and the row.
 Expected<std::vector<KvStatsRow>> kv_stats(const KvFile& kv, const std::string& source,

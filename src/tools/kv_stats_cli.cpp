@@ -25,7 +25,11 @@ struct KvStatsArgs {
   std::string roundtrip;
   std::string out;
   bool mean_center = false;
+  bool calibrated = false;
 };
+
+// --calibrated without --formats: plain and calibrated coding at equal sizes.
+constexpr const char* kCalibratedDefault = "q4_0r,tq2,tqc2,tq3,tqc3,tq4,tqc4,tq4.5,tqc4.375";
 
 [[noreturn]] void fail(const std::string& msg) {
   std::cerr << "turbokv kv-stats: error: " << msg << "\n";
@@ -49,9 +53,10 @@ void run_kv_stats(const KvStatsArgs& a) {
   if (!a.roundtrip.empty()) return run_roundtrip(a);
   if (a.mean_center) fail("--mean-center only applies to --roundtrip (kv-stats reports both variants)");
   if (a.kv_files.empty() && !a.synthetic) fail("give --kv FILE (repeatable) or --synthetic");
-  auto formats = parse_format_list(a.formats);
+  auto formats = parse_format_list(a.calibrated && a.formats == "all" ? kCalibratedDefault : a.formats);
   if (!formats) fail(formats.error());
   KvStatsOptions opt;
+  opt.calibrated = a.calibrated;
   opt.formats = *formats;
   opt.seed = a.seed;
   opt.queries = a.queries;
@@ -111,6 +116,9 @@ void register_kv_stats(CLI::App& app) {
   sub->add_option("--queries", a->queries, "Random queries per head")->capture_default_str()->check(
       CLI::Range(1, 4096));
   sub->add_flag("--json", a->json, "Print a JSON list of objects instead of tables");
+  sub->add_flag("--calibrated", a->calibrated,
+                "Fit a per-head basis (tqc formats) and mean on the first half of each head's vectors and "
+                "measure every format on the second half");
   sub->add_option("--roundtrip", a->roundtrip, "Write the --kv file coded and decoded with FORMAT to -o");
   sub->add_option("-o,--output", a->out, "Output file of --roundtrip");
   sub->add_flag("--mean-center", a->mean_center, "With --roundtrip: code x - mu and add mu back");
