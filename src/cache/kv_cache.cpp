@@ -4,32 +4,118 @@
 
 namespace tkv {
 
+namespace {
+
+// The codecs of one layer's K or V: a calibrated format gets one per KV head.
+Status make_layer_codecs(const std::string& name, const KvPolicyEntry* cal, int H, int d, uint64_t seed,
+                         std::vector<std::unique_ptr<Codec>>& out) {
+  if (is_calibrated_format(name)) {
+    if (!cal) return Status::Error(name + " needs a calibration: pass --kv-policy FILE from `turbokv calibrate`");
+    for (int h = 0; h < H; ++h) {
+      auto c = make_calibrated_codec(name, cal->heads[h]);
+      if (!c) return c.status();
+      out.push_back(std::move(*c));
+    }
+    return Status::Ok();
+  }
+  auto c = make_codec(name, d, seed);
+  if (!c) return c.status();
+  out.push_back(std::move(*c));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o) {
+  // Boundary layers (first and last) are the most sensitive to cache error in
+  // published KV quantization studies and in our own per-layer KLD sweeps
+  // (turbokv calibrate --budget), so they keep more bits; K gets at least as
+  // many bits as V because score errors are amplified by the softmax.
+  std::string k_mid, v_mid, k_edge, v_edge;
+  if (preset == "quality") {
+    k_mid = "tq4.5"; v_mid = "tq4-ip"; k_edge = "q8_0r"; v_edge = "tq4.5";
+  } else if (preset == "balanced") {
+    k_mid = "tq4-ip"; v_mid = "tq3.5"; k_edge = "tq4.5"; v_edge = "tq4-ip";
+  } else if (preset == "compact") {
+    k_mid = "tq3-ip"; v_mid = "tq2.5"; k_edge = "tq4-ip"; v_edge = "tq3-ip";
+  } else {
+    return Status::Error("unknown --kv-preset '" + preset + "' (quality, balanced or compact)");
+  }
+  o.layer_type_k.assign(n_layer, k_mid);
+  o.layer_type_v.assign(n_layer, v_mid);
+  for (int l : {0, n_layer - 1}) {
+    o.layer_type_k[l] = k_edge;
+    o.layer_type_v[l] = v_edge;
+  }
+  return Status::Ok();
+}
+
 Expected<std::unique_ptr<KvCache>> KvCache::create(int n_layer, int n_kv_heads, int head_dim,
                                                    const KvCacheOptions& o) {
   if (n_layer < 1 || n_kv_heads < 1) return Status::Error("kv cache: need at least one layer and one KV head");
   if (o.capacity < 1) return Status::Error("kv cache: capacity must be at least 1 token");
+  const KvPolicy* pol = o.policy.get();
+  if (pol && (pol->n_layer != n_layer || pol->n_kv_heads != n_kv_heads || pol->head_dim != head_dim))
+    return Status::Error("kv policy is for " + std::to_string(pol->n_layer) + " layers x " +
+                         std::to_string(pol->n_kv_heads) + " KV heads x d " + std::to_string(pol->head_dim) +
+                         ", the model has " + std::to_string(n_layer) + " x " + std::to_string(n_kv_heads) + " x " +
+                         std::to_string(head_dim));
+  for (const auto* list : {&o.layer_type_k, &o.layer_type_v})
+    if (!list->empty() && list->size() != static_cast<size_t>(n_layer))
+      return Status::Error("kv cache: " + std::to_string(list->size()) + " per-layer formats for " +
+                           std::to_string(n_layer) + " layers");
   auto c = std::unique_ptr<KvCache>(new KvCache());
   c->opt_ = o;
   c->n_kv_heads_ = n_kv_heads;
   c->d_ = head_dim;
-  auto k = make_codec(o.type_k, head_dim, o.seed);
-  if (!k) return Status::Error("cache type K: " + k.error());
-  auto v = make_codec(o.type_v, head_dim, o.seed ^ 0x5555555555555555ull);
-  if (!v) return Status::Error("cache type V: " + v.error());
-  c->k_codec_ = std::move(*k);
-  c->v_codec_ = std::move(*v);
   c->f16_ = std::move(*make_codec("f16", head_dim));
   c->layers_.resize(n_layer);
-  // 64 spare bytes: kernels may read a little past the last row.
-  const size_t kb = c->k_codec_->row_bytes() * size_t(n_kv_heads) * o.capacity + 64;
-  const size_t vb = c->v_codec_->row_bytes() * size_t(n_kv_heads) * o.capacity + 64;
-  for (auto& l : c->layers_) {
-    l.k = HugeBuffer(kb);
-    l.v = HugeBuffer(vb);
-    l.mu_k.assign(size_t(n_kv_heads) * head_dim, 0.0f);
-    l.mu_v.assign(size_t(n_kv_heads) * head_dim, 0.0f);
+  for (int l = 0; l < n_layer; ++l) {
+    Layer& L = c->layers_[l];
+    const std::string tk = pol ? pol->k[l].format : o.layer_type_k.empty() ? o.type_k : o.layer_type_k[l];
+    const std::string tv = pol ? pol->v[l].format : o.layer_type_v.empty() ? o.type_v : o.layer_type_v[l];
+    Status s = make_layer_codecs(tk, pol ? &pol->k[l] : nullptr, n_kv_heads, head_dim, o.seed, L.kc);
+    if (!s.ok()) return Status::Error("cache type K (layer " + std::to_string(l) + "): " + s.message());
+    s = make_layer_codecs(tv, pol ? &pol->v[l] : nullptr, n_kv_heads, head_dim, o.seed ^ 0x5555555555555555ull, L.vc);
+    if (!s.ok()) return Status::Error("cache type V (layer " + std::to_string(l) + "): " + s.message());
+    for (auto& x : L.kc) L.kp.push_back(x.get());
+    for (auto& x : L.vc) L.vp.push_back(x.get());
+    // 64 spare bytes: kernels may read a little past the last row.
+    L.k = HugeBuffer(L.kc[0]->row_bytes() * size_t(n_kv_heads) * o.capacity + 64);
+    L.v = HugeBuffer(L.vc[0]->row_bytes() * size_t(n_kv_heads) * o.capacity + 64);
+    L.mu_k.assign(size_t(n_kv_heads) * head_dim, 0.0f);
+    L.mu_v.assign(size_t(n_kv_heads) * head_dim, 0.0f);
+    if (pol) {  // means from the calibration, from the first token on
+      for (int h = 0; h < n_kv_heads; ++h)
+        for (int i = 0; i < head_dim; ++i) {
+          L.mu_k[h * head_dim + i] = pol->k[l].heads[h].mean[i];
+          L.mu_v[h * head_dim + i] = pol->v[l].heads[h].mean[i];
+        }
+      L.centred = true;
+    }
   }
   return c;
+}
+
+size_t KvCache::k_bytes() const {
+  size_t b = 0;
+  for (const auto& L : layers_) b += L.kc[0]->row_bytes() * size_t(n_kv_heads_) * opt_.capacity;
+  return b;
+}
+size_t KvCache::v_bytes() const {
+  size_t b = 0;
+  for (const auto& L : layers_) b += L.vc[0]->row_bytes() * size_t(n_kv_heads_) * opt_.capacity;
+  return b;
+}
+double KvCache::k_bits_per_value() const {
+  double s = 0;
+  for (const auto& L : layers_) s += L.kc[0]->bits_per_value();
+  return s / static_cast<double>(layers_.size());
+}
+double KvCache::v_bits_per_value() const {
+  double s = 0;
+  for (const auto& L : layers_) s += L.vc[0]->bits_per_value();
+  return s / static_cast<double>(layers_.size());
 }
 
 void KvCache::fix_mean(Layer& L, int n, const float* k, const float* v) {
@@ -50,18 +136,18 @@ void KvCache::fix_mean(Layer& L, int n, const float* k, const float* v) {
 Status KvCache::quantize_rows(Layer& L, int layer, int pos, int n, const float* k, const float* v) {
   const int H = n_kv_heads_, d = d_;
   std::vector<float> row(d);
-  const size_t krb = k_codec_->row_bytes(), vrb = v_codec_->row_bytes();
+  const size_t krb = L.kc[0]->row_bytes(), vrb = L.vc[0]->row_bytes();
   for (int t = 0; t < n; ++t)
     for (int h = 0; h < H; ++h) {
       const float* kr = k + (size_t(t) * H + h) * d;
       const float* vr = v + (size_t(t) * H + h) * d;
       for (int i = 0; i < d; ++i) row[i] = kr[i] - (L.centred ? L.mu_k[h * d + i] : 0.0f);
-      Status s = k_codec_->quantize(row.data(), 1, L.k.data() + (size_t(h) * opt_.capacity + pos + t) * krb);
+      Status s = L.k_codec(h)->quantize(row.data(), 1, L.k.data() + (size_t(h) * opt_.capacity + pos + t) * krb);
       if (!s.ok())
         return Status::Error("layer " + std::to_string(layer) + " K, token " + std::to_string(pos + t) + ", head " +
                              std::to_string(h) + ": " + s.message());
       for (int i = 0; i < d; ++i) row[i] = vr[i] - (L.centred ? L.mu_v[h * d + i] : 0.0f);
-      s = v_codec_->quantize(row.data(), 1, L.v.data() + (size_t(h) * opt_.capacity + pos + t) * vrb);
+      s = L.v_codec(h)->quantize(row.data(), 1, L.v.data() + (size_t(h) * opt_.capacity + pos + t) * vrb);
       if (!s.ok())
         return Status::Error("layer " + std::to_string(layer) + " V, token " + std::to_string(pos + t) + ", head " +
                              std::to_string(h) + ": " + s.message());
@@ -79,9 +165,9 @@ Status KvCache::append(int layer, int pos, int n, const float* k, const float* v
     return Status::Error("kv cache full: " + std::to_string(pos + n) + " tokens > capacity " + std::to_string(opt_.capacity) +
                          " (raise -c)");
   const int H = n_kv_heads_, d = d_;
-  const bool tq = k_codec_->family() == FormatFamily::kTurbo || v_codec_->family() == FormatFamily::kTurbo;
+  const bool tq = L.kc[0]->family() == FormatFamily::kTurbo || L.vc[0]->family() == FormatFamily::kTurbo;
   const int M = opt_.mean_tokens;
-  if (pos == 0 && opt_.mean_center && tq && M > 0) {
+  if (pos == 0 && opt_.mean_center && tq && M > 0 && !opt_.policy) {
     if (n >= M || n >= opt_.capacity) {  // enough in the first batch: fix mu now
       fix_mean(L, n, k, v);
     } else {
@@ -138,16 +224,18 @@ KvRows KvCache::k_rows(int layer) const {
     const size_t rb = f16_->row_bytes();
     return {f16_.get(), layers_[layer].sk.data(), rb, rb * opt_.mean_tokens};
   }
-  const size_t rb = k_codec_->row_bytes();
-  return {k_codec_.get(), layers_[layer].k.data(), rb, rb * opt_.capacity};
+  const Layer& L = layers_[layer];
+  const size_t rb = L.kc[0]->row_bytes();
+  return {L.kp[0], L.k.data(), rb, rb * opt_.capacity, L.kp.size() > 1 ? L.kp.data() : nullptr};
 }
 KvRows KvCache::v_rows(int layer) const {
   if (layers_[layer].staging) {
     const size_t rb = f16_->row_bytes();
     return {f16_.get(), layers_[layer].sv.data(), rb, rb * opt_.mean_tokens};
   }
-  const size_t rb = v_codec_->row_bytes();
-  return {v_codec_.get(), layers_[layer].v.data(), rb, rb * opt_.capacity};
+  const Layer& L = layers_[layer];
+  const size_t rb = L.vc[0]->row_bytes();
+  return {L.vp[0], L.v.data(), rb, rb * opt_.capacity, L.vp.size() > 1 ? L.vp.data() : nullptr};
 }
 
 }  // namespace tkv

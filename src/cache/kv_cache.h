@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string>
 #include <vector>
 
 #include "attention/attention.h"
+#include "cache/kv_policy.h"
 #include "codec/format.h"
 #include "util/huge_buffer.h"
 #include "util/status.h"
@@ -26,7 +28,18 @@ struct KvCacheOptions {
   bool mean_center = true;
   int mean_tokens = 64;
   uint64_t seed = kDefaultSeed;
+  // Per-layer formats (a preset): when non-empty, one entry per layer,
+  // overriding type_k / type_v.
+  std::vector<std::string> layer_type_k, layer_type_v;
+  // A calibrated policy (turbokv calibrate): formats per layer, tqc bases per
+  // KV head, and the means, which are then used from the first token (no
+  // staging). Overrides every type above.
+  std::shared_ptr<const KvPolicy> policy;
 };
+
+// Named per-layer plain formats for users who do not calibrate (README):
+// "quality", "balanced", "compact". Fails on another name.
+Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o);
 
 class KvCache {
  public:
@@ -45,14 +58,23 @@ class KvCache {
   size_t staging_bytes() const;
 
   int capacity() const { return opt_.capacity; }
-  size_t k_bytes() const { return k_codec_->row_bytes() * size_t(n_kv_heads_) * opt_.capacity * layers_.size(); }
-  size_t v_bytes() const { return v_codec_->row_bytes() * size_t(n_kv_heads_) * opt_.capacity * layers_.size(); }
-  double k_bits_per_value() const { return k_codec_->bits_per_value(); }
-  double v_bits_per_value() const { return v_codec_->bits_per_value(); }
+  size_t k_bytes() const;
+  size_t v_bytes() const;
+  // Averages over layers.
+  double k_bits_per_value() const;
+  double v_bits_per_value() const;
+  // The format names of one layer.
+  const std::string& type_k(int layer) const { return layers_[layer].kc[0]->name(); }
+  const std::string& type_v(int layer) const { return layers_[layer].vc[0]->name(); }
   const KvCacheOptions& options() const { return opt_; }
 
  private:
   struct Layer {
+    // One codec for all heads, or one per KV head (calibrated formats).
+    std::vector<std::unique_ptr<Codec>> kc, vc;
+    std::vector<const Codec*> kp, vp;
+    const Codec* k_codec(int h) const { return kp[kp.size() == 1 ? 0 : h]; }
+    const Codec* v_codec(int h) const { return vp[vp.size() == 1 ? 0 : h]; }
     HugeBuffer k, v;
     std::vector<float> mu_k, mu_v;
     bool centred = false;
@@ -64,7 +86,6 @@ class KvCache {
   void fix_mean(Layer& L, int n, const float* k, const float* v);
   KvCacheOptions opt_;
   int n_kv_heads_ = 0, d_ = 0;
-  std::unique_ptr<Codec> k_codec_, v_codec_;
   std::unique_ptr<Codec> f16_;  // staging format
   std::vector<Layer> layers_;
 };

@@ -5,34 +5,14 @@
 #include <cstring>
 #include <fstream>
 
+#include "util/hash.h"
+
 
 namespace tkv {
 namespace {
 
 constexpr uint32_t kKlMagic = 0x4C4B5654;  // "TVKL"
 constexpr uint32_t kKlVersion = 1;
-
-// FNV-1a over bytes: binds a base file to its model and text.
-uint64_t fnv(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
-uint64_t model_hash(const Model& m) {
-  const ModelConfig& c = m.config();
-  uint64_t h = fnv(c.arch.data(), c.arch.size());
-  const int dims[] = {c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_ff, c.n_vocab};
-  h = fnv(dims, sizeof(dims), h);
-  for (const auto& t : m.file().tensors()) {
-    h = fnv(t.name.data(), t.name.size(), h);
-    h = fnv(t.dims.data(), t.dims.size() * 8, h);
-    h = fnv(&t.type, 4, h);
-    // A sample of the weights themselves, so two random models differ.
-    h = fnv(t.data, std::min<uint64_t>(t.n_bytes, 256), h);
-  }
-  return h;
-}
 
 struct KlHeader {
   uint32_t magic, version;
@@ -70,12 +50,12 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
     return Status::Error("perplexity: the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " +
                          std::to_string(n_ctx));
   const int first = n_ctx / 2, per_chunk = n_ctx - 1 - first;
-  const uint64_t thash = fnv(tokens.data(), tokens.size() * 4);
+  const uint64_t thash = fnv1a(tokens.data(), tokens.size() * 4);
   // KL base file: header, then the f32 log-probabilities of every scored
   // position (exact, so a run compared with its own base gives KLD 0).
   std::ofstream kl_out;
   std::ifstream kl_in;
-  KlHeader hdr{kKlMagic, kKlVersion, model_hash(model), thash, uint32_t(n_ctx), uint32_t(V), uint32_t(chunks),
+  KlHeader hdr{kKlMagic, kKlVersion, model.fingerprint(), thash, uint32_t(n_ctx), uint32_t(V), uint32_t(chunks),
                uint32_t(per_chunk)};
   if (!o.kl_base.empty()) {
     if (o.kl_write) {

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include "util/hash.h"
+
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -235,6 +237,20 @@ Status Model::forward(const int32_t* tokens, int n, int pos, KvCache& cache, int
   for (int t = first; t < n; ++t) rmsnorm(&x[size_t(t) * E], out_norm_, E, c.eps, &h[size_t(t - first) * E], wbuf);
   matmul(output_, h.data(), n - first, logits, threads);
   return Status::Ok();
+}
+
+uint64_t Model::fingerprint() const {
+  uint64_t h = fnv1a(cfg_.arch.data(), cfg_.arch.size());
+  const int dims[] = {cfg_.n_layer, cfg_.n_embd, cfg_.n_head, cfg_.n_head_kv, cfg_.head_dim, cfg_.n_ff, cfg_.n_vocab};
+  h = fnv1a(dims, sizeof(dims), h);
+  for (const auto& t : file_->tensors()) {
+    h = fnv1a(t.name.data(), t.name.size(), h);
+    h = fnv1a(t.dims.data(), t.dims.size() * 8, h);
+    h = fnv1a(&t.type, 4, h);
+    // A sample of the weights themselves, so two random models differ.
+    h = fnv1a(t.data, std::min<uint64_t>(t.n_bytes, 256), h);
+  }
+  return h;
 }
 
 }  // namespace tkv

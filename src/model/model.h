@@ -37,6 +37,9 @@ class Model {
   const Tokenizer& tokenizer() const { return *tok_; }
   const gguf::File& file() const { return *file_; }
   size_t weight_bytes() const { return weight_bytes_; }
+  // Identifies the model: a hash of its shape, tensor infos and a sample of
+  // each tensor's bytes (binds KL base files and KV policies to it).
+  uint64_t fingerprint() const;
 
   // Runs n tokens at positions [pos, pos + n) through the model, writing them
   // to the cache; logits of the last token go to `logits` (n_vocab), or of

@@ -17,6 +17,7 @@
 #include "cache/kv_cache.h"
 #include "model/model.h"
 #include "tools/arg_lists.h"
+#include "tools/kv_flags.h"
 #include "tools/subcommands.h"
 #include "util/rng.h"
 
@@ -27,6 +28,7 @@ void register_bench(CLI::App& app) {
     std::string model, p = "512", n = "128", d = "0", ctk = "f16,q8_0,tq4", ctv, t = "2", out = "md", json_out;
     int reps = 3;
     std::string depth_fill = "model";
+    KvPolicyFlags kv;
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("bench", "llama-bench style speed table over cache formats and depths");
@@ -35,6 +37,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-n,--n-gen", o->n, "generation lengths (0 = no tg test)");
   cmd->add_option("-d,--n-depth", o->d, "tokens already in the cache");
   cmd->add_option("--cache-type-k", o->ctk, "K formats (-ctk)");
+  add_kv_policy_flags(cmd, o->kv);
   cmd->add_option("--cache-type-v", o->ctv, "V formats (-ctv); default: the same as K, paired");
   cmd->add_option("-t,--threads", o->t, "thread counts");
   cmd->add_option("-r,--repetitions", o->reps, "runs per test")->check(CLI::Range(1, 1000));
@@ -61,7 +64,9 @@ void register_bench(CLI::App& app) {
     const auto ks = split_list(o->ctk);
     const auto vs = o->ctv.empty() ? ks : split_list(o->ctv);
     std::vector<std::pair<std::string, std::string>> pairs;
-    if (o->ctv.empty()) {
+    if (o->kv.any()) {  // one per-layer configuration instead of -ctk/-ctv pairs
+      pairs.push_back({o->kv.label(), o->kv.label()});
+    } else if (o->ctv.empty()) {
       for (const auto& k : ks) pairs.push_back({k, k});
     } else {
       for (const auto& k : ks)
@@ -101,6 +106,7 @@ void register_bench(CLI::App& app) {
                 co.type_k = tk;
                 co.type_v = tv;
                 co.capacity = d + len + 1;
+                if (Status ks = apply_kv_policy_flags(o->kv, model, co); !ks.ok()) fail(ks.message());
                 auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
                 if (!cache) fail(cache.error());
                 kv_mib = ((*cache)->k_bytes() + (*cache)->v_bytes()) / 1048576.0;

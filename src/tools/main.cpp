@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   tkv::register_bench(app);
   tkv::register_niah(app);
   tkv::register_report(app);
+  tkv::register_calibrate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

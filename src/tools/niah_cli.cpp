@@ -15,6 +15,7 @@
 #include "codec/format.h"
 #include "eval/niah.h"
 #include "eval/perplexity.h"
+#include "tools/kv_flags.h"
 #include "tools/subcommands.h"
 #include "util/text_file.h"
 
@@ -26,6 +27,7 @@ void register_niah(CLI::App& app) {
     std::vector<int> contexts{1024, 2048}, depths{0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100};
     int trials = 1, threads = 2;
     uint64_t seed = 1;
+    KvPolicyFlags kv;
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("niah", "Needle in a haystack: exact recall of a 7-digit number per context and depth");
@@ -38,6 +40,7 @@ void register_niah(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--cache-type-k", o->ctk, "K cache format (-ctk)");
   cmd->add_option("--cache-type-v", o->ctv, "V cache format (-ctv)");
+  add_kv_policy_flags(cmd, o->kv);
   cmd->add_option("--kv-mean-center", o->mean_center, "exact mean centring for tq caches")->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--svg", o->svg, "heat map output");
   cmd->add_option("--json-out", o->json_out, "append the results as a JSON line");
@@ -70,6 +73,7 @@ void register_niah(CLI::App& app) {
     no.cache.type_k = o->ctk;
     no.cache.type_v = o->ctv;
     no.cache.mean_center = o->mean_center == "on";
+    if (Status ks = apply_kv_policy_flags(o->kv, **m, no.cache); !ks.ok()) fail(ks.message());
     auto cells = niah_run(**m, text, no, [](int i, int n) { std::fprintf(stderr, "niah: %d/%d\r", i, n); });
     if (!cells) fail(cells.error());
     std::fprintf(stderr, "%40s\r", "");

@@ -12,6 +12,7 @@
 
 #include "codec/format.h"
 #include "eval/perplexity.h"
+#include "tools/kv_flags.h"
 #include "tools/subcommands.h"
 #include "util/text_file.h"
 
@@ -22,6 +23,7 @@ void register_perplexity(CLI::App& app) {
     std::string model, file, ctk = "f16", ctv = "f16", mean_center = "on", kl_base, json_out;
     int ctx = 512, chunks = 0, batch = 512, threads = 2;
     bool kl = false;
+    KvPolicyFlags kv;
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity and KL divergence on a text (llama-perplexity's method)");
@@ -34,6 +36,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--cache-type-k", o->ctk, "K cache format (-ctk)");
   cmd->add_option("--cache-type-v", o->ctv, "V cache format (-ctv)");
   cmd->add_option("--kv-mean-center", o->mean_center, "exact mean centring for tq caches")->check(CLI::IsMember({"on", "off"}));
+  add_kv_policy_flags(cmd, o->kv);
   cmd->add_option("--kl-divergence-base", o->kl_base, "base log-probabilities: written by a base run, read with --kl-divergence");
   cmd->add_flag("--kl-divergence", o->kl, "compare with the base file");
   cmd->add_option("--json-out", o->json_out, "append the results as a JSON line");
@@ -55,9 +58,16 @@ void register_perplexity(CLI::App& app) {
     po.cache.type_k = o->ctk;
     po.cache.type_v = o->ctv;
     po.cache.mean_center = o->mean_center == "on";
+    if (Status ks = apply_kv_policy_flags(o->kv, **m, po.cache); !ks.ok()) fail(ks.message());
+    const std::string kv_desc = o->kv.any() ? o->kv.label() : "K " + o->ctk + " V " + o->ctv;
     po.kl_base = o->kl_base;
     po.kl_write = !o->kl_base.empty() && !o->kl;
-    std::fprintf(stderr, "perplexity: %s, -c %d, cache K %s V %s\n", o->model.c_str(), o->ctx, o->ctk.c_str(), o->ctv.c_str());
+    {
+      auto probe = KvCache::create((*m)->config().n_layer, (*m)->config().n_head_kv, (*m)->config().head_dim, po.cache);
+      if (!probe) fail(probe.error());
+      std::fprintf(stderr, "perplexity: %s, -c %d, cache %s (K %.4f, V %.4f bits/value)\n", o->model.c_str(), o->ctx,
+                   kv_desc.c_str(), (*probe)->k_bits_per_value(), (*probe)->v_bits_per_value());
+    }
     auto r = perplexity(**m, normalize_newlines(*text), po, [](int i, double ppl) {
       std::printf("[%d]%.4f,", i, ppl);
       std::fflush(stdout);
@@ -80,9 +90,9 @@ void register_perplexity(CLI::App& app) {
                           {"type_v", o->ctv}, {"ctx", o->ctx}, {"chunks", r->chunks}, {"ppl", r->ppl},
                           {"ppl_err", r->ppl_err}, {"mean_center", o->mean_center == "on"},
                           {"command_line", command_line()}};
-      auto kc = make_codec(o->ctk, (*m)->config().head_dim);
-      auto vc = make_codec(o->ctv, (*m)->config().head_dim);
-      if (kc && vc) j["bits_per_value"] = 0.5 * ((*kc)->bits_per_value() + (*vc)->bits_per_value());
+      auto probe = KvCache::create((*m)->config().n_layer, (*m)->config().n_head_kv, (*m)->config().head_dim, po.cache);
+      if (probe) j["bits_per_value"] = 0.5 * ((*probe)->k_bits_per_value() + (*probe)->v_bits_per_value());
+      if (o->kv.any()) j["kv_policy"] = o->kv.label();
       if (r->has_kl)
         j["kld"] = {{"mean", r->kl.mean}, {"mean_err", r->kl.mean_err}, {"max", r->kl.max}, {"median", r->kl.median},
                     {"p99", r->kl.p99}, {"same_top_p", r->kl.same_top}, {"dp_rms", r->kl.dp_rms}};

@@ -15,6 +15,7 @@
 #include "codec/format.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "tools/kv_flags.h"
 #include "tools/subcommands.h"
 
 namespace tkv {
@@ -25,6 +26,7 @@ void register_run(CLI::App& app) {
     int n = 64, ctx = 0, threads = 0;
     SamplerOptions s;
     bool no_display_prompt = false;
+    KvPolicyFlags kv;
   };
   auto o = std::make_shared<Opt>();
   o->s.seed = 42;
@@ -43,6 +45,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("--top-p", o->s.top_p, "top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--min-p", o->s.min_p, "min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--repeat-penalty", o->s.repeat_penalty, "repetition penalty (1 = off)")->check(CLI::Range(0.0, 100.0));
+  add_kv_policy_flags(cmd, o->kv);
   cmd->add_flag("--no-display-prompt", o->no_display_prompt, "print only the generated text");
   cmd->callback([o]() {
     auto fail = [](const std::string& m) {
@@ -74,12 +77,14 @@ void register_run(CLI::App& app) {
     co.type_v = o->ctv;
     co.capacity = ctx;
     co.mean_center = o->mean_center == "on";
+    if (Status ks = apply_kv_policy_flags(o->kv, model, co); !ks.ok()) fail(ks.message());
     auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
     if (!cache) fail(cache.error());
+    const std::string tk = o->kv.any() ? o->kv.label() : o->ctk, tv = o->kv.any() ? o->kv.label() : o->ctv;
     std::fprintf(stderr, "model: %s, %d layers, %d/%d heads, head dim %d, %.1f MiB weights\n", c.arch.c_str(), c.n_layer,
                  c.n_head, c.n_head_kv, c.head_dim, model.weight_bytes() / 1048576.0);
     std::fprintf(stderr, "KV cache: %d tokens, K %s %.3f bits/value %.2f MiB, V %s %.3f bits/value %.2f MiB\n", ctx,
-                 o->ctk.c_str(), (*cache)->k_bits_per_value(), (*cache)->k_bytes() / 1048576.0, o->ctv.c_str(),
+                 tk.c_str(), (*cache)->k_bits_per_value(), (*cache)->k_bytes() / 1048576.0, tv.c_str(),
                  (*cache)->v_bits_per_value(), (*cache)->v_bytes() / 1048576.0);
     std::vector<float> logits(c.n_vocab);
     Sampler sampler(o->s);

@@ -1,0 +1,181 @@
+#include "cache/kv_policy.h"
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "util/hash.h"
+
+namespace tkv {
+namespace {
+
+constexpr char kMagic[8] = {'T', 'K', 'V', 'P', 'O', 'L', 'C', 'Y'};
+constexpr uint32_t kVersion = 1;
+
+struct Writer {
+  std::string buf;
+  template <class T>
+  void put(T v) { buf.append(reinterpret_cast<const char*>(&v), sizeof(T)); }
+  void str(const std::string& s) {
+    put<uint32_t>(static_cast<uint32_t>(s.size()));
+    buf += s;
+  }
+  void floats(const std::vector<float>& v) { buf.append(reinterpret_cast<const char*>(v.data()), v.size() * 4); }
+};
+
+struct Reader {
+  const std::string& buf;
+  size_t pos = 0;
+  std::string err;
+  bool need(size_t n, const char* what) {
+    if (err.empty() && buf.size() - pos < n)
+      err = std::string("truncated at byte ") + std::to_string(pos) + " reading " + what;
+    return err.empty();
+  }
+  template <class T>
+  T get(const char* what) {
+    T v{};
+    if (need(sizeof(T), what)) { std::memcpy(&v, buf.data() + pos, sizeof(T)); pos += sizeof(T); }
+    return v;
+  }
+  std::string str(const char* what) {
+    const uint32_t n = get<uint32_t>(what);
+    if (n > 4096 && err.empty()) err = std::string(what) + " length " + std::to_string(n) + " is absurd";
+    if (!need(n, what)) return {};
+    std::string s = buf.substr(pos, n);
+    pos += n;
+    return s;
+  }
+  std::vector<float> floats(size_t n, const char* what) {
+    std::vector<float> v;
+    if (!need(n * 4, what)) return v;
+    v.resize(n);
+    std::memcpy(v.data(), buf.data() + pos, n * 4);
+    pos += n * 4;
+    return v;
+  }
+};
+
+}  // namespace
+
+Expected<double> KvPolicy::bits_per_value() const {
+  double sum = 0;
+  int n = 0;
+  for (const auto* list : {&k, &v})
+    for (const auto& e : *list) {
+      double bpv;
+      if (is_calibrated_format(e.format)) {
+        if (e.heads.empty()) return Status::Error("policy entry " + e.format + " has no calibration");
+        auto c = make_calibrated_codec(e.format, e.heads[0]);
+        if (!c) return c.status();
+        bpv = (*c)->bits_per_value();
+      } else {
+        auto c = make_codec(e.format, head_dim);
+        if (!c) return c.status();
+        bpv = (*c)->bits_per_value();
+      }
+      sum += bpv;
+      ++n;
+    }
+  return n ? sum / n : 0.0;
+}
+
+Status write_kv_policy(const std::string& path, const KvPolicy& p) {
+  if (p.k.size() != static_cast<size_t>(p.n_layer) || p.v.size() != static_cast<size_t>(p.n_layer))
+    return Status::Error("kv policy: " + std::to_string(p.k.size()) + " K and " + std::to_string(p.v.size()) +
+                         " V entries for " + std::to_string(p.n_layer) + " layers");
+  Writer w;
+  w.buf.append(kMagic, 8);
+  w.put<uint32_t>(kVersion);
+  w.put<uint64_t>(p.model);
+  w.put<uint32_t>(p.n_layer);
+  w.put<uint32_t>(p.n_kv_heads);
+  w.put<uint32_t>(p.head_dim);
+  w.put<double>(p.budget);
+  w.str(p.source);
+  const size_t d = static_cast<size_t>(p.head_dim);
+  for (int l = 0; l < p.n_layer; ++l)
+    for (const KvPolicyEntry* e : {&p.k[l], &p.v[l]}) {
+      w.str(e->format);
+      if (e->heads.size() != static_cast<size_t>(p.n_kv_heads))
+        return Status::Error("kv policy: layer " + std::to_string(l) + " has " + std::to_string(e->heads.size()) +
+                             " head calibrations, expected " + std::to_string(p.n_kv_heads));
+      for (const HeadBasis& h : e->heads) {
+        if (h.mean.size() != d || h.var.size() != d || h.basis.size() != d * d)
+          return Status::Error("kv policy: layer " + std::to_string(l) + ": calibration size does not match d");
+        w.floats(h.mean);
+        w.floats(h.var);
+        w.floats(h.basis);
+      }
+    }
+  w.put<uint64_t>(fnv1a(w.buf.data(), w.buf.size()));
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return Status::Error("cannot write " + tmp);
+    f.write(w.buf.data(), static_cast<std::streamsize>(w.buf.size()));
+    if (!f) return Status::Error("write failed: " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::Error("cannot rename " + tmp + " to " + path);
+  return Status::Ok();
+}
+
+Expected<KvPolicy> read_kv_policy(const std::string& path, uint64_t model) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Status::Error("cannot open KV policy " + path);
+  const std::string buf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto bad = [&](const std::string& m) { return Status::Error("KV policy " + path + ": " + m); };
+  if (buf.size() < 8 + 8 || std::memcmp(buf.data(), kMagic, 8) != 0)
+    return bad("not a turbokv policy file (bad magic)");
+  uint64_t sum;
+  std::memcpy(&sum, buf.data() + buf.size() - 8, 8);
+  Reader r{buf};
+  r.pos = 8;
+  const uint32_t version = r.get<uint32_t>("version");
+  if (r.err.empty() && version != kVersion)
+    return bad("version " + std::to_string(version) + " is not supported (this build reads " +
+               std::to_string(kVersion) + ")");
+  if (fnv1a(buf.data(), buf.size() - 8) != sum) return bad("checksum mismatch (the file is truncated or corrupted)");
+  KvPolicy p;
+  p.model = r.get<uint64_t>("model fingerprint");
+  p.n_layer = static_cast<int>(r.get<uint32_t>("n_layer"));
+  p.n_kv_heads = static_cast<int>(r.get<uint32_t>("n_kv_heads"));
+  p.head_dim = static_cast<int>(r.get<uint32_t>("head_dim"));
+  p.budget = r.get<double>("budget");
+  p.source = r.str("source");
+  if (!r.err.empty()) return bad(r.err);
+  if (p.n_layer < 1 || p.n_layer > 4096 || p.n_kv_heads < 1 || p.n_kv_heads > 1024 || p.head_dim < 1 ||
+      p.head_dim > 1024)
+    return bad("absurd shape: " + std::to_string(p.n_layer) + " layers, " + std::to_string(p.n_kv_heads) +
+               " KV heads, head dim " + std::to_string(p.head_dim));
+  if (model != 0 && p.model != model)
+    return bad("calibrated for another model (fingerprint " + std::to_string(p.model) + ", this model " +
+               std::to_string(model) + "); run turbokv calibrate on this model");
+  const size_t d = static_cast<size_t>(p.head_dim);
+  p.k.resize(p.n_layer);
+  p.v.resize(p.n_layer);
+  for (int l = 0; l < p.n_layer && r.err.empty(); ++l)
+    for (KvPolicyEntry* e : {&p.k[l], &p.v[l]}) {
+      e->format = r.str("format");
+      e->heads.resize(p.n_kv_heads);
+      for (HeadBasis& h : e->heads) {
+        h.d = p.head_dim;
+        h.mean = r.floats(d, "mean");
+        h.var = r.floats(d, "variances");
+        h.basis = r.floats(d * d, "basis");
+      }
+      if (!r.err.empty()) break;
+      if (is_calibrated_format(e->format)) {
+        auto c = make_calibrated_codec(e->format, e->heads[0]);
+        if (!c) return bad("layer " + std::to_string(l) + ": " + c.error());
+      } else {
+        auto c = make_codec(e->format, p.head_dim);
+        if (!c) return bad("layer " + std::to_string(l) + ": " + c.error());
+      }
+    }
+  if (!r.err.empty()) return bad(r.err);
+  if (r.pos != buf.size() - 8) return bad(std::to_string(buf.size() - 8 - r.pos) + " unexpected bytes before the checksum");
+  return p;
+}
+
+}  // namespace tkv

@@ -1,0 +1,269 @@
+#include "eval/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+
+#include "codec/calibrated.h"
+
+namespace tkv {
+namespace {
+
+// Rows of one (layer, K or V): [head][token][d].
+struct Rows {
+  std::vector<std::vector<float>> head;
+};
+
+HeadBasis isotropic(const HeadBasis& fit, uint64_t seed) {
+  HeadBasis b = synthetic_head_basis(fit.d, seed);  // random orthonormal rows
+  b.mean = fit.mean;
+  double tr = 0;
+  for (float v : fit.var) tr += v;
+  b.var.assign(fit.d, static_cast<float>(tr / fit.d));
+  return b;
+}
+
+// Relative MSE of rows (x - mean) coded with `format` on each head's basis.
+Expected<double> held_out_mse(const std::string& format, const std::vector<HeadBasis>& bases, const Rows& rows,
+                              size_t t0, size_t t1, int d) {
+  double err = 0, energy = 0;
+  std::vector<float> x(d), y(d);
+  std::vector<uint8_t> q(8 * d + 64);
+  for (size_t h = 0; h < bases.size(); ++h) {
+    auto c = make_calibrated_codec(format, bases[h]);
+    if (!c) return c.status();
+    for (size_t t = t0; t < t1; ++t) {
+      for (int i = 0; i < d; ++i) x[i] = rows.head[h][t * d + i] - bases[h].mean[i];
+      Status s = (*c)->quantize(x.data(), 1, q.data());
+      if (!s.ok()) return s;
+      (*c)->dequantize(q.data(), 1, y.data());
+      for (int i = 0; i < d; ++i) {
+        err += std::pow(double(x[i]) - y[i], 2);
+        energy += double(x[i]) * x[i];
+      }
+    }
+  }
+  return energy > 0 ? err / energy : 0.0;
+}
+
+// Log-softmax of every position of a chunk.
+void log_softmax_rows(const float* logits, int n, int V, std::vector<float>& out) {
+  out.resize(size_t(n) * V);
+  for (int i = 0; i < n; ++i) {
+    const float* r = logits + size_t(i) * V;
+    const float mx = *std::max_element(r, r + V);
+    double s = 0;
+    for (int v = 0; v < V; ++v) s += std::exp(double(r[v]) - mx);
+    const double lse = mx + std::log(s);
+    for (int v = 0; v < V; ++v) out[size_t(i) * V + v] = static_cast<float>(r[v] - lse);
+  }
+}
+
+}  // namespace
+
+Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const CalibrateOptions& o,
+                             CalibrateReport* report, const std::function<void(const std::string&)>& progress) {
+  const ModelConfig& cfg = model.config();
+  const int L = cfg.n_layer, H = cfg.n_head_kv, d = cfg.head_dim, V = cfg.n_vocab, n_ctx = o.n_ctx;
+  auto say = [&](const std::string& m) { if (progress) progress(m); };
+  if (n_ctx < 8) return Status::Error("calibrate: -c must be at least 8");
+  if (o.budget != 0 && !(o.budget >= 1.0 && o.budget <= 8.0))
+    return Status::Error("calibrate: --budget must be in [1, 8] bits per value");
+  std::vector<int32_t> tokens = model.tokenizer().encode(text, true);
+  const int chunks = static_cast<int>(std::min<size_t>(tokens.size(), size_t(std::max(o.tokens, n_ctx))) / n_ctx);
+  if (chunks < 1)
+    return Status::Error("calibrate: the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " +
+                         std::to_string(n_ctx));
+  auto chunk_tokens = [&](int ch) {
+    std::vector<int32_t> b(tokens.begin() + size_t(ch) * n_ctx, tokens.begin() + size_t(ch + 1) * n_ctx);
+    if (model.tokenizer().bos() >= 0 && model.tokenizer().add_bos()) b[0] = model.tokenizer().bos();
+    return b;
+  };
+
+  // 1. Collect rows with an f32 cache; keep the baseline log-probabilities of
+  //    the sensitivity chunks.
+  const int kld_chunks = o.budget > 0 ? std::clamp(o.kld_tokens / n_ctx, 1, chunks) : 0;
+  std::vector<Rows> krows(L), vrows(L);
+  for (int l = 0; l < L; ++l) {
+    krows[l].head.resize(H);
+    vrows[l].head.resize(H);
+  }
+  std::vector<std::vector<float>> base_lp(kld_chunks);
+  std::vector<float> logits(size_t(n_ctx) * V);
+  KvCacheOptions f32;
+  f32.type_k = f32.type_v = "f32";
+  f32.capacity = n_ctx;
+  for (int ch = 0; ch < chunks; ++ch) {
+    auto cache = KvCache::create(L, H, d, f32);
+    if (!cache) return cache.status();
+    const auto batch = chunk_tokens(ch);
+    auto observe = [&](int layer, int, int n, const float* k, const float* v) {
+      for (int t = 0; t < n; ++t)
+        for (int h = 0; h < H; ++h) {
+          const float* kr = k + (size_t(t) * H + h) * d;
+          const float* vr = v + (size_t(t) * H + h) * d;
+          krows[layer].head[h].insert(krows[layer].head[h].end(), kr, kr + d);
+          vrows[layer].head[h].insert(vrows[layer].head[h].end(), vr, vr + d);
+        }
+    };
+    Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), ch < kld_chunks, observe);
+    if (!s.ok()) return s;
+    if (ch < kld_chunks) log_softmax_rows(logits.data(), n_ctx, V, base_lp[ch]);
+    say("collected chunk " + std::to_string(ch + 1) + "/" + std::to_string(chunks));
+  }
+  const size_t n_rows = size_t(chunks) * n_ctx;
+  const size_t n_fit = std::max<size_t>(2, n_rows * 3 / 4);  // last quarter held out for choices
+
+  // 2. Bases per (layer, K/V, head): calibrated and isotropic, fitted on the
+  //    first three quarters; refitted on everything for the policy.
+  KvPolicy pol;
+  pol.model = model.fingerprint();
+  pol.n_layer = L;
+  pol.n_kv_heads = H;
+  pol.head_dim = d;
+  pol.budget = o.budget;
+  pol.k.resize(L);
+  pol.v.resize(L);
+  struct Choice { std::vector<HeadBasis> cal, iso, cal_all, iso_all; };
+  std::vector<Choice> choice(2 * L);
+  for (int l = 0; l < L; ++l)
+    for (int kv = 0; kv < 2; ++kv) {
+      const Rows& R = kv ? vrows[l] : krows[l];
+      Choice& c = choice[2 * l + kv];
+      for (int h = 0; h < H; ++h) {
+        auto part = fit_head_basis(R.head[h].data(), n_fit, d);
+        auto all = fit_head_basis(R.head[h].data(), n_rows, d);
+        if (!part || !all) return Status::Error("calibrate: layer " + std::to_string(l) + ": " +
+                                                (part ? all.error() : part.error()));
+        const uint64_t seed = o.seed + 1000003ull * (2 * l + kv) + h;
+        c.iso.push_back(isotropic(*part, seed));
+        c.iso_all.push_back(isotropic(*all, seed));
+        c.cal.push_back(std::move(*part));
+        c.cal_all.push_back(std::move(*all));
+      }
+    }
+  say("fitted bases for " + std::to_string(L) + " layers x " + std::to_string(H) + " KV heads");
+
+  // Candidate stored widths (bits per value, scale included).
+  std::vector<double> widths;
+  if (o.budget > 0) {
+    for (double w : {1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 8.0})
+      if (w - 16.0 / d > 0.2) widths.push_back(w);
+  } else {
+    widths.push_back(o.bits);
+  }
+  auto fmt_of = [&](double w) { return calibrated_format_name(w - 16.0 / d); };
+  for (double w : widths) {
+    auto b = calibrated_bits(fmt_of(w), d);
+    if (!b) return Status::Error("calibrate: " + std::to_string(w) + " bits per value: " + b.error());
+  }
+  CalibrateReport rep;
+  rep.widths = widths;
+  // use_cal[e][w]: calibrated basis better on held-out rows at width w.
+  std::vector<std::vector<bool>> use_cal(2 * L, std::vector<bool>(widths.size()));
+  for (int e = 0; e < 2 * L; ++e) {
+    const Rows& R = (e % 2) ? vrows[e / 2] : krows[e / 2];
+    CalibrateReport::Entry en;
+    en.layer = e / 2;
+    en.is_v = e % 2;
+    for (size_t wi = 0; wi < widths.size(); ++wi) {
+      auto mc = held_out_mse(fmt_of(widths[wi]), choice[e].cal, R, n_fit, n_rows, d);
+      auto mi = held_out_mse(fmt_of(widths[wi]), choice[e].iso, R, n_fit, n_rows, d);
+      if (!mc || !mi) return mc ? mi.status() : mc.status();
+      use_cal[e][wi] = *mc <= *mi;
+      if (widths.size() == 1 || std::fabs(widths[wi] - 4.0) < 1e-9) {
+        en.mse_calibrated = *mc;
+        en.mse_isotropic = *mi;
+      }
+    }
+    rep.entries.push_back(en);
+  }
+
+  auto set_entry = [&](KvPolicy& p, int e, size_t wi) {
+    KvPolicyEntry& dst = (e % 2) ? p.v[e / 2] : p.k[e / 2];
+    dst.format = fmt_of(widths[wi]);
+    dst.heads = use_cal[e][wi] ? choice[e].cal_all : choice[e].iso_all;
+  };
+  std::vector<size_t> pick(2 * L, 0);
+  if (o.budget > 0) {
+    // 3. Sensitivities: KLD against the f32 baseline with one entry coded.
+    KvPolicy probe = pol;
+    for (int l = 0; l < L; ++l) {
+      probe.k[l] = {"f32", choice[2 * l].cal_all};
+      probe.v[l] = {"f32", choice[2 * l + 1].cal_all};
+    }
+    std::vector<float> lp;
+    for (int e = 0; e < 2 * L; ++e) {
+      for (size_t wi = 0; wi < widths.size(); ++wi) {
+        KvPolicy p = probe;
+        set_entry(p, e, wi);
+        KvCacheOptions co;
+        co.capacity = n_ctx;
+        co.policy = std::make_shared<const KvPolicy>(std::move(p));
+        double kl = 0;
+        size_t n = 0;
+        for (int ch = 0; ch < kld_chunks; ++ch) {
+          auto cache = KvCache::create(L, H, d, co);
+          if (!cache) return cache.status();
+          const auto batch = chunk_tokens(ch);
+          Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), true);
+          if (!s.ok()) return s;
+          log_softmax_rows(logits.data(), n_ctx, V, lp);
+          const std::vector<float>& bl = base_lp[ch];
+          for (int i = 0; i < n_ctx - 1; ++i, ++n) {
+            double k = 0;
+            for (int v = 0; v < V; ++v) {
+              const size_t at = size_t(i) * V + v;
+              k += std::exp(double(bl[at])) * (double(bl[at]) - lp[at]);
+            }
+            kl += k;
+          }
+        }
+        rep.entries[e].kld.push_back(kl / double(n));
+      }
+      say("sensitivity of layer " + std::to_string(e / 2) + (e % 2 ? " V" : " K") + " measured");
+    }
+    // Exact choice under additivity: DP over entries, widths in half bits.
+    const int units_budget = static_cast<int>(std::floor(o.budget * 2 * (2 * L) + 1e-9));
+    std::vector<int> units(widths.size());
+    for (size_t wi = 0; wi < widths.size(); ++wi) units[wi] = static_cast<int>(std::lround(widths[wi] * 2));
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<std::vector<double>> best(2 * L + 1, std::vector<double>(units_budget + 1, inf));
+    std::vector<std::vector<int>> arg(2 * L + 1, std::vector<int>(units_budget + 1, -1));
+    best[0][0] = 0;
+    for (int e = 0; e < 2 * L; ++e)
+      for (int u = 0; u <= units_budget; ++u) {
+        if (best[e][u] == inf) continue;
+        for (size_t wi = 0; wi < widths.size(); ++wi) {
+          const int nu = u + units[wi];
+          if (nu > units_budget) continue;
+          const double v = best[e][u] + rep.entries[e].kld[wi];
+          if (v < best[e + 1][nu]) { best[e + 1][nu] = v; arg[e + 1][nu] = static_cast<int>(wi); }
+        }
+      }
+    int bu = -1;
+    for (int u = 0; u <= units_budget; ++u)
+      if (best[2 * L][u] < inf && (bu < 0 || best[2 * L][u] < best[2 * L][bu])) bu = u;
+    if (bu < 0) return Status::Error("calibrate: no widths meet a budget of " + std::to_string(o.budget) + " bits");
+    rep.total_kld = best[2 * L][bu];
+    for (int e = 2 * L; e > 0; --e) {
+      pick[e - 1] = static_cast<size_t>(arg[e][bu]);
+      bu -= units[pick[e - 1]];
+    }
+  }
+  for (int e = 0; e < 2 * L; ++e) {
+    set_entry(pol, e, pick[e]);
+    rep.entries[e].bits = widths[pick[e]];
+    rep.entries[e].calibrated = use_cal[e][pick[e]];
+  }
+  char src[160];
+  std::snprintf(src, sizeof src, "%d chunks of %d tokens, budget %.3g, seed %llu", chunks, n_ctx, o.budget,
+                static_cast<unsigned long long>(o.seed));
+  pol.source = src;
+  if (report) *report = std::move(rep);
+  return pol;
+}
+
+}  // namespace tkv

@@ -1,0 +1,54 @@
+// `turbokv calibrate`: builds a KV policy for one model from calibration text.
+//  1. Runs the model (f32 cache) over chunks of the text and collects the K
+//     and V rows each layer stores (K after RoPE), per KV head.
+//  2. Fits per (layer, K or V, head) the mean and basis (calibrated coding),
+//     and an isotropic alternative (the same mean, a seeded random rotation,
+//     equal variances: plain rotated coding); per (layer, K or V) and bit
+//     width the one with the lower error on held-out rows (the last quarter)
+//     is kept.
+//  3. With a budget: measures each (layer, K or V)'s sensitivity, the mean KLD
+//     of the next-token distribution against the f32 cache when only it is
+//     coded, at each candidate width, and picks the widths whose average meets
+//     the budget with the least total KLD (exact dynamic programming).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cache/kv_policy.h"
+#include "model/model.h"
+#include "util/status.h"
+
+namespace tkv {
+
+struct CalibrateOptions {
+  int tokens = 8192;      // calibration tokens (whole chunks of n_ctx)
+  int n_ctx = 512;        // chunk length; BOS first, like perplexity
+  double budget = 0;      // average stored bits per value (scales included); 0: `bits` everywhere
+  double bits = 4.25;     // stored bits per value when there is no budget
+  int kld_tokens = 2048;  // tokens of the sensitivity runs (the first chunks)
+  int threads = 2;
+  uint64_t seed = kDefaultSeed;
+};
+
+struct CalibrateReport {
+  struct Entry {
+    int layer = 0;
+    bool is_v = false;
+    double bits = 0;         // stored bits per value
+    bool calibrated = false; // calibrated basis (else isotropic)
+    double mse_calibrated = 0, mse_isotropic = 0;  // held-out relative MSE at `bits`
+    std::vector<double> kld; // sensitivity per candidate width (budget runs)
+  };
+  std::vector<double> widths;  // candidate stored bits per value
+  std::vector<Entry> entries;  // layer-major, K then V
+  double total_kld = 0;        // predicted (sum of sensitivities) at the chosen widths
+};
+
+// Stored bits per value of a calibrated row at coded width b: b + 16 / d.
+Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const CalibrateOptions& o,
+                             CalibrateReport* report = nullptr,
+                             const std::function<void(const std::string&)>& progress = {});
+
+}  // namespace tkv

@@ -1,0 +1,72 @@
+// `turbokv calibrate -m MODEL -f TEXT|DIR [--tokens N] [-c 512] [--budget B |
+// --bits B] [--kld-tokens N] [-t T] [--seed S] -o POLICY`: a KV policy for
+// this model (eval/calibrate.h), used with --kv-policy.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "eval/calibrate.h"
+#include "tools/subcommands.h"
+#include "util/text_file.h"
+
+namespace tkv {
+
+void register_calibrate(CLI::App& app) {
+  struct Opt {
+    std::string model, file, out;
+    CalibrateOptions c;
+  };
+  auto o = std::make_shared<Opt>();
+  CLI::App* cmd = app.add_subcommand("calibrate", "Fit per-head KV bases and per-layer bits; write a KV policy");
+  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  cmd->add_option("-f,--file", o->file, "calibration text: a file, or a directory of .txt files")->required();
+  cmd->add_option("-o,--output", o->out, "policy file to write")->required();
+  cmd->add_option("--tokens", o->c.tokens, "calibration tokens")->capture_default_str()->check(CLI::Range(8, 1 << 24));
+  cmd->add_option("-c,--ctx-size", o->c.n_ctx, "chunk length")->capture_default_str()->check(CLI::Range(8, 1 << 20));
+  auto* b = cmd->add_option("--budget", o->c.budget,
+                            "average bits per value (scales included); per-layer K and V widths by measured KLD")
+                ->check(CLI::Range(1.0, 8.0));
+  cmd->add_option("--bits", o->c.bits, "bits per value of every layer when there is no budget")
+      ->capture_default_str()->check(CLI::Range(1.0, 8.5))->excludes(b);
+  cmd->add_option("--kld-tokens", o->c.kld_tokens, "tokens of each sensitivity run (with --budget)")
+      ->capture_default_str()->check(CLI::Range(8, 1 << 20));
+  cmd->add_option("-t,--threads", o->c.threads, "threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  cmd->add_option("--seed", o->c.seed, "seed of the isotropic alternatives")->capture_default_str();
+  cmd->callback([o]() {
+    auto fail = [](const std::string& m) {
+      std::cerr << "turbokv calibrate: error: " << m << "\n";
+      throw CLI::RuntimeError(1);
+    };
+    auto text = read_text_path(o->file);
+    if (!text) fail(text.error());
+    auto m = Model::load(o->model);
+    if (!m) fail(m.error());
+    CalibrateReport rep;
+    auto pol = calibrate(**m, *text, o->c, &rep, [](const std::string& s) { std::fprintf(stderr, "calibrate: %s\n", s.c_str()); });
+    if (!pol) fail(pol.error());
+    pol->source = "calibrated on " + o->file + ": " + pol->source;
+    Status s = write_kv_policy(o->out, *pol);
+    if (!s.ok()) fail(s.message());
+    std::printf("layer  K/V  bits/value  basis       held-out rel MSE at 4 bits (calibrated / isotropic)%s\n",
+                rep.entries.empty() || rep.entries[0].kld.empty() ? "" : "  KLD at each width");
+    for (const auto& e : rep.entries) {
+      std::printf("%5d  %s  %10.3f  %-10s  %.4e / %.4e", e.layer, e.is_v ? "V" : "K", e.bits,
+                  e.calibrated ? "calibrated" : "isotropic", e.mse_calibrated, e.mse_isotropic);
+      if (!e.kld.empty()) {
+        std::printf("  ");
+        for (size_t i = 0; i < e.kld.size(); ++i) std::printf(" %.2f:%.5f", rep.widths[i], e.kld[i]);
+      }
+      std::printf("\n");
+    }
+    auto bpv = pol->bits_per_value();
+    std::printf("wrote %s: %d layers x %d KV heads, d = %d, %.4f bits per value on average%s\n", o->out.c_str(),
+                pol->n_layer, pol->n_kv_heads, pol->head_dim, bpv ? *bpv : 0.0,
+                rep.entries.empty() || rep.entries[0].kld.empty()
+                    ? ""
+                    : (", predicted KLD " + std::to_string(rep.total_kld)).c_str());
+  });
+}
+
+}  // namespace tkv
