@@ -1,0 +1,171 @@
+// KV policies: calibration on a model the test writes (deterministic, budget
+// met, widths chosen by KLD), the policy file (round trip, bound to its
+// model, truncation and corruption are clear errors), caches built from a
+// policy or a preset (exact byte accounting, a forward pass runs).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "cache/kv_policy.h"
+#include "eval/calibrate.h"
+#include "model/gen_model.h"
+
+namespace tkv {
+namespace {
+
+struct Fixture {
+  std::string path, other_path, text;
+  std::unique_ptr<Model> model, other;
+  Fixture() {
+    GenModelOptions o;
+    o.layers = 3;
+    o.dim = 128;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.head_dim = 32;
+    o.ffn = 96;
+    o.weight_scale = 3.0f;
+    path = testing::TempDir() + "tkv_policy_model.gguf";
+    EXPECT_TRUE(generate_model(o, nullptr, path).ok());
+    model = std::move(*Model::load(path));
+    o.seed = 2;
+    other_path = testing::TempDir() + "tkv_policy_other.gguf";
+    EXPECT_TRUE(generate_model(o, nullptr, other_path).ok());
+    other = std::move(*Model::load(other_path));
+    for (int i = 0; i < 60; ++i) text += "the cat sat on the mat, then " + std::to_string(i * 7) + " dogs ran.\n";
+  }
+  ~Fixture() {
+    std::remove(path.c_str());
+    std::remove(other_path.c_str());
+  }
+};
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+TEST(Policy, CalibrationIsDeterministicAndMeetsTheBudget) {
+  Fixture fx;
+  CalibrateOptions o;
+  o.n_ctx = 64;
+  o.tokens = 512;
+  o.kld_tokens = 64;
+  o.budget = 3.5;
+  CalibrateReport rep;
+  auto a = calibrate(*fx.model, fx.text, o, &rep);
+  ASSERT_TRUE(a.ok()) << a.error();
+  auto b = calibrate(*fx.model, fx.text, o);
+  ASSERT_TRUE(b.ok());
+  const std::string pa = testing::TempDir() + "tkv_a.tkvp", pb = testing::TempDir() + "tkv_b.tkvp";
+  ASSERT_TRUE(write_kv_policy(pa, *a).ok());
+  ASSERT_TRUE(write_kv_policy(pb, *b).ok());
+  EXPECT_EQ(slurp(pa), slurp(pb)) << "same text and seed must give the same policy";
+  auto bpv = a->bits_per_value();
+  ASSERT_TRUE(bpv.ok());
+  EXPECT_LE(*bpv, 3.5 + 1e-9);
+  EXPECT_GT(*bpv, 3.0);  // the budget is used, not wasted
+  // Sensitivities were measured for every entry and width, and grow as bits shrink.
+  ASSERT_EQ(rep.entries.size(), 6u);
+  for (const auto& e : rep.entries) {
+    ASSERT_EQ(e.kld.size(), rep.widths.size());
+    EXPECT_GT(e.kld.front(), e.kld.back()) << "layer " << e.layer;
+    for (double k : e.kld) EXPECT_GE(k, -1e-9);
+  }
+  std::remove(pa.c_str());
+  std::remove(pb.c_str());
+}
+
+TEST(Policy, FileRoundTripsAndIsBoundToItsModel) {
+  Fixture fx;
+  CalibrateOptions o;
+  o.n_ctx = 64;
+  o.tokens = 256;
+  o.bits = 4.5;
+  auto pol = calibrate(*fx.model, fx.text, o);
+  ASSERT_TRUE(pol.ok()) << pol.error();
+  const std::string p = testing::TempDir() + "tkv_rt.tkvp";
+  ASSERT_TRUE(write_kv_policy(p, *pol).ok());
+  auto back = read_kv_policy(p, fx.model->fingerprint());
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(back->n_layer, 3);
+  for (int l = 0; l < 3; ++l) {
+    EXPECT_EQ(back->k[l].format, pol->k[l].format);
+    EXPECT_EQ(back->v[l].heads[1].basis, pol->v[l].heads[1].basis);
+    EXPECT_EQ(back->k[l].heads[0].mean, pol->k[l].heads[0].mean);
+  }
+  // Another model: refused by name.
+  auto wrong = read_kv_policy(p, fx.other->fingerprint());
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.error().find("another model"), std::string::npos) << wrong.error();
+  // Truncated anywhere, or one byte flipped: a clear error, never garbage.
+  const std::string bytes = slurp(p);
+  const std::string q = testing::TempDir() + "tkv_bad.tkvp";
+  for (size_t cut : {size_t(0), size_t(5), size_t(30), bytes.size() / 2, bytes.size() - 1}) {
+    std::ofstream(q, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(cut));
+    auto r = read_kv_policy(q);
+    ASSERT_FALSE(r.ok()) << "cut at " << cut;
+    EXPECT_NE(r.error().find(q), std::string::npos);
+  }
+  for (size_t at : {size_t(12), size_t(60), bytes.size() / 3, bytes.size() - 3}) {
+    std::string c = bytes;
+    c[at] = static_cast<char>(c[at] ^ 0x40);
+    std::ofstream(q, std::ios::binary | std::ios::trunc).write(c.data(), std::streamsize(c.size()));
+    auto r = read_kv_policy(q);
+    ASSERT_FALSE(r.ok()) << "flip at " << at;
+  }
+  EXPECT_FALSE(read_kv_policy(testing::TempDir() + "no_such.tkvp").ok());
+  std::remove(p.c_str());
+  std::remove(q.c_str());
+}
+
+TEST(Policy, CachesFromPoliciesAndPresetsRunAndCountBytesExactly) {
+  Fixture fx;
+  const ModelConfig& c = fx.model->config();
+  CalibrateOptions o;
+  o.n_ctx = 64;
+  o.tokens = 256;
+  o.bits = 3.5;
+  auto pol = calibrate(*fx.model, fx.text, o);
+  ASSERT_TRUE(pol.ok()) << pol.error();
+  KvCacheOptions co;
+  co.capacity = 100;
+  co.policy = std::make_shared<const KvPolicy>(*pol);
+  auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+  ASSERT_TRUE(cache.ok()) << cache.error();
+  // tqc3.5 at d = 32: 3 bits + 16 / 32 coded... exactly 3.5 bits per value stored.
+  const size_t row = size_t(3.5 * 32 / 8);
+  EXPECT_EQ((*cache)->k_bytes(), row * c.n_head_kv * 100 * c.n_layer);
+  EXPECT_DOUBLE_EQ((*cache)->k_bits_per_value(), 3.5);
+  const auto toks = fx.model->tokenizer().encode("the cat sat on the mat", true);
+  std::vector<float> logits(c.n_vocab);
+  ASSERT_TRUE(fx.model->forward(toks.data(), int(toks.size()), 0, **cache, 1, logits.data()).ok());
+  for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  // A policy for another shape is refused.
+  EXPECT_FALSE(KvCache::create(c.n_layer + 1, c.n_head_kv, c.head_dim, co).ok());
+  // Presets: per-layer plain formats, boundary layers wider.
+  for (const char* p : {"quality", "balanced", "compact"}) {
+    KvCacheOptions po;
+    po.capacity = 50;
+    ASSERT_TRUE(apply_kv_preset(p, c.n_layer, po).ok());
+    auto pc = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, po);
+    ASSERT_TRUE(pc.ok()) << p << ": " << pc.error();
+    EXPECT_NE((*pc)->type_k(0), (*pc)->type_k(1)) << p;
+    ASSERT_TRUE(fx.model->forward(toks.data(), int(toks.size()), 0, **pc, 1, logits.data()).ok());
+  }
+  KvCacheOptions bad;
+  EXPECT_FALSE(apply_kv_preset("tiny", 3, bad).ok());
+  // tqc without a calibration: a clear error.
+  KvCacheOptions nocal;
+  nocal.type_k = "tqc4";
+  auto e = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, nocal);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().find("--kv-policy"), std::string::npos) << e.error();
+}
+
+}  // namespace
+}  // namespace tkv
