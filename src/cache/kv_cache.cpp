@@ -27,17 +27,19 @@ Status make_layer_codecs(const std::string& name, const KvPolicyEntry* cal, int 
 }  // namespace
 
 Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o) {
-  // Boundary layers (first and last) are the most sensitive to cache error in
-  // published KV quantization studies and in our own per-layer KLD sweeps
-  // (turbokv calibrate --budget), so they keep more bits; K gets at least as
-  // many bits as V because score errors are amplified by the softmax.
+  // Plain formats with the -ip norm (the lowest KLD per bit among plain
+  // formats on ref-5m, RESULTS §6); K one half-bit step above V (score errors
+  // are amplified by the softmax: tq4.5-ip/tq4-ip beat tq4-ip/tq4.5-ip's
+  // mirror image on ref-5m); the first and last layers one step wider still,
+  // a cheap insurance (2 layers of n) against the layers that were the most
+  // sensitive in calibrate's per-layer measurements (the last ones on ref-5m).
   std::string k_mid, v_mid, k_edge, v_edge;
   if (preset == "quality") {
-    k_mid = "tq4.5"; v_mid = "tq4-ip"; k_edge = "q8_0r"; v_edge = "tq4.5";
+    k_mid = "tq5-ip"; v_mid = "tq4.5-ip"; k_edge = "tq6-ip"; v_edge = "tq5-ip";
   } else if (preset == "balanced") {
-    k_mid = "tq4-ip"; v_mid = "tq3.5"; k_edge = "tq4.5"; v_edge = "tq4-ip";
+    k_mid = "tq4.5-ip"; v_mid = "tq4-ip"; k_edge = "tq5-ip"; v_edge = "tq4.5-ip";
   } else if (preset == "compact") {
-    k_mid = "tq3-ip"; v_mid = "tq2.5"; k_edge = "tq4-ip"; v_edge = "tq3-ip";
+    k_mid = "tq3.5-ip"; v_mid = "tq3-ip"; k_edge = "tq4-ip"; v_edge = "tq3.5-ip";
   } else {
     return Status::Error("unknown --kv-preset '" + preset + "' (quality, balanced or compact)");
   }

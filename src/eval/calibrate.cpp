@@ -163,6 +163,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
   rep.widths = widths;
   // use_cal[e][w]: calibrated basis better on held-out rows at width w.
   std::vector<std::vector<bool>> use_cal(2 * L, std::vector<bool>(widths.size()));
+  std::vector<std::vector<std::pair<double, double>>> mses(2 * L);
   for (int e = 0; e < 2 * L; ++e) {
     const Rows& R = (e % 2) ? vrows[e / 2] : krows[e / 2];
     CalibrateReport::Entry en;
@@ -173,10 +174,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
       auto mi = held_out_mse(fmt_of(widths[wi]), choice[e].iso, R, n_fit, n_rows, d);
       if (!mc || !mi) return mc ? mi.status() : mc.status();
       use_cal[e][wi] = *mc <= *mi;
-      if (widths.size() == 1 || std::fabs(widths[wi] - 4.0) < 1e-9) {
-        en.mse_calibrated = *mc;
-        en.mse_isotropic = *mi;
-      }
+      mses[e].push_back({*mc, *mi});
     }
     rep.entries.push_back(en);
   }
@@ -257,6 +255,8 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
     set_entry(pol, e, pick[e]);
     rep.entries[e].bits = widths[pick[e]];
     rep.entries[e].calibrated = use_cal[e][pick[e]];
+    rep.entries[e].mse_calibrated = mses[e][pick[e]].first;
+    rep.entries[e].mse_isotropic = mses[e][pick[e]].second;
   }
   char src[160];
   std::snprintf(src, sizeof src, "%d chunks of %d tokens, budget %.3g, seed %llu", chunks, n_ctx, o.budget,

@@ -38,7 +38,7 @@ struct CalibrateReport {
     bool is_v = false;
     double bits = 0;         // stored bits per value
     bool calibrated = false; // calibrated basis (else isotropic)
-    double mse_calibrated = 0, mse_isotropic = 0;  // held-out relative MSE at `bits`
+    double mse_calibrated = 0, mse_isotropic = 0;  // held-out relative MSE at the chosen width
     std::vector<double> kld; // sensitivity per candidate width (budget runs)
   };
   std::vector<double> widths;  // candidate stored bits per value

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attention/attention.h"
+#include "codec/calibrated.h"
 #include "codec/format.h"
 #include "tools/arg_lists.h"
 #include "tools/subcommands.h"
@@ -45,7 +46,22 @@ struct Options {
 
 struct Quantized {
   std::unique_ptr<Codec> codec;
+  // tqc formats: one codec per KV head on a synthetic basis (random
+  // orthonormal, variances 1 to 1/16), as a calibration would give.
+  std::vector<std::unique_ptr<Codec>> head_codecs;
+  std::vector<const Codec*> heads;
   HugeBuffer rows;  // [max_ctx][kv_heads] or [kv_heads][max_ctx]
+  const Codec* const* head_ptrs() const { return heads.empty() ? nullptr : heads.data(); }
+  // Token-major rows [r0, r0 + n) of H heads from src into dst (row r0 first).
+  void quantize(const float* src, size_t r0, size_t n, int H, uint8_t* dst) const {
+    const size_t rb = codec->row_bytes();
+    const int d = codec->dim();
+    if (heads.empty()) {
+      (void)codec->quantize(src + r0 * d, n, dst);
+      return;
+    }
+    for (size_t r = r0; r < r0 + n; ++r) (void)heads[r % H]->quantize(src + r * d, 1, dst + (r - r0) * rb);
+  }
 };
 
 int run(const Options& o) {
@@ -101,14 +117,26 @@ int run(const Options& o) {
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     Quantized q;
-    q.codec = std::move(*make_codec(f, d));
+    if (is_calibrated_format(f)) {
+      for (int h = 0; h < H; ++h) {
+        auto c = make_calibrated_codec(f, synthetic_head_basis(d, 1000 + h));
+        if (!c) throw std::runtime_error(c.error());
+        q.heads.push_back(c->get());
+        q.head_codecs.push_back(std::move(*c));
+      }
+      q.codec = std::move(*make_calibrated_codec(f, synthetic_head_basis(d, 1000)));
+    } else {
+      auto c = make_codec(f, d);
+      if (!c) throw std::runtime_error(c.error());
+      q.codec = std::move(*c);
+    }
     q.rows = HugeBuffer(max_rows * q.codec->row_bytes() + 64);
     const auto& src = is_v ? vf : kf;
     const size_t chunk = 4096;
 #pragma omp parallel for num_threads(max_threads) schedule(dynamic, 1)
     for (size_t r0 = 0; r0 < max_rows; r0 += chunk) {
       const size_t n = std::min(chunk, max_rows - r0);
-      (void)q.codec->quantize(&src[r0 * d], n, q.rows.data() + r0 * q.codec->row_bytes());
+      q.quantize(src.data(), r0, n, H, q.rows.data() + r0 * q.codec->row_bytes());
     }
     if (o.layout == "head") {  // [token][head] -> [head][token]
       const size_t rb = q.codec->row_bytes();
@@ -145,11 +173,13 @@ int run(const Options& o) {
           a.n_kv_heads = H;
           a.d = d;
           if (o.layout == "head") {
-            a.k = {K.codec.get(), K.rows.data(), K.codec->row_bytes(), size_t(max_ctx) * K.codec->row_bytes()};
-            a.v = {V.codec.get(), V.rows.data(), V.codec->row_bytes(), size_t(max_ctx) * V.codec->row_bytes()};
+            a.k = {K.codec.get(), K.rows.data(), K.codec->row_bytes(), size_t(max_ctx) * K.codec->row_bytes(),
+                   K.head_ptrs()};
+            a.v = {V.codec.get(), V.rows.data(), V.codec->row_bytes(), size_t(max_ctx) * V.codec->row_bytes(),
+                   V.head_ptrs()};
           } else {
-            a.k = {K.codec.get(), K.rows.data(), 0, 0};
-            a.v = {V.codec.get(), V.rows.data(), 0, 0};
+            a.k = {K.codec.get(), K.rows.data(), 0, 0, K.head_ptrs()};
+            a.v = {V.codec.get(), V.rows.data(), 0, 0, V.head_ptrs()};
           }
           a.causal_offset = prefill ? 0 : -1;
           a.threads = th;
@@ -165,8 +195,8 @@ int run(const Options& o) {
 #pragma omp parallel for num_threads(th) schedule(dynamic, 1)
               for (size_t r0 = 0; r0 < rows; r0 += chunk) {
                 const size_t n = std::min(chunk, rows - r0);
-                (void)K.codec->quantize(&kf[r0 * d], n, kw.data() + r0 * K.codec->row_bytes());
-                (void)V.codec->quantize(&vf[r0 * d], n, vw.data() + r0 * V.codec->row_bytes());
+                K.quantize(kf.data(), r0, n, H, kw.data() + r0 * K.codec->row_bytes());
+                V.quantize(vf.data(), r0, n, H, vw.data() + r0 * V.codec->row_bytes());
               }
             }
             Status s = attention(a);
