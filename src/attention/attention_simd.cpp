@@ -49,46 +49,65 @@ bool FastOk(const RowLayout& L, int d) {
   return false;
 }
 
-// Number of whole super-chunks (8N coordinates) of a part, 0 when a plane is
-// 8 bits wide (no sub-byte structure to exploit).
-HWY_INLINE int SuperCount(const RowLayout::Part& part) {
-  for (int k = 0; k < part.nplanes; ++k)
-    if (part.planes[k].width == 8) return 0;
-  return part.count / (8 * Lanes());
+// A part of a tq row (count a multiple of N) is read in "blocks" of k·N
+// coordinates, k in {8, 4, 2, 1}: as many 8N blocks as fit, then one each of
+// 4N, 2N, N for the rest (k <= 4 for 8-bit planes). Inside a block, position
+// s·N + i holds coordinate k·i + s: lane i's k codes of a w-bit plane are k·w
+// contiguous bits (1 to 32) that one load (and, below 8 bits, one permute)
+// brings into the lane, after which every sub-chunk s is a shift and a mask.
+// Queries and accumulators are permuted to match (FillPerm).
+struct Block {
+  int pos0, k;
+};
+constexpr int kMaxBlocks = 1024 / 8 / 4 + 3;  // d <= 1024, N >= 8, k >= 4 but for the tail
+
+HWY_INLINE int MaxWidth(const RowLayout::Part& part) {
+  int w = 0;
+  for (int k = 0; k < part.nplanes; ++k) w = std::max(w, part.planes[k].width);
+  return w;
 }
 
-// perm[pos] = coordinate read at position pos (identity outside super-chunks).
+HWY_INLINE int PartBlocks(const RowLayout::Part& part, Block* out) {
+  const int N = Lanes();
+  const int kmax = MaxWidth(part) == 8 ? 4 : 8;  // at most 32 bits per lane and plane
+  int n = 0, pos = part.begin, left = part.count / N;
+  for (; left >= kmax; left -= kmax, pos += kmax * N) out[n++] = {pos, kmax};
+  for (int k = kmax / 2; k >= 1; k /= 2)
+    if (left >= k) {
+      out[n++] = {pos, k};
+      pos += k * N;
+      left -= k;
+    }
+  return n;
+}
+
+// perm[pos] = coordinate read at position pos (identity outside tq parts).
 void FillPerm(const RowLayout& L, int dp, int* perm) {
   const int N = Lanes();
   for (int i = 0; i < dp; ++i) perm[i] = i;
   if (L.kind != RowLayout::Kind::kTurbo) return;
+  Block blocks[kMaxBlocks];
   for (int p = 0; p < L.nparts; ++p) {
-    const RowLayout::Part& part = L.parts[p];
-    const int n_super = SuperCount(part);
-    for (int S = 0; S < n_super; ++S)
-      for (int sub = 0; sub < 8; ++sub)
-        for (int i = 0; i < N; ++i)
-          perm[part.begin + S * 8 * N + sub * N + i] = part.begin + S * 8 * N + 8 * i + sub;
+    const int nb = PartBlocks(L.parts[p], blocks);
+    for (int b = 0; b < nb; ++b)
+      for (int sub = 0; sub < blocks[b].k; ++sub)
+        for (int i = 0; i < N; ++i) perm[blocks[b].pos0 + sub * N + i] = blocks[b].pos0 + blocks[b].k * i + sub;
   }
 }
 
-// Per-call constants for reading tq rows: for each part and bit plane, which
-// 32-bit word and shift each lane's code sits at, so a chunk of N codes costs
-// one 16-byte load, one lane permute, one shift and one mask per plane.
+// Per-call constants for reading tq rows.
 struct TurboConsts {
-  struct Plane {
-    size_t offset;
-    int width, shift;
-    hn::Vec<DU> sh, mask;
-    decltype(hn::IndicesFromVec(DU(), hn::Zero(DU()))) idx;
-  };
   struct Part {
-    int begin, count, nplanes, levels;
-    int super_end;  // positions [begin, super_end) use the interleaved order below
-    Plane planes[4];
+    int begin, nplanes, levels, nblocks;
+    int width[3];
+    size_t offset[3];
+    Block blocks[kMaxBlocks];
     hn::Vec<DF> t0, t1;  // centroid table, first and second N entries
     const float* table;
   };
+  // Lane i's bit position i·L in a 16-byte load, for L = 1, 2, 4 bits per lane.
+  decltype(hn::IndicesFromVec(DU(), hn::Zero(DU()))) idx[3];
+  hn::Vec<DU> sh[3];
   int nparts = 0;
   Part parts[RowLayout::kMaxParts];
 };
@@ -98,111 +117,46 @@ HWY_INLINE void MakeTurboConsts(const RowReader& R, TurboConsts& tc) {
   const DU du;
   const int N = Lanes();
   const auto lane = hn::Iota(du, 0);
+  for (int j = 0; j < 3; ++j) {
+    const auto bitpos = hn::ShiftLeftSame(lane, j);  // i · 2^j
+    tc.idx[j] = hn::IndicesFromVec(du, hn::ShiftRight<5>(bitpos));
+    tc.sh[j] = hn::And(bitpos, hn::Set(du, 31u));
+  }
   tc.nparts = R.layout.nparts;
   for (int p = 0; p < tc.nparts; ++p) {
     const RowLayout::Part& src = R.layout.parts[p];
     TurboConsts::Part& dst = tc.parts[p];
     dst.begin = src.begin;
-    dst.count = src.count;
     dst.nplanes = src.nplanes;
-    dst.super_end = src.begin + SuperCount(src) * 8 * N;
     dst.levels = 1 << src.bits;
+    dst.nblocks = PartBlocks(src, dst.blocks);
     dst.table = R.tables[p];
     dst.t0 = hn::LoadU(df, R.tables[p]);
     dst.t1 = hn::LoadU(df, R.tables[p] + (2 * N <= kMaxTable ? N : 0));
-    for (int k = 0; k < src.nplanes; ++k) {
-      const RowLayout::Plane& pl = src.planes[k];
-      TurboConsts::Plane& q = dst.planes[k];
-      q.offset = pl.offset;
-      q.width = pl.width;
-      q.shift = pl.shift;
-      const auto bitpos = hn::Mul(lane, hn::Set(du, static_cast<uint32_t>(pl.width)));
-      q.idx = hn::IndicesFromVec(du, hn::ShiftRight<5>(bitpos));
-      q.sh = hn::And(bitpos, hn::Set(du, 31u));
-      q.mask = hn::Set(du, (1u << pl.width) - 1u);
+    for (int k = 0; k < 3; ++k) {
+      dst.width[k] = k < src.nplanes ? src.planes[k].width : 0;
+      dst.offset[k] = k < src.nplanes ? src.planes[k].offset : 0;
     }
   }
 }
 
-// Where the codes of the N positions starting at c sit in every row: computed
-// once per chunk and applied to many rows.
-// Inside a part's "super-chunks" of 8N coordinates, position S*8N + s*N + i
-// holds coordinate S*8N + 8i + s: lane i then reads one w-byte word of each
-// w-bit plane (w = 1, 2, 4) and sub-chunk s is just a shift, with no lane
-// permute. Queries and accumulators are permuted to match (see FillPerm).
+// Lane i gets the `lane_bits` (1..32, a power of two) bits at i·lane_bits of src.
+HWY_INLINE hn::Vec<DU> LaneWords(const TurboConsts& tc, const uint8_t* src, int lane_bits) {
+  const DU du;
+  if (lane_bits == 8) return hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, DU>(), src));
+  if (lane_bits == 16)
+    return hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint16_t, DU>(), reinterpret_cast<const uint16_t*>(src)));
+  if (lane_bits == 32) return hn::LoadU(du, reinterpret_cast<const uint32_t*>(src));
+  // 1, 2 or 4 bits per lane: N·lane_bits <= 64 bits, inside one 16-byte load.
+  const int j = lane_bits == 1 ? 0 : lane_bits == 2 ? 1 : 2;
+  const auto words = hn::LoadDup128(du, reinterpret_cast<const uint32_t*>(src));
+  return hn::Shr(hn::TableLookupLanes(words, tc.idx[j]), tc.sh[j]);
+}
+
+// Non-tq chunks: the N values starting at coordinate c.
 struct ChunkPlan {
   int c = 0;
-  const TurboConsts::Part* part = nullptr;
-  bool super = false;
-  int nplanes = 0;
-  size_t off[4] = {0, 0, 0, 0};
-  int rshift[4] = {0, 0, 0, 0};
 };
-
-HWY_INLINE ChunkPlan TurboPlan(const TurboConsts& tc, int c) {
-  const int N = Lanes();
-  ChunkPlan p;
-  p.c = c;
-  int pi = 0;
-  while (pi + 1 < tc.nparts && c >= tc.parts[pi + 1].begin) ++pi;
-  p.part = &tc.parts[pi];
-  const int cr = c - p.part->begin;
-  p.super = c < p.part->super_end;
-  p.nplanes = p.part->nplanes;
-  for (int k = 0; k < p.nplanes; ++k) {
-    const TurboConsts::Plane& pl = p.part->planes[k];
-    if (p.super) {
-      p.off[k] = pl.offset + static_cast<size_t>(cr / (8 * N)) * N * pl.width;
-      p.rshift[k] = ((cr / N) % 8) * pl.width;
-    } else {
-      p.off[k] = pl.offset + static_cast<size_t>(cr) * pl.width / 8;
-    }
-  }
-  return p;
-}
-
-HWY_INLINE hn::Vec<DU> SuperWords(const uint8_t* src, int width) {
-  const DU du;
-  if (width == 1) return hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, DU>(), src));
-  if (width == 2)
-    return hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint16_t, DU>(), reinterpret_cast<const uint16_t*>(src)));
-  return hn::LoadU(du, reinterpret_cast<const uint32_t*>(src));
-}
-
-HWY_INLINE hn::Vec<DF> TurboDecode(const ChunkPlan& p, const uint8_t* row) {
-  const DF df;
-  const DI di;
-  const DU du;
-  const int N = Lanes();
-  const TurboConsts::Part& part = *p.part;
-  hn::Vec<DU> code;
-  if (p.super) {
-    const TurboConsts::Plane& p0 = part.planes[0];
-    code = hn::And(hn::ShiftRightSame(SuperWords(row + p.off[0], p0.width), p.rshift[0]), p0.mask);
-    for (int k = 1; k < p.nplanes; ++k) {
-      const TurboConsts::Plane& pl = part.planes[k];
-      const auto v = hn::And(hn::ShiftRightSame(SuperWords(row + p.off[k], pl.width), p.rshift[k]), pl.mask);
-      code = hn::Or(code, hn::ShiftLeftSame(v, pl.shift));
-    }
-  } else {
-    code = hn::Zero(du);
-    for (int k = 0; k < p.nplanes; ++k) {
-      const TurboConsts::Plane& pl = part.planes[k];
-      // N codes of w bits = N*w <= 128 bits: one 16-byte load, broadcast per block.
-      const auto words = hn::LoadDup128(du, reinterpret_cast<const uint32_t*>(row + p.off[k]));
-      const auto v = hn::And(hn::Shr(hn::TableLookupLanes(words, pl.idx), pl.sh), pl.mask);
-      code = hn::Or(code, hn::ShiftLeftSame(v, pl.shift));
-    }
-  }
-  const auto ci = hn::BitCast(di, code);
-  if (part.levels <= N) return hn::TableLookupLanes(part.t0, hn::IndicesFromVec(df, ci));
-  if (part.levels <= 2 * N) {
-    const auto lo_idx = hn::IndicesFromVec(df, hn::And(ci, hn::Set(di, N - 1)));
-    return hn::IfThenElse(hn::RebindMask(df, hn::Gt(ci, hn::Set(di, N - 1))), hn::TableLookupLanes(part.t1, lo_idx),
-                          hn::TableLookupLanes(part.t0, lo_idx));
-  }
-  return hn::GatherIndex(df, part.table, ci);
-}
 
 using Kind = RowLayout::Kind;
 
@@ -219,14 +173,10 @@ HWY_INLINE hn::Vec<DF> BlockScale(const uint8_t* blk) {
 }
 
 template <Kind KIND>
-HWY_INLINE ChunkPlan Plan(const TurboConsts& tc, int c) {
-  if constexpr (KIND == Kind::kTurbo) {
-    return TurboPlan(tc, c);
-  } else {
-    ChunkPlan p;
-    p.c = c;
-    return p;
-  }
+HWY_INLINE ChunkPlan Plan(const TurboConsts&, int c) {
+  ChunkPlan p;
+  p.c = c;
+  return p;
 }
 
 template <Kind KIND>
@@ -254,14 +204,10 @@ HWY_INLINE hn::Vec<DF> Decode(const ChunkPlan& plan, const uint8_t* row) {
     auto b = hn::PromoteTo(di, hn::LoadU(d8, blk + 2 + (o & 15)));
     b = o < 16 ? hn::And(b, hn::Set(di, 15)) : hn::ShiftRight<4>(b);
     return hn::Mul(hn::ConvertTo(df, hn::Sub(b, hn::Set(di, 8))), BlockScale(blk));
-  } else {  // kTurbo: codes -> centroids; the norm is the row scale
-    return TurboDecode(plan, row);
+  } else {  // kTurbo rows are read by BlockLoop
+    (void)di;
+    return hn::Zero(df);
   }
-}
-
-template <Kind KIND>
-HWY_INLINE hn::Vec<DF> Chunk(const TurboConsts& tc, const uint8_t* row, int c) {
-  return Decode<KIND>(Plan<KIND>(tc, c), row);
 }
 
 template <Kind KIND>
@@ -315,6 +261,11 @@ HWY_INLINE void Sum4(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF>
 #endif
 }
 
+// The per-chunk bodies are lambdas called from many block-size and plane-width
+// instantiations; forced inline so each stays in registers (GCC otherwise
+// stops inlining once the instantiations add up: -10% on tq4 decode).
+#define TKV_FLATTEN_LAMBDA __attribute__((always_inline))
+
 constexpr int kBlock = 32;
 // Rows are requested this far ahead of their use, a few lines per row
 // processed, so the memory pipeline stays full without bursts.
@@ -330,49 +281,67 @@ struct BlockRows {
   uint8_t scratch[kBlock][1024 + 64];  // copies of tq rows near the buffer end (<= 1026 bytes)
 };
 
-// Super-chunk loop of a tq part with planes W0, W1, W2 (0 = absent): each
-// row's plane words are loaded once per 8N coordinates and every sub-chunk is
-// a shift, a mask and a table permute. Calls fn(pos, k0, k1, k2, k3).
-template <int W0, int W1, int W2, class Fn>
-HWY_INLINE void SuperLoop(const TurboConsts::Part& part, const uint8_t* const* rows, Fn&& fn) {
+// Block loop of a tq part with planes W0, W1, W2 (0 = absent): per block,
+// each row's plane words are loaded once and every sub-chunk is a shift, a
+// mask and a table lookup. Calls fn(pos, k0, k1, k2, k3).
+template <int W0, int W1, int W2, int K, class Fn>
+HWY_INLINE void BlockRun(const TurboConsts& tc, const TurboConsts::Part& part, int pos0,
+                         const uint8_t* const* rows, Fn&& fn) {
   const DF df;
   const DI di;
   const DU du;
   const int N = Lanes();
-  const int n_super = (part.super_end - part.begin) / (8 * N);
-  const size_t o0 = part.planes[0].offset;
-  const size_t o1 = W1 ? part.planes[1].offset : 0;
-  const size_t o2 = W2 ? part.planes[2].offset : 0;
-  const auto m0 = hn::Set(du, (1u << W0) - 1u);
+  const size_t rel = static_cast<size_t>(pos0 - part.begin);
+  const size_t o0 = part.offset[0] + rel * W0 / 8;
+  const size_t o1 = W1 ? part.offset[1] + rel * W1 / 8 : 0;
+  const size_t o2 = W2 ? part.offset[2] + rel * W2 / 8 : 0;
+  const auto m0 = hn::Set(du, W0 == 8 ? 255u : (1u << W0) - 1u);
   const auto m1 = hn::Set(du, W1 ? (1u << W1) - 1u : 0u);
   const auto m2 = hn::Set(du, W2 ? (1u << W2) - 1u : 0u);
   constexpr int kLevels = 1 << (W0 + W1 + W2);
-  for (int S = 0; S < n_super; ++S) {
-    hn::Vec<DU> w0[4], w1[4], w2[4];
+  hn::Vec<DU> w0[4], w1[4], w2[4];
+  for (int r = 0; r < 4; ++r) {
+    w0[r] = LaneWords(tc, rows[r] + o0, K * W0);
+    if (W1) w1[r] = LaneWords(tc, rows[r] + o1, K * W1);
+    if (W2) w2[r] = LaneWords(tc, rows[r] + o2, K * W2);
+  }
+  for (int sub = 0; sub < K; ++sub) {
+    hn::Vec<DF> k[4];
     for (int r = 0; r < 4; ++r) {
-      w0[r] = SuperWords(rows[r] + o0 + static_cast<size_t>(S) * N * W0, W0);
-      if (W1) w1[r] = SuperWords(rows[r] + o1 + static_cast<size_t>(S) * N * W1, W1);
-      if (W2) w2[r] = SuperWords(rows[r] + o2 + static_cast<size_t>(S) * N * W2, W2);
-    }
-    const int pos0 = part.begin + S * 8 * N;
-    for (int sub = 0; sub < 8; ++sub) {
-      hn::Vec<DF> k[4];
-      for (int r = 0; r < 4; ++r) {
-        auto code = hn::And(hn::ShiftRightSame(w0[r], sub * W0), m0);
-        if (W1) code = hn::Or(code, hn::ShiftLeft<W0>(hn::And(hn::ShiftRightSame(w1[r], sub * W1), m1)));
-        if (W2) code = hn::Or(code, hn::ShiftLeft<W0 + W1>(hn::And(hn::ShiftRightSame(w2[r], sub * W2), m2)));
-        const auto ci = hn::BitCast(di, code);
-        if (kLevels <= static_cast<int>(hn::MaxLanes(df)) && kLevels <= N) {
-          k[r] = hn::TableLookupLanes(part.t0, hn::IndicesFromVec(df, ci));
-        } else if (kLevels <= 2 * N) {
-          const auto lo_idx = hn::IndicesFromVec(df, hn::And(ci, hn::Set(di, N - 1)));
-          k[r] = hn::IfThenElse(hn::RebindMask(df, hn::Gt(ci, hn::Set(di, N - 1))),
-                                hn::TableLookupLanes(part.t1, lo_idx), hn::TableLookupLanes(part.t0, lo_idx));
-        } else {
-          k[r] = hn::GatherIndex(df, part.table, ci);
-        }
+      auto code = hn::And(hn::ShiftRightSame(w0[r], sub * W0), m0);
+      if (W1) code = hn::Or(code, hn::ShiftLeft<W0>(hn::And(hn::ShiftRightSame(w1[r], sub * W1), m1)));
+      if (W2) code = hn::Or(code, hn::ShiftLeft<W0 + W1>(hn::And(hn::ShiftRightSame(w2[r], sub * W2), m2)));
+      const auto ci = hn::BitCast(di, code);
+      if (kLevels <= static_cast<int>(hn::MaxLanes(df)) && kLevels <= N) {
+        k[r] = hn::TableLookupLanes(part.t0, hn::IndicesFromVec(df, ci));
+      } else if (kLevels <= 2 * N) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+        // One two-table permute (vpermi2ps) instead of two lookups and a blend.
+        k[r] = hn::Vec<DF>{_mm512_permutex2var_ps(part.t0.raw, ci.raw, part.t1.raw)};
+#else
+        const auto lo_idx = hn::IndicesFromVec(df, hn::And(ci, hn::Set(di, N - 1)));
+        k[r] = hn::IfThenElse(hn::RebindMask(df, hn::Gt(ci, hn::Set(di, N - 1))),
+                              hn::TableLookupLanes(part.t1, lo_idx), hn::TableLookupLanes(part.t0, lo_idx));
+#endif
+      } else {
+        k[r] = hn::GatherIndex(df, part.table, ci);
       }
-      fn(pos0 + sub * N, k[0], k[1], k[2], k[3]);
+    }
+    fn(pos0 + sub * N, k[0], k[1], k[2], k[3]);
+  }
+}
+
+template <int W0, int W1, int W2, class Fn>
+HWY_INLINE void BlockLoop(const TurboConsts& tc, const TurboConsts::Part& part, const uint8_t* const* rows, Fn&& fn) {
+  for (int b = 0; b < part.nblocks; ++b) {
+    const Block& blk = part.blocks[b];
+    switch (blk.k) {
+      case 8:
+        if constexpr (W0 < 8) BlockRun<W0, W1, W2, 8>(tc, part, blk.pos0, rows, fn);
+        break;
+      case 4: BlockRun<W0, W1, W2, 4>(tc, part, blk.pos0, rows, fn); break;
+      case 2: BlockRun<W0, W1, W2, 2>(tc, part, blk.pos0, rows, fn); break;
+      default: BlockRun<W0, W1, W2, 1>(tc, part, blk.pos0, rows, fn); break;
     }
   }
 }
@@ -391,24 +360,15 @@ HWY_INLINE void ForEachChunk(const TurboConsts& tc, const uint8_t* const* rows, 
   } else {
     for (int p = 0; p < tc.nparts; ++p) {
       const TurboConsts::Part& part = tc.parts[p];
-      if (part.super_end > part.begin) {
-        int w[3] = {0, 0, 0};
-        for (int k = 0; k < part.nplanes; ++k) w[k] = part.planes[k].width;
-        const int cfg = w[0] * 100 + w[1] * 10 + w[2];
-        switch (cfg) {
-          case 400: SuperLoop<4, 0, 0>(part, rows, fn); break;
-          case 200: SuperLoop<2, 0, 0>(part, rows, fn); break;
-          case 100: SuperLoop<1, 0, 0>(part, rows, fn); break;
-          case 210: SuperLoop<2, 1, 0>(part, rows, fn); break;
-          case 410: SuperLoop<4, 1, 0>(part, rows, fn); break;
-          case 420: SuperLoop<4, 2, 0>(part, rows, fn); break;
-          default: SuperLoop<4, 2, 1>(part, rows, fn); break;  // 7 bits: the only other mix
-        }
-      }
-      for (int c = part.super_end; c < part.begin + part.count; c += N) {
-        const ChunkPlan plan = TurboPlan(tc, c);
-        fn(c, TurboDecode(plan, rows[0]), TurboDecode(plan, rows[1]), TurboDecode(plan, rows[2]),
-           TurboDecode(plan, rows[3]));
+      switch (part.width[0] * 100 + part.width[1] * 10 + part.width[2]) {
+        case 400: BlockLoop<4, 0, 0>(tc, part, rows, fn); break;
+        case 200: BlockLoop<2, 0, 0>(tc, part, rows, fn); break;
+        case 100: BlockLoop<1, 0, 0>(tc, part, rows, fn); break;
+        case 210: BlockLoop<2, 1, 0>(tc, part, rows, fn); break;
+        case 410: BlockLoop<4, 1, 0>(tc, part, rows, fn); break;
+        case 420: BlockLoop<4, 2, 0>(tc, part, rows, fn); break;
+        case 421: BlockLoop<4, 2, 1>(tc, part, rows, fn); break;
+        default: BlockLoop<8, 0, 0>(tc, part, rows, fn); break;  // 8 bits: the only other plane set
       }
     }
     // Zero padding past d: chunks of the padded row hold nothing.
@@ -429,12 +389,10 @@ HWY_INLINE void PrefetchAhead(const BlockRows& B, int r, int nr) {
 
 // p[j][r] = score of query j on row r (or -inf when masked), for 4 rows at a time.
 template <Kind KIND>
-void Scores(const RowReader& R, const BlockRows& B, int nb, const float* qh, int G, const int* limit, int b0,
+void Scores(const RowReader& R, const TurboConsts& tc, const BlockRows& B, int nb, const float* qh, int G, const int* limit, int b0,
             float* p) {
   const DF df;
   const int dp = R.dp;
-  TurboConsts tc;
-  if constexpr (KIND == Kind::kTurbo) MakeTurboConsts(R, tc);
   for (int r = 0; r < nb; r += 4) {
     const int nr = std::min(4, nb - r);
     const uint8_t* rows[4];
@@ -448,7 +406,7 @@ void Scores(const RowReader& R, const BlockRows& B, int nb, const float* qh, int
       const float* q3p = qh + static_cast<size_t>(j0 + std::min(3, nj - 1)) * dp;
       auto a00 = hn::Zero(df), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
       auto a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
-      ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> k0, hn::Vec<DF> k1, hn::Vec<DF> k2, hn::Vec<DF> k3) {
+      ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> k0, hn::Vec<DF> k1, hn::Vec<DF> k2, hn::Vec<DF> k3) TKV_FLATTEN_LAMBDA {
         const auto q0 = hn::Load(df, q0p + c), q1 = hn::Load(df, q1p + c);
         const auto q2 = hn::Load(df, q2p + c), q3 = hn::Load(df, q3p + c);
         a00 = hn::MulAdd(k0, q0, a00); a01 = hn::MulAdd(k0, q1, a01);
@@ -476,12 +434,10 @@ void Scores(const RowReader& R, const BlockRows& B, int nb, const float* qh, int
 
 // acc[j] += Σ_r p[j][r] · scale_r · row_r, 4 rows at a time.
 template <Kind KIND>
-void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, int G, const bool* keep,
+void Accumulate(const RowReader& R, const TurboConsts& tc, const BlockRows& B, int nb, const float* p, int G, const bool* keep,
                 float* acch) {
   const DF df;
   const int dp = R.dp;
-  TurboConsts tc;
-  if constexpr (KIND == Kind::kTurbo) MakeTurboConsts(R, tc);
   for (int r = 0; r < nb; r += 4) {
     const int nr = std::min(4, nb - r);
     bool any = false;
@@ -506,7 +462,7 @@ void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, 
       float* a2 = acch + static_cast<size_t>(j0 + std::min(2, nj - 1)) * dp;
       float* a3 = acch + static_cast<size_t>(j0 + std::min(3, nj - 1)) * dp;
       if (nj == 4) {
-        ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3) {
+        ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3) TKV_FLATTEN_LAMBDA {
           auto x0 = hn::Load(df, a0 + c), x1 = hn::Load(df, a1 + c);
           auto x2 = hn::Load(df, a2 + c), x3 = hn::Load(df, a3 + c);
           x0 = hn::MulAdd(w00, v0, x0); x1 = hn::MulAdd(w10, v0, x1);
@@ -521,7 +477,7 @@ void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, 
           hn::Store(x2, df, a2 + c); hn::Store(x3, df, a3 + c);
         });
       } else {  // fewer queries: accumulate one at a time (stores must not alias)
-        ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3) {
+        ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3) TKV_FLATTEN_LAMBDA {
           auto x0 = hn::Load(df, a0 + c);
           x0 = hn::MulAdd(w00, v0, x0); x0 = hn::MulAdd(w01, v1, x0);
           x0 = hn::MulAdd(w02, v2, x0); x0 = hn::MulAdd(w03, v3, x0);
@@ -547,11 +503,9 @@ void Accumulate(const RowReader& R, const BlockRows& B, int nb, const float* p, 
 // Decodes nb rows (scale folded in) into out[i * dp], 4 rows at a time so tq
 // rows use the super-chunk loop.
 template <Kind KIND>
-void DecodeRows(const RowReader& R, const BlockRows& B, int nb, float* out) {
+void DecodeRows(const RowReader& R, const TurboConsts& tc, const BlockRows& B, int nb, float* out) {
   const DF df;
   const int dp = R.dp;
-  TurboConsts tc;
-  if constexpr (KIND == Kind::kTurbo) MakeTurboConsts(R, tc);
   for (int r = 0; r < nb; r += 4) {
     const int nr = std::min(4, nb - r);
     const uint8_t* rows[4];
@@ -563,7 +517,7 @@ void DecodeRows(const RowReader& R, const BlockRows& B, int nb, float* out) {
     const auto s0 = hn::Set(df, B.scale[r]), s1 = hn::Set(df, B.scale[r + std::min(1, nr - 1)]);
     const auto s2 = hn::Set(df, B.scale[r + std::min(2, nr - 1)]), s3 = hn::Set(df, B.scale[r + std::min(3, nr - 1)]);
     // Duplicate rows (nr < 4) write the same values twice; harmless.
-    ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3) {
+    ForEachChunk<KIND>(tc, rows, dp, [&](int c, hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3) TKV_FLATTEN_LAMBDA {
       hn::Store(hn::Mul(v0, s0), df, o[0] + c);
       hn::Store(hn::Mul(v1, s1), df, o[1] + c);
       hn::Store(hn::Mul(v2, s2), df, o[2] + c);
@@ -584,7 +538,7 @@ void ByKind(Kind k, Args&&... args);
 // Fills B for rows [b0, b0+nb) of one head. With many queries (G > 4) or no
 // SIMD decoder for the layout, rows are decoded once into `dec` (f32, scale
 // folded in) so every query group reuses them; returns the kind to read B with.
-Kind PrepareRows(const RowReader& R, const uint8_t* base, size_t stride, const uint8_t* end, int b0, int nb,
+Kind PrepareRows(const RowReader& R, const TurboConsts& tc, const uint8_t* base, size_t stride, const uint8_t* end, int b0, int nb,
                  int limit_rows, int G, BlockRows& B, float* dec) {
   const int dp = R.dp;
   const bool turbo = R.layout.kind == Kind::kTurbo;
@@ -601,7 +555,7 @@ Kind PrepareRows(const RowReader& R, const uint8_t* base, size_t stride, const u
   }
   if (R.fast && G <= 4) return R.layout.kind;
   if (R.fast) {
-    ByKind<DecodeRowsOp>(R.layout.kind, R, B, nb, dec);
+    ByKind<DecodeRowsOp>(R.layout.kind, R, tc, B, nb, dec);
   } else {
     for (int i = 0; i < nb; ++i) {
       float* out = dec + static_cast<size_t>(i) * dp;
@@ -640,7 +594,8 @@ struct AccumulateOp {
 
 // Scores, softmax update and V accumulation of one block of rows for the G
 // queries of KV head h.
-void HeadBlock(const RowReader& K, const RowReader& V, const Work& w, int h, int b0, int nb, float* p,
+void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, const TurboConsts& vtc, const Work& w,
+               int h, int b0, int nb, float* p,
                BlockRows& B, float* dec) {
   const DF df;
   const int N = Lanes();
@@ -650,8 +605,8 @@ void HeadBlock(const RowReader& K, const RowReader& V, const Work& w, int h, int
   float* lh = w.l + (h - w.h0) * G;
   float* acch = w.acc + static_cast<size_t>(h - w.h0) * G * dp;
   // ---- scores
-  Kind kk = PrepareRows(K, w.k_base + h * w.k_hstride, w.k_stride, w.k_end, b0, nb, w.r1, G, B, dec);
-  ByKind<ScoresOp>(kk, K, B, nb, qh, G, w.limit, b0, p);
+  Kind kk = PrepareRows(K, ktc, w.k_base + h * w.k_hstride, w.k_stride, w.k_end, b0, nb, w.r1, G, B, dec);
+  ByKind<ScoresOp>(kk, K, ktc, B, nb, qh, G, w.limit, b0, p);
   // ---- online softmax per query over this block
   const auto neg_inf = hn::Set(df, kNegInf);
   for (int j = 0; j < G; ++j) {
@@ -691,11 +646,15 @@ void HeadBlock(const RowReader& K, const RowReader& V, const Work& w, int h, int
     if (!k) ++*w.skipped;
     keep[i] = k;
   }
-  Kind vk = PrepareRows(V, w.v_base + h * w.v_hstride, w.v_stride, w.v_end, b0, nb, w.r1, G, B, dec);
-  ByKind<AccumulateOp>(vk, V, B, nb, p, G, keep, acch);
+  Kind vk = PrepareRows(V, vtc, w.v_base + h * w.v_hstride, w.v_stride, w.v_end, b0, nb, w.r1, G, B, dec);
+  ByKind<AccumulateOp>(vk, V, vtc, B, nb, p, G, keep, acch);
 }
 
 void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
+  // tq reading constants, once per item rather than per block of rows.
+  TurboConsts ktc, vtc;
+  if (K.layout.kind == Kind::kTurbo && K.fast) MakeTurboConsts(K, ktc);
+  if (V.layout.kind == Kind::kTurbo && V.fast) MakeTurboConsts(V, vtc);
   const int dp = K.dp, G = w.G;
   // p[j][r]: softmax weights of the current block for query j.
   float* p = static_cast<float*>(alloca(sizeof(float) * G * kBlock));
@@ -714,7 +673,7 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   std::memset(w.acc, 0, sizeof(float) * nh * G * dp);
   for (int b0 = w.r0; b0 < w.r1; b0 += kBlock) {
     const int nb = std::min(kBlock, w.r1 - b0);
-    for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, V, w, h, b0, nb, p, *B, dec);
+    for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, ktc, V, vtc, w, h, b0, nb, p, *B, dec);
   }
 }
 
