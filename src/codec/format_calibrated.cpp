@@ -62,8 +62,6 @@ class CalibratedCodec final : public Codec {
     if (!(s < kUNormMax)) return Status::Error("row scale " + std::to_string(s) + " exceeds the tqc range (4.29e9)");
     const float sf = static_cast<float>(s);
     const float inv = sf > 0.0f ? 1.0f / sf : 0.0f;
-    const uint16_t h = f32_to_unorm16(sf);
-    std::memcpy(out, &h, 2);
     uint8_t codes[1024];
     auto enc = impl == Impl::kRef ? ref::encode_cells : simd::encode_cells;
     for (int pi = 0; pi < layout_.nparts; ++pi) {
@@ -75,6 +73,24 @@ class CalibratedCodec final : public Codec {
         pack_plane(codes + part.begin, part.count, part.planes[k].width, part.planes[k].shift,
                    out + part.planes[k].offset);
     }
+    // Stored scale: the least-squares fit of the decoded row to y given the
+    // codes, min over t of sum sigma_i^2 (z_i - t c_i)^2 (the error in the
+    // original domain). Equals s when the variances are right; corrects rows
+    // that the calibration over- or under-estimates.
+    double zc = 0, cc = 0;
+    for (int pi = 0; pi < layout_.nparts; ++pi) {
+      const RowLayout::Part& part = layout_.parts[pi];
+      for (int i = part.begin; i < part.begin + part.count; ++i) {
+        const double v = static_cast<double>(coord_scale_[i]) * coord_scale_[i];
+        const double c = part.centroids[codes[i]];
+        zc += v * y[i] * c;
+        cc += v * c * c;
+      }
+    }
+    const double t = cc > 0 && zc > 0 ? zc / cc : s;
+    if (!(t < kUNormMax)) return Status::Error("row scale " + std::to_string(t) + " exceeds the tqc range (4.29e9)");
+    const uint16_t h = f32_to_unorm16(static_cast<float>(t));
+    std::memcpy(out, &h, 2);
     return Status::Ok();
   }
 
