@@ -103,6 +103,7 @@ struct TurboConsts {
     size_t offset[3];
     Block blocks[kMaxBlocks];
     hn::Vec<DF> t0, t1;  // centroid table, first and second N entries
+    hn::Vec<DF> trep;    // the table repeated with period `levels` (<= N): index bits above are ignored
     const float* table;
   };
   // Lane i's bit position i·L in a 16-byte load, for L = 1, 2, 4 bits per lane.
@@ -133,6 +134,9 @@ HWY_INLINE void MakeTurboConsts(const RowReader& R, TurboConsts& tc) {
     dst.table = R.tables[p];
     dst.t0 = hn::LoadU(df, R.tables[p]);
     dst.t1 = hn::LoadU(df, R.tables[p] + (2 * N <= kMaxTable ? N : 0));
+    HWY_ALIGN float rep[hn::MaxLanes(df)];
+    for (int j = 0; j < N; ++j) rep[j] = R.tables[p][j % std::min(dst.levels, N)];
+    dst.trep = hn::Load(df, rep);
     for (int k = 0; k < 3; ++k) {
       dst.width[k] = k < src.nplanes ? src.planes[k].width : 0;
       dst.offset[k] = k < src.nplanes ? src.planes[k].offset : 0;
@@ -305,6 +309,33 @@ HWY_INLINE void BlockRun(const TurboConsts& tc, const TurboConsts::Part& part, i
     if (W1) w1[r] = LaneWords(tc, rows[r] + o1, K * W1);
     if (W2) w2[r] = LaneWords(tc, rows[r] + o2, K * W2);
   }
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (W2 == 0 && W0 + W1 <= 5 && W0 < 8) {
+    // Up to 32 levels: vpermps / vpermi2ps read only the low 4 / 5 index
+    // bits, so bits above the code need no mask (the 16-entry table repeats
+    // with the code's period), and a second plane joins with one bit select.
+    (void)m0; (void)m1; (void)m2; (void)di;
+    const auto low = hn::Set(du, (1u << W0) - 1u);
+    for (int sub = 0; sub < K; ++sub) {
+      hn::Vec<DF> k[4];
+      for (int r = 0; r < 4; ++r) {
+        auto code = hn::ShiftRightSame(w0[r], sub * W0);
+        if constexpr (W1 != 0) {
+          const int up = W0 - sub * W1;  // moves plane 1's bits for this sub-chunk to bit W0
+          const auto hi = up >= 0 ? hn::ShiftLeftSame(w1[r], up) : hn::ShiftRightSame(w1[r], -up);
+          code = hn::IfVecThenElse(low, code, hi);
+        }
+        if constexpr (kLevels <= 16) {
+          k[r] = hn::Vec<DF>{_mm512_permutexvar_ps(code.raw, part.trep.raw)};
+        } else {
+          k[r] = hn::Vec<DF>{_mm512_permutex2var_ps(part.t0.raw, code.raw, part.t1.raw)};
+        }
+      }
+      fn(pos0 + sub * N, k[0], k[1], k[2], k[3]);
+    }
+    return;
+  }
+#endif
   for (int sub = 0; sub < K; ++sub) {
     hn::Vec<DF> k[4];
     for (int r = 0; r < 4; ++r) {
