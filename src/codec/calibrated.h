@@ -34,7 +34,7 @@ struct HeadBasis {
 // floats (float64 throughout; deterministic). Fails on n < 2 or non-finite rows.
 Expected<HeadBasis> fit_head_basis(const float* x, size_t n, int d);
 
-// A random orthonormal basis with variances decaying from 1 to 1/16, for
+// A seeded rotation's rows (Rotation::make) with variances decaying from 1 to 1/16, for
 // benchmarks and tests that have no real data.
 HeadBasis synthetic_head_basis(int d, uint64_t seed);
 

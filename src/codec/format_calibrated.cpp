@@ -9,7 +9,6 @@
 #include "codec/eigen.h"
 #include "codec/kernels.h"
 #include "util/fp16.h"
-#include "util/rng.h"
 
 namespace tkv {
 namespace {
@@ -190,25 +189,10 @@ HeadBasis synthetic_head_basis(int d, uint64_t seed) {
   b.d = d;
   b.mean.assign(d, 0.0f);
   b.basis.resize(static_cast<size_t>(d) * d);
-  Rng rng(seed);
-  // Gram-Schmidt on Gaussian rows (float64), like Rotation's dense matrices.
-  std::vector<double> q(static_cast<size_t>(d) * d);
-  for (auto& v : q) v = rng.gaussian();
-  for (int j = 0; j < d; ++j) {
-    double* rj = &q[static_cast<size_t>(j) * d];
-    for (int pass = 0; pass < 2; ++pass)
-      for (int k = 0; k < j; ++k) {
-        const double* rk = &q[static_cast<size_t>(k) * d];
-        double dot = 0;
-        for (int i = 0; i < d; ++i) dot += rk[i] * rj[i];
-        for (int i = 0; i < d; ++i) rj[i] -= dot * rk[i];
-      }
-    double nrm = 0;
-    for (int i = 0; i < d; ++i) nrm += rj[i] * rj[i];
-    nrm = std::sqrt(nrm);
-    for (int i = 0; i < d; ++i) rj[i] /= nrm;
-  }
-  b.basis.assign(q.begin(), q.end());
+  // The rows of a seeded rotation (randomized Hadamard or dense Haar).
+  const auto rot = Rotation::make(d, seed);
+  for (int i = 0; i < d; ++i)
+    for (int j = 0; j < d; ++j) b.basis[static_cast<size_t>(i) * d + j] = static_cast<float>((*rot)->entry(i, j));
   b.var.resize(d);
   for (int i = 0; i < d; ++i) b.var[i] = static_cast<float>(std::exp2(-4.0 * i / d));
   return b;

@@ -49,7 +49,7 @@ void register_calibrate(CLI::App& app) {
     pol->source = "calibrated on " + o->file + ": " + pol->source;
     Status s = write_kv_policy(o->out, *pol);
     if (!s.ok()) fail(s.message());
-    std::printf("layer  K/V  bits/value  basis       held-out rel MSE (calibrated / isotropic)%s\n",
+    std::printf("layer  K/V  bits/value  basis       held-out rel MSE at that width (calibrated / isotropic)%s\n",
                 rep.entries.empty() || rep.entries[0].kld.empty() ? "" : "  KLD at each width");
     for (const auto& e : rep.entries) {
       std::printf("%5d  %s  %10.3f  %-10s  %.4e / %.4e", e.layer, e.is_v ? "V" : "K", e.bits,
