@@ -392,6 +392,68 @@ TEST_F(Cli, DemoRunsAndGivesVerdicts) {
   EXPECT_NE(r.out.find("  tq4: "), std::string::npos);
 }
 
+TEST_F(Cli, CalibratePolicyAndPresetFlags) {
+  // A small random model and text; calibrate, then use the policy.
+  CliResult r = run("gen-model --layers 2 --dim 64 --heads 4 --kv-heads 2 --head-dim 32 --ffn 96 -o '" + path("m.gguf") + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string text;
+  for (int i = 0; i < 80; ++i) text += "the cat sat on the mat, then " + std::to_string(i * 7) + " dogs ran.\n";
+  std::ofstream(path("t.txt")) << text;
+  r = run("calibrate -m '" + path("m.gguf") + "' -f '" + path("t.txt") + "' -c 64 --tokens 256 --budget 3.5 --kld-tokens 64 -o '" +
+          path("p.tkvp") + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("bits per value on average"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("calibrate:"), std::string::npos);  // progress on stderr
+  r = run("perplexity -m '" + path("m.gguf") + "' -f '" + path("t.txt") + "' -c 64 --chunks 2 --kv-policy '" + path("p.tkvp") + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("Final estimate: PPL"), std::string::npos);
+  EXPECT_NE(r.err.find("policy"), std::string::npos) << r.err;
+  r = run("run -m '" + path("m.gguf") + "' -p hello -n 4 --kv-preset compact");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("preset compact"), std::string::npos) << r.err;
+  // Errors: another model, a corrupted file, both flags, an unknown preset.
+  r = run("gen-model --layers 2 --dim 64 --heads 4 --kv-heads 2 --head-dim 32 --ffn 96 --seed 9 -o '" + path("o.gguf") + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run("run -m '" + path("o.gguf") + "' -p hello -n 2 --kv-policy '" + path("p.tkvp") + "'");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("another model"), std::string::npos) << r.err;
+  std::string bytes = slurp(path("p.tkvp"));
+  bytes[bytes.size() / 2] ^= 1;
+  std::ofstream(path("bad.tkvp"), std::ios::binary) << bytes;
+  r = run("run -m '" + path("m.gguf") + "' -p hello -n 2 --kv-policy '" + path("bad.tkvp") + "'");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("checksum"), std::string::npos) << r.err;
+  r = run("run -m '" + path("m.gguf") + "' -p hello -n 2 --kv-policy '" + path("p.tkvp") + "' --kv-preset quality");
+  EXPECT_NE(r.rc, 0);
+  r = run("run -m '" + path("m.gguf") + "' -p hello -n 2 --kv-preset huge");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("huge"), std::string::npos) << r.err;
+  r = run("run -m '" + path("m.gguf") + "' -p hello -n 2 -ctk tqc4");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--kv-policy"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, KvStatsCalibratedReportsTqcOnTheSecondHalf) {
+  SyntheticKvOptions so;
+  so.d = 32;
+  so.tokens = 200;
+  ASSERT_TRUE(write_kv_file(path("a.bin"), synthetic_kv(so)).ok());
+  CliResult r = run("kv-stats --kv '" + path("a.bin") + "' --calibrated --formats tq3,tqc3 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  double tq = 0, tqc = 0;
+  for (const auto& o : j) {
+    EXPECT_EQ(o["tokens"], 100);  // measured on the second half
+    if (o["format"] == "tqc3") tqc = o["rel_mse"];
+    if (o["format"] == "tq3" && !o["mean_centered"].get<bool>()) tq = o["rel_mse"];
+  }
+  ASSERT_GT(tqc, 0);
+  EXPECT_LT(tqc, tq);  // synthetic keys have big channel means and spread variances
+  r = run("kv-stats --kv '" + path("a.bin") + "' --formats tqc3");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--calibrated"), std::string::npos) << r.err;
+}
+
 // ---- real Qwen3.5-0.8B keys (shared/) ----------------------------------------
 
 TEST(KvStatsReal, TurboBeatsLlamaQ4InRateDistortionOnQwenKeys) {
