@@ -449,6 +449,7 @@ void Scores(const RowReader& R, const TurboConsts& tc, const BlockRows& B, int n
         a30 = hn::MulAdd(k3, q0, a30); a31 = hn::MulAdd(k3, q1, a31);
         a32 = hn::MulAdd(k3, q2, a32); a33 = hn::MulAdd(k3, q3, a33);
       });
+#if HWY_TARGET == HWY_SCALAR
       float dot4[4][4];
       Sum4(a00, a01, a02, a03, dot4[0]);
       Sum4(a10, a11, a12, a13, dot4[1]);
@@ -459,6 +460,25 @@ void Scores(const RowReader& R, const TurboConsts& tc, const BlockRows& B, int n
         for (int j = 0; j < nj; ++j)
           p[(j0 + j) * kBlock + r + i] = row < limit[j0 + j] ? dot4[i][j] * B.scale[r + i] : kNegInf;
       }
+#else
+      // Per query, its 4 rows' scores (Sum4 over the rows), scaled and masked
+      // as one 4-lane vector: p is read back as vectors by the softmax, which
+      // scalar stores would stall (store-to-load forwarding).
+      const hn::Full128<float> d4;
+      const hn::RebindToSigned<decltype(d4)> di4;
+      const auto sc4 = hn::LoadU(d4, B.scale + r);
+      const auto rows4 = hn::Add(hn::Iota(di4, 0), hn::Set(di4, b0 + r));
+      HWY_ALIGN float dj[4][hn::MaxLanes(df) < 4 ? 4 : hn::MaxLanes(df)];
+      Sum4(a00, a10, a20, a30, dj[0]);
+      Sum4(a01, a11, a21, a31, dj[1]);
+      Sum4(a02, a12, a22, a32, dj[2]);
+      Sum4(a03, a13, a23, a33, dj[3]);
+      for (int j = 0; j < nj; ++j) {
+        const auto vis = hn::RebindMask(d4, hn::Lt(rows4, hn::Set(di4, limit[j0 + j])));
+        hn::StoreU(hn::IfThenElse(vis, hn::Mul(hn::Load(d4, dj[j]), sc4), hn::Set(d4, kNegInf)), d4,
+                   p + (j0 + j) * kBlock + r);
+      }
+#endif
     }
   }
 }
@@ -671,11 +691,15 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   }
   // ---- values (sparse V: skip rows no query gives weight >= threshold)
   bool keep[kBlock];
-  for (int i = 0; i < nb; ++i) {
-    bool k = w.sparse_v <= 0.0f;
-    for (int j = 0; j < G && !k; ++j) k = p[j * kBlock + i] >= w.sparse_v;
-    if (!k) ++*w.skipped;
-    keep[i] = k;
+  if (w.sparse_v <= 0.0f) {
+    std::memset(keep, 1, sizeof(keep));
+  } else {
+    for (int i = 0; i < nb; ++i) {
+      bool k = false;
+      for (int j = 0; j < G && !k; ++j) k = p[j * kBlock + i] >= w.sparse_v;
+      if (!k) ++*w.skipped;
+      keep[i] = k;
+    }
   }
   Kind vk = PrepareRows(V, vtc, w.v_base + h * w.v_hstride, w.v_stride, w.v_end, b0, nb, w.r1, G, B, dec);
   ByKind<AccumulateOp>(vk, V, vtc, B, nb, p, G, keep, acch);
