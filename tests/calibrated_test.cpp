@@ -128,6 +128,24 @@ TEST(Calibrated, AllocationMeetsTheBudgetAndSkipsZeroVariance) {
   EXPECT_EQ((*c)->row_bytes(), 2u + 128 / 8);
 }
 
+TEST(Calibrated, RowSizeIsFixedWhateverTheSpectrum) {
+  // Heads of one layer must share a row size: zero-variance groups leave
+  // zero bytes, not a shorter row.
+  for (int d : {64, 80}) {
+    HeadBasis full = synthetic_head_basis(d, 1), sparse = synthetic_head_basis(d, 2);
+    for (int i = d / 4; i < d; ++i) sparse.var[i] = 0.0f;
+    for (const char* f : {"tqc2", "tqc4", "tqc6"}) {
+      auto a = make_calibrated_codec(f, full), b = make_calibrated_codec(f, sparse);
+      ASSERT_TRUE(a.ok() && b.ok()) << f;
+      const size_t expect = 2 + size_t(std::lround(*calibrated_bits(f, d) * d)) / 8;
+      EXPECT_EQ((*a)->row_bytes(), expect) << f << " d=" << d;
+      EXPECT_EQ((*b)->row_bytes(), expect) << f << " d=" << d;
+      const auto x = draw_rows(sparse, 50, 4);
+      EXPECT_LT(rel_mse(**b, x), 0.2) << f;  // the zero-variance part of the basis carries nothing
+    }
+  }
+}
+
 TEST(Calibrated, EightBitsRoundTripsToCodebookError) {
   for (int d : {64, 80, 128}) {
     const HeadBasis hb = synthetic_head_basis(d, d);
@@ -159,7 +177,10 @@ TEST(Calibrated, BeatsPlainTqOnAnisotropicRows) {
 
 TEST(Calibrated, NamesAndBadInput) {
   EXPECT_TRUE(calibrated_bits("tqc3.5", 64).ok());
+  EXPECT_TRUE(calibrated_bits("tqc3.125", 64).ok());  // 200 bits = 25 bytes
   EXPECT_FALSE(calibrated_bits("tqc3.3", 64).ok());   // not a multiple of 1/64
+  EXPECT_FALSE(calibrated_bits("tqc3.0625", 64).ok());  // 196 bits: not whole bytes
+  EXPECT_FALSE(calibrated_bits("tqc4", 4).ok());        // head dim not a multiple of 8
   EXPECT_FALSE(calibrated_bits("tqc9", 64).ok());
   EXPECT_FALSE(calibrated_bits("tqcx", 64).ok());
   EXPECT_EQ(calibrated_format_name(4.0), "tqc4");
@@ -274,8 +295,8 @@ TEST(Calibrated, AttentionAddsNoErrorBeyondTheCodes) {
     check_attention("tqc2.25", "tqc3.75", 64, 1, 8, 700, 1, -1);
     check_attention("tqc3", "tq4", 128, 2, 2, 200, 5, 195);
     check_attention("f16", "tqc4", 96, 2, 3, 100, 17, 83);
-    check_attention("tqc3.5", "tqc8", 80, 3, 2, 150, 1, -1);   // d 80: runs of 16 not all aligned on AVX-512
-    check_attention("tqc2.1", "q8_0", 80, 2, 1, 90, 1, -1);    // 168 bits: allocated one by one (slow path)
+    check_attention("tqc3.5", "tqc8", 80, 3, 2, 150, 1, -1);   // 280 bits: groups of 8 (AVX-512 reads them unfused)
+    check_attention("tqc2.1", "q8_0", 80, 2, 1, 90, 1, -1);    // 168 bits, groups of 8
   }
   simd_force_target(0);
 }

@@ -44,15 +44,17 @@ HeadBasis synthetic_head_basis(int d, uint64_t seed);
 // whose variance is all zero get nothing (the total may then fall short).
 std::vector<int> allocate_bits(const std::vector<float>& var, int total_bits, int group);
 
-// "tqcB": B = coded bits per coordinate (excluding the 16-bit row scale), a
-// multiple of 1/d in (0, 8]; "tqc4" has tq4's size. Parses B or fails.
+// "tqcB": B = coded bits per coordinate (excluding the 16-bit row scale), in
+// (0, 8] with B·d a whole number of bytes, d a multiple of 8; "tqc4" has tq4's
+// size. Parses B or fails.
 bool is_calibrated_format(std::string_view name);
 Expected<double> calibrated_bits(std::string_view name, int d);
 std::string calibrated_format_name(double bits);
 
 // The codec of a calibrated format on one head's basis. Components are
-// allocated in groups of 16 when d and the bit total allow (so the SIMD
-// kernels read every run), one by one otherwise.
+// allocated in groups of 16 when d and the bit total allow (so the AVX-512
+// kernels read every run), of 8 otherwise; rows are 2 + B·d/8 bytes whatever
+// the allocation.
 Expected<std::unique_ptr<Codec>> make_calibrated_codec(std::string_view name, const HeadBasis& basis);
 
 }  // namespace tkv

@@ -18,7 +18,7 @@ double gauss_mse(int b) { return b == 0 ? 1.0 : lloyd_max(1, b, Density::kGaussi
 
 class CalibratedCodec final : public Codec {
  public:
-  CalibratedCodec(std::string name, int d, std::vector<int> bits, std::vector<float> sigma,
+  CalibratedCodec(std::string name, int d, int total_bits, std::vector<int> bits, std::vector<float> sigma,
                   std::shared_ptr<const Rotation> rot)
       : Codec(std::move(name), d, FormatFamily::kCalibrated), bits_(std::move(bits)) {
     rotation_ = std::move(rot);
@@ -44,7 +44,10 @@ class CalibratedCodec final : public Codec {
       }
       i = j;
     }
-    row_bytes_ = off;
+    // Fixed size whatever the allocation (every head of a layer must match):
+    // groups left without bits (zero variance) leave zero bytes at the end.
+    row_bytes_ = 2 + static_cast<size_t>(total_bits) / 8;
+    used_bytes_ = off;
     inv_sigma_.resize(d);
     for (int i = 0; i < d; ++i) inv_sigma_[i] = bits_[i] > 0 ? 1.0f / coord_scale_[i] : 0.0f;
   }
@@ -86,6 +89,7 @@ class CalibratedCodec final : public Codec {
         cc += v * c * c;
       }
     }
+    if (row_bytes_ > used_bytes_) std::memset(out + used_bytes_, 0, row_bytes_ - used_bytes_);
     const double t = cc > 0 && zc > 0 ? zc / cc : s;
     if (!(t < kUNormMax)) return Status::Error("row scale " + std::to_string(t) + " exceeds the tqc range (4.29e9)");
     const uint16_t h = f32_to_unorm16(static_cast<float>(t));
@@ -113,6 +117,7 @@ class CalibratedCodec final : public Codec {
  private:
   std::vector<int> bits_;
   std::vector<float> inv_sigma_;
+  size_t used_bytes_ = 0;  // scale + planes; the rest of the row is zero
 };
 
 }  // namespace
@@ -233,10 +238,18 @@ Expected<double> calibrated_bits(std::string_view name, int d) {
   const double b = std::strtod(num.c_str(), &end);
   if (num.empty() || *end != '\0' || !(b > 0.0) || b > 8.0)
     return Status::Error("format " + std::string(name) + ": tqcB needs B, the bits per coordinate, in (0, 8]");
+  // Whole bytes per row, and runs of whole bytes per plane (groups of 8 or 16
+  // components): B·d a multiple of 8 bits, d a multiple of 8.
   const double total = b * d;
-  if (std::fabs(total - std::round(total)) > 1e-6)
+  if (d % 8 != 0)
+    return Status::Error("format " + std::string(name) + ": calibrated formats need a head dim that is a multiple of 8, got " +
+                         std::to_string(d));
+  if (std::fabs(total - std::round(total)) > 1e-6 || std::lround(total) % 8 != 0) {
+    char step[32];
+    std::snprintf(step, sizeof(step), "%g", 8.0 / d);
     return Status::Error("format " + std::string(name) + ": " + num + " bits x head dim " + std::to_string(d) +
-                         " is not a whole number of bits");
+                         " is not a whole number of bytes (B must be a multiple of " + step + ")");
+  }
   return b;
 }
 
@@ -257,7 +270,7 @@ Expected<std::unique_ptr<Codec>> make_calibrated_codec(std::string_view name, co
       return Status::Error("format " + std::string(name) + ": component " + std::to_string(i) + " has variance " +
                            std::to_string(basis.var[i]));
   const int total = static_cast<int>(std::lround(*b * d));
-  const int group = (d % 16 == 0 && total % 16 == 0) ? 16 : 1;
+  const int group = (d % 16 == 0 && total % 16 == 0) ? 16 : 8;
   std::vector<int> bits = allocate_bits(basis.var, total, group);
   std::vector<float> sigma(d);
   for (int i = 0; i < d; ++i) sigma[i] = bits[i] > 0 ? std::sqrt(basis.var[i]) : 0.0f;
@@ -300,7 +313,7 @@ Expected<std::unique_ptr<Codec>> make_calibrated_codec(std::string_view name, co
                          " runs of bit widths)");
   auto rot = Rotation::from_matrix(d, rows);
   if (!rot) return Status::Error("format " + std::string(name) + ": " + rot.error());
-  return std::unique_ptr<Codec>(new CalibratedCodec(std::string(name), d, std::move(bits), std::move(sigma), *rot));
+  return std::unique_ptr<Codec>(new CalibratedCodec(std::string(name), d, total, std::move(bits), std::move(sigma), *rot));
 }
 
 }  // namespace tkv

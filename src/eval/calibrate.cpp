@@ -147,17 +147,21 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
   say("fitted bases for " + std::to_string(L) + " layers x " + std::to_string(H) + " KV heads");
 
   // Candidate stored widths (bits per value, scale included).
-  std::vector<double> widths;
-  if (o.budget > 0) {
-    for (double w : {1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 8.0})
-      if (w - 16.0 / d > 0.2) widths.push_back(w);
-  } else {
-    widths.push_back(o.bits);
-  }
   auto fmt_of = [&](double w) { return calibrated_format_name(w - 16.0 / d); };
-  for (double w : widths) {
-    auto b = calibrated_bits(fmt_of(w), d);
-    if (!b) return Status::Error("calibrate: " + std::to_string(w) + " bits per value: " + b.error());
+  std::vector<double> widths;
+  if (o.budget > 0) {  // the candidates this head dim can hold in whole bytes
+    for (double w : {1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 8.0})
+      if (w - 16.0 / d > 0.2 && calibrated_bits(fmt_of(w), d).ok()) widths.push_back(w);
+    if (widths.empty())
+      return Status::Error("calibrate: no width from 1.5 to 8 bits per value fits head dim " + std::to_string(d) +
+                           " (calibrated rows need a multiple of 8)");
+  } else {
+    if (!(o.bits - 16.0 / d > 0.0))
+      return Status::Error("calibrate: " + std::to_string(o.bits) + " bits per value leave nothing after the 16-bit row scale at head dim " +
+                           std::to_string(d));
+    auto b = calibrated_bits(fmt_of(o.bits), d);
+    if (!b) return Status::Error("calibrate: " + std::to_string(o.bits) + " bits per value: " + b.error());
+    widths.push_back(o.bits);
   }
   CalibrateReport rep;
   rep.widths = widths;

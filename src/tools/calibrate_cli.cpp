@@ -45,7 +45,7 @@ void register_calibrate(CLI::App& app) {
     if (!m) fail(m.error());
     CalibrateReport rep;
     auto pol = calibrate(**m, *text, o->c, &rep, [](const std::string& s) { std::fprintf(stderr, "calibrate: %s\n", s.c_str()); });
-    if (!pol) fail(pol.error());
+    if (!pol) fail(pol.error().rfind("calibrate: ", 0) == 0 ? pol.error().substr(11) : pol.error());
     pol->source = "calibrated on " + o->file + ": " + pol->source;
     Status s = write_kv_policy(o->out, *pol);
     if (!s.ok()) fail(s.message());
