@@ -390,6 +390,14 @@ TEST_F(Cli, DemoRunsAndGivesVerdicts) {
   EXPECT_NE(r.out.find("Synthetic keys"), std::string::npos);
   EXPECT_NE(r.out.find("Verdict"), std::string::npos);
   EXPECT_NE(r.out.find("  tq4: "), std::string::npos);
+  // With shared/ (model, essays, WikiText): generation on every cache, the
+  // calibrated policy, and a measured KLD per line.
+  if (fs::exists(std::string(TKV_SHARED_DIR) + "/models/ref-5m/ref-5m-f32.gguf") &&
+      fs::exists(std::string(TKV_SHARED_DIR) + "/data/text/wikitext-2-raw-test.txt") &&
+      fs::exists(std::string(TKV_SHARED_DIR) + "/data/niah/paul-graham-essays")) {
+    EXPECT_NE(r.out.find("  tqc4  KV"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("KLD 0.00000"), std::string::npos) << r.out;  // f16 against f32
+  }
 }
 
 TEST_F(Cli, CalibratePolicyAndPresetFlags) {

@@ -3,6 +3,10 @@
 #include "tools/demo.h"
 
 #include <cmath>
+#include <filesystem>
+#include <string>
+
+#include <unistd.h>
 #include <cstdio>
 #include <iostream>
 
@@ -10,10 +14,13 @@
 
 #include "tools/kv_file.h"
 #include "cache/kv_cache.h"
+#include "eval/calibrate.h"
+#include "eval/perplexity.h"
 #include "model/model.h"
 #include "tools/shared_dir.h"
 #include "tools/subcommands.h"
 #include "tools/synthetic_kv.h"
+#include "util/text_file.h"
 
 namespace tkv {
 namespace {
@@ -109,7 +116,8 @@ std::vector<std::string> demo_verdicts(const std::vector<KvStatsRow>& rows) {
 }
 
 // The main job end to end: the reference model writes a short text on the
-// default cache (tq4 K and V, mean centring on) and on f16, side by side.
+// default cache (tq4 K and V, mean centring on), on f16 and the baselines,
+// and on a policy calibrated on other text (tqc4), side by side.
 Status demo_generate(std::ostream& out) {
   const auto path = find_shared_file("models/ref-5m/ref-5m-f32.gguf");
   if (!path) {
@@ -129,9 +137,38 @@ Status demo_generate(std::ostream& out) {
   out << "\nThe reference model (" << path->string() << ", " << c.n_layer << " layers, head dim " << c.head_dim
       << "), greedy, 40 tokens after a " << model.tokenizer().encode(prompt, true).size()
       << "-token prompt about a city:\n";
-  for (const char* fmt : {"f16", "q4_0r", "tq4", "tq3", "tq2"}) {
-    KvCacheOptions co;
-    co.type_k = co.type_v = fmt;
+  // Mean KL divergence against an f32 cache on the first 4 chunks of
+  // WikiText-2 (-c 512), when shared/ has it: one sample of greedy text says
+  // little, this says how far each cache moves the model.
+  const auto wiki = find_shared_file("data/text/wikitext-2-raw-test.txt");
+  std::string wiki_text;
+  const std::string base = (std::filesystem::temp_directory_path() /
+                            ("tkv_demo_" + std::to_string(::getpid()) + ".kl")).string();
+  if (wiki) {
+    auto t = read_text_file(wiki->string());
+    if (!t) return t.status();
+    wiki_text = normalize_newlines(*t);
+    PerplexityOptions po;
+    po.max_chunks = 4;
+    po.cache.type_k = po.cache.type_v = "f32";
+    po.kl_base = base;
+    po.kl_write = true;
+    auto r = perplexity(model, wiki_text, po);
+    if (!r) return r.status();
+  }
+  auto kld = [&](const KvCacheOptions& co) -> std::string {
+    if (!wiki) return "";
+    PerplexityOptions po;
+    po.max_chunks = 4;
+    po.cache = co;
+    po.kl_base = base;
+    auto r = perplexity(model, wiki_text, po);
+    char b[48];
+    std::snprintf(b, sizeof(b), "KLD %.5f, ", r ? r->kl.mean : -1.0);
+    return b;
+  };
+  auto generate = [&](const std::string& label, KvCacheOptions co) -> Status {
+    const std::string k = kld(co);
     co.capacity = 128;
     auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
     if (!cache) return cache.status();
@@ -148,10 +185,41 @@ Status demo_generate(std::ostream& out) {
     std::string text = model.tokenizer().decode(std::vector<int32_t>(seq.begin() + n_prompt, seq.end()));
     for (auto& ch : text)
       if (ch == '\n') ch = ' ';
-    char head[160];
-    std::snprintf(head, sizeof(head), "  %-5s KV %6.1f KiB (%.3f bits/value): ", fmt,
-                  ((*cache)->k_bytes() + (*cache)->v_bytes()) / 1024.0, (*cache)->k_bits_per_value());
+    char head[200];
+    std::snprintf(head, sizeof(head), "  %-5s KV %6.1f KiB (%.3f bits/value, %s): ", label.c_str(),
+                  ((*cache)->k_bytes() + (*cache)->v_bytes()) / 1024.0,
+                  0.5 * ((*cache)->k_bits_per_value() + (*cache)->v_bits_per_value()),
+                  (k.empty() ? std::string("no KLD") : k.substr(0, k.size() - 2)).c_str());
     out << head << text << "\n";
+    return Status::Ok();
+  };
+  for (const char* fmt : {"f16", "q4_0r", "tq4", "tq3", "tq2"}) {
+    KvCacheOptions co;
+    co.type_k = co.type_v = fmt;
+    Status s = generate(fmt, co);
+    if (!s.ok()) return s;
+  }
+  // A calibrated policy (turbokv calibrate) at tq4's size, fitted on other text.
+  const auto essays = find_shared_file("data/niah/paul-graham-essays");
+  if (essays) {
+    auto text = read_text_path(essays->string());
+    if (!text) return text.status();
+    CalibrateOptions o;
+    o.tokens = 4096;
+    o.bits = 4.25;
+    auto pol = calibrate(model, *text, o);
+    if (!pol) return pol.status();
+    KvCacheOptions co;
+    co.policy = std::make_shared<const KvPolicy>(std::move(*pol));
+    Status s = generate("tqc4", co);
+    if (!s.ok()) return s;
+    out << "  (tqc4: per-head bases and means calibrated on 4096 tokens of " << essays->string()
+        << ", as `turbokv calibrate --bits 4.25` does; tq4's size)\n";
+  }
+  if (wiki) {
+    out << "  (KLD: mean KL divergence of the next-token distribution against an f32 cache, first 4 chunks of\n"
+        << "   " << wiki->string() << ", -c 512; `turbokv perplexity --kl-divergence` on all chunks: docs/RESULTS.md)\n";
+    std::filesystem::remove(base);
   }
   return Status::Ok();
 }

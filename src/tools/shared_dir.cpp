@@ -20,7 +20,7 @@ std::optional<std::filesystem::path> find_shared_file(const std::filesystem::pat
   for (const auto& dir : shared_dir_candidates()) {
     std::error_code ec;
     const auto p = dir / relative;
-    if (std::filesystem::is_regular_file(p, ec)) return p;
+    if (std::filesystem::is_regular_file(p, ec) || std::filesystem::is_directory(p, ec)) return p;
   }
   return std::nullopt;
 }

@@ -10,7 +10,7 @@ namespace tkv {
 // Where shared/ may be, in order: $TKV_SHARED, ../shared from the current
 // directory, and <executable dir>/../../shared (build/turbokv -> repo/../shared).
 std::vector<std::filesystem::path> shared_dir_candidates();
-// The first candidate that holds `relative` (a path inside shared/), if any.
+// The first candidate that holds `relative` (a file or directory inside shared/), if any.
 std::optional<std::filesystem::path> find_shared_file(const std::filesystem::path& relative);
 
 }  // namespace tkv
