@@ -181,6 +181,11 @@ TEST(Calibrated, NamesAndBadInput) {
   EXPECT_FALSE(calibrated_bits("tqc3.3", 64).ok());   // not a multiple of 1/64
   EXPECT_FALSE(calibrated_bits("tqc3.0625", 64).ok());  // 196 bits: not whole bytes
   EXPECT_FALSE(calibrated_bits("tqc4", 4).ok());        // head dim not a multiple of 8
+  // Names carry 6 significant digits: at d = 96, 4.25 bits per value is
+  // tqc4.08333 = 392 bits.
+  EXPECT_EQ(calibrated_format_name(4.25 - 16.0 / 96), "tqc4.08333");
+  EXPECT_TRUE(calibrated_bits("tqc4.08333", 96).ok());
+  EXPECT_TRUE(make_calibrated_codec("tqc4.08333", synthetic_head_basis(96, 1)).ok());
   EXPECT_FALSE(calibrated_bits("tqc9", 64).ok());
   EXPECT_FALSE(calibrated_bits("tqcx", 64).ok());
   EXPECT_EQ(calibrated_format_name(4.0), "tqc4");
@@ -297,6 +302,7 @@ TEST(Calibrated, AttentionAddsNoErrorBeyondTheCodes) {
     check_attention("f16", "tqc4", 96, 2, 3, 100, 17, 83);
     check_attention("tqc3.5", "tqc8", 80, 3, 2, 150, 1, -1);   // 280 bits: groups of 8 (AVX-512 reads them unfused)
     check_attention("tqc2.1", "q8_0", 80, 2, 1, 90, 1, -1);    // 168 bits, groups of 8
+    check_attention("tqc4", "tqc3", 72, 2, 8, 100, 3, 97);     // d 72 < padded 80, rows decoded once for 24 queries
   }
   simd_force_target(0);
 }

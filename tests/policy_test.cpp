@@ -119,6 +119,10 @@ TEST(Policy, FileRoundTripsAndIsBoundToItsModel) {
     ASSERT_FALSE(r.ok()) << "flip at " << at;
   }
   EXPECT_FALSE(read_kv_policy(testing::TempDir() + "no_such.tkvp").ok());
+  // A model file passed by mistake: refused by its magic, not read in.
+  auto gguf = read_kv_policy(fx.path);
+  ASSERT_FALSE(gguf.ok());
+  EXPECT_NE(gguf.error().find("magic"), std::string::npos) << gguf.error();
   std::remove(p.c_str());
   std::remove(q.c_str());
 }

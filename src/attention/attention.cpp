@@ -30,7 +30,8 @@ void init_reader(attn::RowReader& r, const Codec* c) {
     std::memcpy(r.tables[p], r.layout.parts[p].centroids, sizeof(float) * (1u << r.layout.parts[p].bits));
     covered += r.layout.parts[p].count;
   }
-  r.gaps = r.layout.kind == RowLayout::Kind::kTurbo && covered < r.d;
+  // Coordinates no part covers, padding past d included, must decode to 0.
+  r.gaps = r.layout.kind == RowLayout::Kind::kTurbo && covered < r.dp;
   if (r.fast) {
     attn::reader_perm(r.layout, r.dp, r.perm);
   } else {

@@ -17,7 +17,7 @@ struct RowReader {
   RowLayout layout;
   int d = 0, dp = 0;
   bool fast = false;        // SIMD decoder usable for this layout and vector width
-  bool gaps = false;        // tq layouts whose parts leave coordinates out (they decode to 0)
+  bool gaps = false;        // tq layouts whose parts leave positions < dp out (they decode to 0)
   size_t row_bytes = 0;
   float tables[RowLayout::kMaxParts][kMaxTable];  // tq centroid tables, zero-padded (for lane lookups)
   int perm[1024 + 16];      // SIMD decoders emit coordinate perm[pos] at position pos

@@ -2,7 +2,6 @@
 
 #include <cstring>
 #include <fstream>
-#include <iterator>
 
 #include "util/hash.h"
 
@@ -114,19 +113,33 @@ Status write_kv_policy(const std::string& path, const KvPolicy& p) {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return Status::Error("cannot write " + tmp);
     f.write(w.buf.data(), static_cast<std::streamsize>(w.buf.size()));
-    if (!f) return Status::Error("write failed: " + tmp);
+    f.close();  // a failing flush (disk full) must not replace a good policy
+    if (!f) {
+      std::remove(tmp.c_str());
+      return Status::Error("write failed: " + tmp);
+    }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::Error("cannot rename " + tmp + " to " + path);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::Error("cannot rename " + tmp + " to " + path);
+  }
   return Status::Ok();
 }
 
 Expected<KvPolicy> read_kv_policy(const std::string& path, uint64_t model) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) return Status::Error("cannot open KV policy " + path);
-  const std::string buf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   auto bad = [&](const std::string& m) { return Status::Error("KV policy " + path + ": " + m); };
-  if (buf.size() < 8 + 8 || std::memcmp(buf.data(), kMagic, 8) != 0)
-    return bad("not a turbokv policy file (bad magic)");
+  // The magic before anything else (a GGUF passed by mistake is not read in).
+  const std::streamoff size = f.tellg();
+  char magic[8] = {};
+  f.seekg(0);
+  f.read(magic, 8);
+  if (size < 16 || !f || std::memcmp(magic, kMagic, 8) != 0) return bad("not a turbokv policy file (bad magic)");
+  std::string buf(static_cast<size_t>(size), '\0');
+  f.seekg(0);
+  f.read(buf.data(), size);
+  if (!f) return bad("read failed");
   uint64_t sum;
   std::memcpy(&sum, buf.data() + buf.size() - 8, 8);
   Reader r{buf};

@@ -82,15 +82,13 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
     return b;
   };
 
-  // 1. Collect rows with an f32 cache; keep the baseline log-probabilities of
-  //    the sensitivity chunks.
+  // 1. Collect rows with an f32 cache.
   const int kld_chunks = o.budget > 0 ? std::clamp(o.kld_tokens / n_ctx, 1, chunks) : 0;
   std::vector<Rows> krows(L), vrows(L);
   for (int l = 0; l < L; ++l) {
     krows[l].head.resize(H);
     vrows[l].head.resize(H);
   }
-  std::vector<std::vector<float>> base_lp(kld_chunks);
   std::vector<float> logits(size_t(n_ctx) * V);
   KvCacheOptions f32;
   f32.type_k = f32.type_v = "f32";
@@ -108,9 +106,8 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
           vrows[layer].head[h].insert(vrows[layer].head[h].end(), vr, vr + d);
         }
     };
-    Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), ch < kld_chunks, observe);
+    Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), false, observe);
     if (!s.ok()) return s;
-    if (ch < kld_chunks) log_softmax_rows(logits.data(), n_ctx, V, base_lp[ch]);
     say("collected chunk " + std::to_string(ch + 1) + "/" + std::to_string(chunks));
   }
   const size_t n_rows = size_t(chunks) * n_ctx;
@@ -196,37 +193,53 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
       probe.k[l] = {"f32", choice[2 * l].cal_all};
       probe.v[l] = {"f32", choice[2 * l + 1].cal_all};
     }
-    std::vector<float> lp;
-    for (int e = 0; e < 2 * L; ++e) {
-      for (size_t wi = 0; wi < widths.size(); ++wi) {
+    // Chunk by chunk (one chunk's log-probabilities in memory, whatever the
+    // vocabulary): the f32 baseline, then every (entry, width) probe.
+    const size_t W = widths.size();
+    std::vector<std::shared_ptr<const KvPolicy>> probes(2 * L * W);
+    for (int e = 0; e < 2 * L; ++e)
+      for (size_t wi = 0; wi < W; ++wi) {
         KvPolicy p = probe;
         set_entry(p, e, wi);
+        probes[e * W + wi] = std::make_shared<const KvPolicy>(std::move(p));
+      }
+    std::vector<double> kl(probes.size(), 0.0);
+    size_t n = 0;
+    std::vector<float> base, lp;
+    for (int ch = 0; ch < kld_chunks; ++ch) {
+      const auto batch = chunk_tokens(ch);
+      {
+        auto cache = KvCache::create(L, H, d, f32);
+        if (!cache) return cache.status();
+        Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), true);
+        if (!s.ok()) return s;
+        log_softmax_rows(logits.data(), n_ctx, V, base);
+      }
+      for (size_t pi = 0; pi < probes.size(); ++pi) {
         KvCacheOptions co;
         co.capacity = n_ctx;
-        co.policy = std::make_shared<const KvPolicy>(std::move(p));
-        double kl = 0;
-        size_t n = 0;
-        for (int ch = 0; ch < kld_chunks; ++ch) {
-          auto cache = KvCache::create(L, H, d, co);
-          if (!cache) return cache.status();
-          const auto batch = chunk_tokens(ch);
-          Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), true);
-          if (!s.ok()) return s;
-          log_softmax_rows(logits.data(), n_ctx, V, lp);
-          const std::vector<float>& bl = base_lp[ch];
-          for (int i = 0; i < n_ctx - 1; ++i, ++n) {
-            double k = 0;
-            for (int v = 0; v < V; ++v) {
-              const size_t at = size_t(i) * V + v;
-              k += std::exp(double(bl[at])) * (double(bl[at]) - lp[at]);
-            }
-            kl += k;
+        co.policy = probes[pi];
+        auto cache = KvCache::create(L, H, d, co);
+        if (!cache) return cache.status();
+        Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), true);
+        if (!s.ok()) return s;
+        log_softmax_rows(logits.data(), n_ctx, V, lp);
+        double sum = 0;
+        for (int i = 0; i < n_ctx - 1; ++i) {
+          double k = 0;
+          for (int v = 0; v < V; ++v) {
+            const size_t at = size_t(i) * V + v;
+            k += std::exp(double(base[at])) * (double(base[at]) - lp[at]);
           }
+          sum += k;
         }
-        rep.entries[e].kld.push_back(kl / double(n));
+        kl[pi] += sum;
       }
-      say("sensitivity of layer " + std::to_string(e / 2) + (e % 2 ? " V" : " K") + " measured");
+      n += static_cast<size_t>(n_ctx - 1);
+      say("sensitivities measured on chunk " + std::to_string(ch + 1) + "/" + std::to_string(kld_chunks));
     }
+    for (int e = 0; e < 2 * L; ++e)
+      for (size_t wi = 0; wi < W; ++wi) rep.entries[e].kld.push_back(kl[e * W + wi] / double(n));
     // Exact choice under additivity: DP over entries, widths in half bits.
     const int units_budget = static_cast<int>(std::floor(o.budget * 2 * (2 * L) + 1e-9));
     std::vector<int> units(widths.size());

@@ -144,6 +144,13 @@ Status demo_generate(std::ostream& out) {
   std::string wiki_text;
   const std::string base = (std::filesystem::temp_directory_path() /
                             ("tkv_demo_" + std::to_string(::getpid()) + ".kl")).string();
+  struct RemoveOnExit {
+    std::string path;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+    }
+  } remove_base{base};
   if (wiki) {
     auto t = read_text_file(wiki->string());
     if (!t) return t.status();
@@ -219,7 +226,6 @@ Status demo_generate(std::ostream& out) {
   if (wiki) {
     out << "  (KLD: mean KL divergence of the next-token distribution against an f32 cache, first 4 chunks of\n"
         << "   " << wiki->string() << ", -c 512; `turbokv perplexity --kl-divergence` on all chunks: docs/RESULTS.md)\n";
-    std::filesystem::remove(base);
   }
   return Status::Ok();
 }

@@ -29,7 +29,7 @@ struct KvStatsArgs {
 };
 
 // --calibrated without --formats: plain and calibrated coding at equal sizes.
-constexpr const char* kCalibratedDefault = "q4_0r,tq2,tqc2,tq3,tqc3,tq4,tqc4,tq4.5,tqc4.375";
+constexpr const char* kCalibratedDefault = "q4_0r,tq2,tqc2,tq3,tqc3,tq4,tqc4";  // valid at any d % 8 == 0
 
 [[noreturn]] void fail(const std::string& msg) {
   std::cerr << "turbokv kv-stats: error: " << msg << "\n";
