@@ -149,6 +149,17 @@ TEST(Policy, CachesFromPoliciesAndPresetsRunAndCountBytesExactly) {
   std::vector<float> logits(c.n_vocab);
   ASSERT_TRUE(fx.model->forward(toks.data(), int(toks.size()), 0, **cache, 1, logits.data()).ok());
   for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  // Caches from one policy object share its calibrated codecs (built once);
+  // another object, even with the same content, gets its own.
+  auto again = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->k_rows(1).head(1), (*cache)->k_rows(1).head(1));
+  KvCacheOptions co2 = co;
+  co2.policy = std::make_shared<const KvPolicy>(*pol);
+  auto other = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co2);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE((*other)->k_rows(1).head(1), (*cache)->k_rows(1).head(1));
+  EXPECT_EQ((*other)->k_rows(1).head(1)->row_bytes(), (*cache)->k_rows(1).head(1)->row_bytes());
   // A policy for another shape is refused.
   EXPECT_FALSE(KvCache::create(c.n_layer + 1, c.n_head_kv, c.head_dim, co).ok());
   // Presets: per-layer plain formats, boundary layers wider.

@@ -1,14 +1,18 @@
 #include "cache/kv_cache.h"
 
+#include <iterator>
+#include <map>
+#include <mutex>
 #include <string>
 
 namespace tkv {
 
 namespace {
 
+using Codecs = std::vector<std::shared_ptr<const Codec>>;
+
 // The codecs of one layer's K or V: a calibrated format gets one per KV head.
-Status make_layer_codecs(const std::string& name, const KvPolicyEntry* cal, int H, int d, uint64_t seed,
-                         std::vector<std::unique_ptr<Codec>>& out) {
+Status make_layer_codecs(const std::string& name, const KvPolicyEntry* cal, int H, int d, uint64_t seed, Codecs& out) {
   if (is_calibrated_format(name)) {
     if (!cal) return Status::Error(name + " needs a calibration: pass --kv-policy FILE from `turbokv calibrate`");
     for (int h = 0; h < H; ++h) {
@@ -21,6 +25,38 @@ Status make_layer_codecs(const std::string& name, const KvPolicyEntry* cal, int 
   auto c = make_codec(name, d, seed);
   if (!c) return c.status();
   out.push_back(std::move(*c));
+  return Status::Ok();
+}
+
+// Calibrated codecs cost O(d^3) each to build (basis check, run mixing), and
+// tools build a cache per chunk or trial: they are kept per live policy
+// object (a policy is immutable behind its shared_ptr; a dead one's entry is
+// dropped, so a reused address is never mistaken for it).
+struct PolicyCodecs {
+  std::weak_ptr<const KvPolicy> owner;
+  std::vector<Codecs> k, v;  // per layer
+};
+std::mutex g_policy_mu;
+std::map<const KvPolicy*, PolicyCodecs> g_policy_codecs;
+
+Status policy_layer_codecs(const std::shared_ptr<const KvPolicy>& pol, int l, bool is_v, int H, int d, uint64_t seed,
+                           Codecs& out) {
+  const KvPolicyEntry& e = is_v ? pol->v[l] : pol->k[l];
+  if (!is_calibrated_format(e.format)) return make_layer_codecs(e.format, &e, H, d, seed, out);
+  std::lock_guard<std::mutex> lock(g_policy_mu);
+  for (auto it = g_policy_codecs.begin(); it != g_policy_codecs.end();)
+    it = it->second.owner.expired() ? g_policy_codecs.erase(it) : std::next(it);
+  PolicyCodecs& pc = g_policy_codecs[pol.get()];
+  if (pc.owner.lock() != pol) pc = PolicyCodecs{pol, std::vector<Codecs>(pol->n_layer), std::vector<Codecs>(pol->n_layer)};
+  Codecs& cached = is_v ? pc.v[l] : pc.k[l];
+  if (cached.empty()) {
+    Status s = make_layer_codecs(e.format, &e, H, d, seed, cached);
+    if (!s.ok()) {
+      cached.clear();
+      return s;
+    }
+  }
+  out = cached;
   return Status::Ok();
 }
 
@@ -76,9 +112,12 @@ Expected<std::unique_ptr<KvCache>> KvCache::create(int n_layer, int n_kv_heads, 
     Layer& L = c->layers_[l];
     const std::string tk = pol ? pol->k[l].format : o.layer_type_k.empty() ? o.type_k : o.layer_type_k[l];
     const std::string tv = pol ? pol->v[l].format : o.layer_type_v.empty() ? o.type_v : o.layer_type_v[l];
-    Status s = make_layer_codecs(tk, pol ? &pol->k[l] : nullptr, n_kv_heads, head_dim, o.seed, L.kc);
+    const uint64_t vseed = o.seed ^ 0x5555555555555555ull;
+    Status s = pol ? policy_layer_codecs(o.policy, l, false, n_kv_heads, head_dim, o.seed, L.kc)
+                   : make_layer_codecs(tk, nullptr, n_kv_heads, head_dim, o.seed, L.kc);
     if (!s.ok()) return Status::Error("cache type K (layer " + std::to_string(l) + "): " + s.message());
-    s = make_layer_codecs(tv, pol ? &pol->v[l] : nullptr, n_kv_heads, head_dim, o.seed ^ 0x5555555555555555ull, L.vc);
+    s = pol ? policy_layer_codecs(o.policy, l, true, n_kv_heads, head_dim, vseed, L.vc)
+            : make_layer_codecs(tv, nullptr, n_kv_heads, head_dim, vseed, L.vc);
     if (!s.ok()) return Status::Error("cache type V (layer " + std::to_string(l) + "): " + s.message());
     for (auto& x : L.kc) L.kp.push_back(x.get());
     for (auto& x : L.vc) L.vp.push_back(x.get());

@@ -71,7 +71,7 @@ class KvCache {
  private:
   struct Layer {
     // One codec for all heads, or one per KV head (calibrated formats).
-    std::vector<std::unique_ptr<Codec>> kc, vc;
+    std::vector<std::shared_ptr<const Codec>> kc, vc;
     std::vector<const Codec*> kp, vp;
     const Codec* k_codec(int h) const { return kp[kp.size() == 1 ? 0 : h]; }
     const Codec* v_codec(int h) const { return vp[vp.size() == 1 ? 0 : h]; }
