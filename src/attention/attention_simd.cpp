@@ -268,7 +268,11 @@ HWY_INLINE void Sum4(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF>
 // The per-chunk bodies are lambdas called from many block-size and plane-width
 // instantiations; forced inline so each stays in registers (GCC otherwise
 // stops inlining once the instantiations add up: -10% on tq4 decode).
+#if defined(TKV_SANITIZED)
+#define TKV_FLATTEN_LAMBDA  // the sanitizer build checks memory, not speed: inlining all of them triples its compile time
+#else
 #define TKV_FLATTEN_LAMBDA __attribute__((always_inline))
+#endif
 
 constexpr int kBlock = 32;
 // Rows are requested this far ahead of their use, a few lines per row
