@@ -157,15 +157,8 @@ HWY_INLINE hn::Vec<DU> LaneWords(const TurboConsts& tc, const uint8_t* src, int 
   return hn::Shr(hn::TableLookupLanes(words, tc.idx[j]), tc.sh[j]);
 }
 
-// Non-tq chunks: the N values starting at coordinate c.
-struct ChunkPlan {
-  int c = 0;
-};
-
 using Kind = RowLayout::Kind;
 
-// N values of a row starting at coordinate c (a multiple of N), in the coding
-// domain, without the row scale (see RowScale).
 // A q8_0/q4_0 block's f16 scale broadcast to all lanes (hardware f16 -> f32).
 HWY_INLINE hn::Vec<DF> BlockScale(const uint8_t* blk) {
   const DF df;
@@ -176,18 +169,13 @@ HWY_INLINE hn::Vec<DF> BlockScale(const uint8_t* blk) {
   return hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16, h)));
 }
 
+// N values of a non-tq row starting at coordinate c (a multiple of N), in the
+// coding domain (tq rows are read by BlockLoop).
 template <Kind KIND>
-HWY_INLINE ChunkPlan Plan(const TurboConsts&, int c) {
-  ChunkPlan p;
-  p.c = c;
-  return p;
-}
-
-template <Kind KIND>
-HWY_INLINE hn::Vec<DF> Decode(const ChunkPlan& plan, const uint8_t* row) {
+HWY_INLINE hn::Vec<DF> Decode(int c, const uint8_t* row) {
+  static_assert(KIND != Kind::kTurbo, "tq rows are read by BlockLoop");
   const DF df;
   const DI di;
-  const int c = plan.c;
   if constexpr (KIND == Kind::kF32) {
     return hn::LoadU(df, reinterpret_cast<const float*>(row) + c);
   } else if constexpr (KIND == Kind::kF16) {
@@ -201,16 +189,13 @@ HWY_INLINE hn::Vec<DF> Decode(const ChunkPlan& plan, const uint8_t* row) {
     const uint8_t* blk = row + (c / 32) * 34;
     const auto q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2 + c % 32)));
     return hn::Mul(hn::ConvertTo(df, q), BlockScale(blk));
-  } else if constexpr (KIND == Kind::kQ4_0) {
+  } else {  // kQ4_0
     const hn::Rebind<uint8_t, DI> d8;
     const uint8_t* blk = row + (c / 32) * 18;
     const int o = c % 32;
     auto b = hn::PromoteTo(di, hn::LoadU(d8, blk + 2 + (o & 15)));
     b = o < 16 ? hn::And(b, hn::Set(di, 15)) : hn::ShiftRight<4>(b);
     return hn::Mul(hn::ConvertTo(df, hn::Sub(b, hn::Set(di, 8))), BlockScale(blk));
-  } else {  // kTurbo rows are read by BlockLoop
-    (void)di;
-    return hn::Zero(df);
   }
 }
 
@@ -388,9 +373,7 @@ HWY_INLINE void ForEachChunk(const TurboConsts& tc, const uint8_t* const* rows, 
   const int N = Lanes();
   if constexpr (KIND != Kind::kTurbo) {
     for (int c = 0; c < dp; c += N) {
-      const ChunkPlan plan = Plan<KIND>(tc, c);
-      fn(c, Decode<KIND>(plan, rows[0]), Decode<KIND>(plan, rows[1]), Decode<KIND>(plan, rows[2]),
-         Decode<KIND>(plan, rows[3]));
+      fn(c, Decode<KIND>(c, rows[0]), Decode<KIND>(c, rows[1]), Decode<KIND>(c, rows[2]), Decode<KIND>(c, rows[3]));
     }
   } else {
     for (int p = 0; p < tc.nparts; ++p) {

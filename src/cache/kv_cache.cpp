@@ -110,8 +110,8 @@ Expected<std::unique_ptr<KvCache>> KvCache::create(int n_layer, int n_kv_heads, 
   c->layers_.resize(n_layer);
   for (int l = 0; l < n_layer; ++l) {
     Layer& L = c->layers_[l];
-    const std::string tk = pol ? pol->k[l].format : o.layer_type_k.empty() ? o.type_k : o.layer_type_k[l];
-    const std::string tv = pol ? pol->v[l].format : o.layer_type_v.empty() ? o.type_v : o.layer_type_v[l];
+    const std::string& tk = o.layer_type_k.empty() ? o.type_k : o.layer_type_k[l];  // without a policy
+    const std::string& tv = o.layer_type_v.empty() ? o.type_v : o.layer_type_v[l];
     const uint64_t vseed = o.seed ^ 0x5555555555555555ull;
     Status s = pol ? policy_layer_codecs(o.policy, l, false, n_kv_heads, head_dim, o.seed, L.kc)
                    : make_layer_codecs(tk, nullptr, n_kv_heads, head_dim, o.seed, L.kc);

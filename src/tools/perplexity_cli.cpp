@@ -10,7 +10,6 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "codec/format.h"
 #include "eval/perplexity.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
@@ -62,12 +61,18 @@ void register_perplexity(CLI::App& app) {
     const std::string kv_desc = o->kv.any() ? o->kv.label() : "K " + o->ctk + " V " + o->ctv;
     po.kl_base = o->kl_base;
     po.kl_write = !o->kl_base.empty() && !o->kl;
+    // Bits per value of this configuration, from a one-token cache.
+    double k_bits = 0, v_bits = 0;
     {
-      auto probe = KvCache::create((*m)->config().n_layer, (*m)->config().n_head_kv, (*m)->config().head_dim, po.cache);
+      KvCacheOptions one = po.cache;
+      one.capacity = 1;
+      auto probe = KvCache::create((*m)->config().n_layer, (*m)->config().n_head_kv, (*m)->config().head_dim, one);
       if (!probe) fail(probe.error());
-      std::fprintf(stderr, "perplexity: %s, -c %d, cache %s (K %.4f, V %.4f bits/value)\n", o->model.c_str(), o->ctx,
-                   kv_desc.c_str(), (*probe)->k_bits_per_value(), (*probe)->v_bits_per_value());
+      k_bits = (*probe)->k_bits_per_value();
+      v_bits = (*probe)->v_bits_per_value();
     }
+    std::fprintf(stderr, "perplexity: %s, -c %d, cache %s (K %.4f, V %.4f bits/value)\n", o->model.c_str(), o->ctx,
+                 kv_desc.c_str(), k_bits, v_bits);
     auto r = perplexity(**m, normalize_newlines(*text), po, [](int i, double ppl) {
       std::printf("[%d]%.4f,", i, ppl);
       std::fflush(stdout);
@@ -90,8 +95,7 @@ void register_perplexity(CLI::App& app) {
                           {"type_v", o->ctv}, {"ctx", o->ctx}, {"chunks", r->chunks}, {"ppl", r->ppl},
                           {"ppl_err", r->ppl_err}, {"mean_center", o->mean_center == "on"},
                           {"command_line", command_line()}};
-      auto probe = KvCache::create((*m)->config().n_layer, (*m)->config().n_head_kv, (*m)->config().head_dim, po.cache);
-      if (probe) j["bits_per_value"] = 0.5 * ((*probe)->k_bits_per_value() + (*probe)->v_bits_per_value());
+      j["bits_per_value"] = 0.5 * (k_bits + v_bits);
       if (o->kv.any()) j["kv_policy"] = o->kv.label();
       if (r->has_kl)
         j["kld"] = {{"mean", r->kl.mean}, {"mean_err", r->kl.mean_err}, {"max", r->kl.max}, {"median", r->kl.median},
