@@ -303,6 +303,8 @@ TEST(Calibrated, AttentionAddsNoErrorBeyondTheCodes) {
     check_attention("tqc3.5", "tqc8", 80, 3, 2, 150, 1, -1);   // 280 bits: groups of 8 (AVX-512 reads them unfused)
     check_attention("tqc2.1", "q8_0", 80, 2, 1, 90, 1, -1);    // 168 bits, groups of 8
     check_attention("tqc4", "tqc3", 72, 2, 8, 100, 3, 97);     // d 72 < padded 80, rows decoded once for 24 queries
+    check_attention("tqc6", "tqc7", 128, 2, 4, 300, 1, -1);    // widths 5 to 8: 64- and 128-entry tables, 8 bits
+    check_attention("tqc6.5", "tqc5.5", 64, 2, 2, 150, 3, 147);
   }
   simd_force_target(0);
 }

@@ -324,6 +324,37 @@ HWY_INLINE void BlockRun(const TurboConsts& tc, const TurboConsts::Part& part, i
     }
     return;
   }
+  if constexpr (W0 == 4 && W1 == 2) {
+    // 64 / 128 levels (6 / 7 bits): two-table permutes over 32 entries each,
+    // joined by index bits 5 (and 6) instead of a gather.
+    (void)m0; (void)m1; (void)m2; (void)di;
+    constexpr int kTables = kLevels / 32;
+    __m512 t[2 * kTables];
+    for (int i = 0; i < 2 * kTables; ++i) t[i] = _mm512_loadu_ps(part.table + 16 * i);
+    const auto low4 = hn::Set(du, 15u), low6 = hn::Set(du, 63u);
+    for (int sub = 0; sub < K; ++sub) {
+      hn::Vec<DF> k[4];
+      for (int r = 0; r < 4; ++r) {
+        auto code = hn::ShiftRightSame(w0[r], sub * 4);
+        const int up1 = 4 - sub * 2;  // plane 1's 2 bits of this sub-chunk to bits 4-5
+        code = hn::IfVecThenElse(low4, code, up1 >= 0 ? hn::ShiftLeftSame(w1[r], up1) : hn::ShiftRightSame(w1[r], -up1));
+        if constexpr (W2 != 0) {
+          const int up2 = 6 - sub;  // plane 2's bit to bit 6
+          code = hn::IfVecThenElse(low6, code, up2 >= 0 ? hn::ShiftLeftSame(w2[r], up2) : hn::ShiftRightSame(w2[r], -up2));
+        }
+        const __m512i ci = code.raw;
+        const __mmask16 b5 = _mm512_test_epi32_mask(ci, _mm512_set1_epi32(32));
+        __m512 v = _mm512_mask_blend_ps(b5, _mm512_permutex2var_ps(t[0], ci, t[1]), _mm512_permutex2var_ps(t[2], ci, t[3]));
+        if constexpr (W2 != 0) {
+          const __m512 u = _mm512_mask_blend_ps(b5, _mm512_permutex2var_ps(t[4], ci, t[5]), _mm512_permutex2var_ps(t[6], ci, t[7]));
+          v = _mm512_mask_blend_ps(_mm512_test_epi32_mask(ci, _mm512_set1_epi32(64)), v, u);
+        }
+        k[r] = hn::Vec<DF>{v};
+      }
+      fn(pos0 + sub * N, k[0], k[1], k[2], k[3]);
+    }
+    return;
+  }
 #endif
   for (int sub = 0; sub < K; ++sub) {
     hn::Vec<DF> k[4];

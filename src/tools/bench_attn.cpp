@@ -21,6 +21,7 @@
 #include "codec/calibrated.h"
 #include "codec/format.h"
 #include "tools/arg_lists.h"
+#include "tools/kv_file.h"
 #include "tools/subcommands.h"
 #include "util/bandwidth.h"
 #include "util/fma_peak.h"
@@ -42,6 +43,7 @@ struct Options {
   double min_time = 0.3;
   bool json = false;
   std::string layout = "head";
+  std::string basis_kv;  // "K.bin[,V.bin]": tqc bases fitted on real rows instead of synthetic ones
 };
 
 struct Quantized {
@@ -111,6 +113,33 @@ int run(const Options& o) {
   fill(kf, max_rows, 1);
   fill(vf, max_rows, 2);
 
+  // Bases of tqc formats per KV head, for K and V: fitted on real rows (each
+  // file's head h % heads, all its tokens) or synthetic.
+  std::vector<HeadBasis> kbases, vbases;
+  for (int h = 0; h < H; ++h) {
+    kbases.push_back(synthetic_head_basis(d, 1000 + h));
+    vbases.push_back(kbases.back());
+  }
+  if (!o.basis_kv.empty()) {
+    std::vector<std::string> files;
+    std::stringstream ss(o.basis_kv);
+    for (std::string f; std::getline(ss, f, ',');) files.push_back(f);
+    if (files.empty() || files.size() > 2) throw std::invalid_argument("--basis-kv takes K.bin or K.bin,V.bin");
+    for (size_t i = 0; i < 2; ++i) {
+      const std::string& path = files[std::min(i, files.size() - 1)];
+      auto kv = read_kv_file(path);
+      if (!kv) throw std::invalid_argument("--basis-kv: " + kv.error());
+      if (static_cast<int>(kv->head_dim) != d)
+        throw std::invalid_argument("--basis-kv " + path + ": head dim " + std::to_string(kv->head_dim) +
+                                    ", but --d is " + std::to_string(d));
+      auto& bases = i == 0 ? kbases : vbases;
+      for (int h = 0; h < H; ++h) {
+        auto b = fit_head_basis(kv->head(static_cast<uint32_t>(h) % kv->kv_heads), kv->tokens, d);
+        if (!b) throw std::invalid_argument("--basis-kv " + path + ": " + b.error());
+        bases[h] = std::move(*b);
+      }
+    }
+  }
   std::map<std::string, Quantized> cache;
   auto quantized = [&](const std::string& f, bool is_v) -> Quantized& {
     const std::string key = f + (is_v ? "/v" : "/k");
@@ -118,13 +147,22 @@ int run(const Options& o) {
     if (it != cache.end()) return it->second;
     Quantized q;
     if (is_calibrated_format(f)) {
+      const auto& bases = is_v ? vbases : kbases;
       for (int h = 0; h < H; ++h) {
-        auto c = make_calibrated_codec(f, synthetic_head_basis(d, 1000 + h));
+        auto c = make_calibrated_codec(f, bases[h]);
         if (!c) throw std::runtime_error(c.error());
         q.heads.push_back(c->get());
         q.head_codecs.push_back(std::move(*c));
       }
-      q.codec = std::move(*make_calibrated_codec(f, synthetic_head_basis(d, 1000)));
+      q.codec = std::move(*make_calibrated_codec(f, bases[0]));
+      if (!o.json) {  // the allocation decides the decode paths: show it
+        const int total = static_cast<int>(std::lround(*calibrated_bits(f, d) * d));
+        const int group = d % 16 == 0 && total % 16 == 0 ? 16 : 8;  // as make_calibrated_codec
+        std::cout << "  " << f << (is_v ? " V" : " K") << " head 0 widths by " << group << " coordinates:";
+        const auto w = allocate_bits(bases[0].var, total, group);
+        for (int i = 0; i < d; i += group) std::cout << " " << w[i];
+        std::cout << "\n";
+      }
     } else {
       auto c = make_codec(f, d);
       if (!c) throw std::runtime_error(c.error());
@@ -242,7 +280,8 @@ int run(const Options& o) {
                               {"d", d},
                               {"kv_heads", H},
                               {"q_heads", o.q_heads},
-                              {"layout", o.layout}};
+                              {"layout", o.layout},
+                              {"tqc_bases", o.basis_kv.empty() ? "synthetic" : o.basis_kv}};
           if (vs_f16 > 0) r["speedup_vs_f16"] = vs_f16;
           results.push_back(r);
           if (!o.json) {
@@ -275,6 +314,9 @@ void register_bench_attn(CLI::App& app) {
   cmd->add_option("-t,--threads", opt->threads, "thread counts, comma separated");
   cmd->add_option("--prefill-max", opt->prefill_max, "largest context also run as a prefill");
   cmd->add_option("--min-time", opt->min_time, "seconds to repeat each measurement");
+  cmd->add_option("--basis-kv", opt->basis_kv,
+                  "tqc formats: fit each KV head's basis on a KV file's rows (K.bin or K.bin,V.bin; head h uses the "
+                  "file's head h mod its heads) instead of synthetic variances 1 to 1/16");
   cmd->add_flag("--json", opt->json, "print a JSON list");
   cmd->add_option("--layout", opt->layout, "cache layout: head (head-major, each head's rows contiguous) or token")
       ->check(CLI::IsMember({"head", "token"}));
