@@ -324,9 +324,9 @@ HWY_INLINE void BlockRun(const TurboConsts& tc, const TurboConsts::Part& part, i
     }
     return;
   }
-  if constexpr (W0 == 4 && W1 == 2) {
-    // 64 / 128 levels (6 / 7 bits): two-table permutes over 32 entries each,
-    // joined by index bits 5 (and 6) instead of a gather.
+  if constexpr (kLevels > 32) {
+    // 64 / 128 / 256 levels (6, 7, 8 bits): a two-table permute per 32
+    // entries, then a tree of blends on index bits 5, 6, 7 instead of a gather.
     (void)m0; (void)m1; (void)m2; (void)di;
     constexpr int kTables = kLevels / 32;
     __m512 t[2 * kTables];
@@ -335,21 +335,23 @@ HWY_INLINE void BlockRun(const TurboConsts& tc, const TurboConsts::Part& part, i
     for (int sub = 0; sub < K; ++sub) {
       hn::Vec<DF> k[4];
       for (int r = 0; r < 4; ++r) {
-        auto code = hn::ShiftRightSame(w0[r], sub * 4);
-        const int up1 = 4 - sub * 2;  // plane 1's 2 bits of this sub-chunk to bits 4-5
-        code = hn::IfVecThenElse(low4, code, up1 >= 0 ? hn::ShiftLeftSame(w1[r], up1) : hn::ShiftRightSame(w1[r], -up1));
+        auto code = hn::ShiftRightSame(w0[r], sub * W0);  // bits above the code are ignored below
+        if constexpr (W1 != 0) {  // 4 + 2 (+ 1) planes
+          const int up1 = 4 - sub * 2;  // plane 1's 2 bits of this sub-chunk to bits 4-5
+          code = hn::IfVecThenElse(low4, code, up1 >= 0 ? hn::ShiftLeftSame(w1[r], up1) : hn::ShiftRightSame(w1[r], -up1));
+        }
         if constexpr (W2 != 0) {
           const int up2 = 6 - sub;  // plane 2's bit to bit 6
           code = hn::IfVecThenElse(low6, code, up2 >= 0 ? hn::ShiftLeftSame(w2[r], up2) : hn::ShiftRightSame(w2[r], -up2));
         }
         const __m512i ci = code.raw;
-        const __mmask16 b5 = _mm512_test_epi32_mask(ci, _mm512_set1_epi32(32));
-        __m512 v = _mm512_mask_blend_ps(b5, _mm512_permutex2var_ps(t[0], ci, t[1]), _mm512_permutex2var_ps(t[2], ci, t[3]));
-        if constexpr (W2 != 0) {
-          const __m512 u = _mm512_mask_blend_ps(b5, _mm512_permutex2var_ps(t[4], ci, t[5]), _mm512_permutex2var_ps(t[6], ci, t[7]));
-          v = _mm512_mask_blend_ps(_mm512_test_epi32_mask(ci, _mm512_set1_epi32(64)), v, u);
+        __m512 v[kTables];
+        for (int i = 0; i < kTables; ++i) v[i] = _mm512_permutex2var_ps(t[2 * i], ci, t[2 * i + 1]);
+        for (int bit = 5, n = kTables; n > 1; ++bit, n /= 2) {
+          const __mmask16 m = _mm512_test_epi32_mask(ci, _mm512_set1_epi32(1 << bit));
+          for (int i = 0; i < n / 2; ++i) v[i] = _mm512_mask_blend_ps(m, v[2 * i], v[2 * i + 1]);
         }
-        k[r] = hn::Vec<DF>{v};
+        k[r] = hn::Vec<DF>{v[0]};
       }
       fn(pos0 + sub * N, k[0], k[1], k[2], k[3]);
     }
