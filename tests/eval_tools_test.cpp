@@ -160,6 +160,8 @@ TEST(Niah, NeedlePlacedAtTheRequestedDepth) {
   size_t rects = 0;
   for (size_t pos = svg.find("<rect"); pos != std::string::npos; pos = svg.find("<rect", pos + 1)) ++rects;
   EXPECT_EQ(rects, 4u);
+  const std::string esc = niah_svg(*a, "policy a&b<c>.tkvp");  // titles are escaped XML text
+  EXPECT_NE(esc.find("policy a&amp;b&lt;c&gt;.tkvp"), std::string::npos);
 }
 
 }  // namespace

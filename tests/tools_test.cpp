@@ -419,6 +419,18 @@ TEST_F(Cli, CalibratePolicyAndPresetFlags) {
   r = run("run -m '" + path("m.gguf") + "' -p hello -n 4 --kv-preset compact");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("preset compact"), std::string::npos) << r.err;
+  // niah names what the cache stores and its bits per value from the policy, not from -ctk/-ctv.
+  fs::create_directories(path("hay"));
+  std::ofstream(path("hay/a.txt")) << text;
+  r = run("niah -m '" + path("m.gguf") + "' --haystack '" + path("hay") + "' --contexts 160 --depths 50 --kv-policy '" +
+          path("p.tkvp") + "' --svg '" + path("n.svg") + "' --json-out '" + path("n.json") + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("cache K policy"), std::string::npos) << r.out;
+  const auto nj = nlohmann::json::parse(slurp(path("n.json")));
+  EXPECT_EQ(nj.at("type_k").get<std::string>(), "policy " + path("p.tkvp"));
+  const double policy_bits = nj.at("bits_per_value").get<double>();
+  EXPECT_GT(policy_bits, 3.0);
+  EXPECT_LT(policy_bits, 4.0);  // --budget 3.5 (tq4 would give 4.5 at d = 32)
   // Errors: another model, a corrupted file, both flags, an unknown preset.
   r = run("gen-model --layers 2 --dim 64 --heads 4 --kv-heads 2 --head-dim 32 --ffn 96 --seed 9 -o '" + path("o.gguf") + "'");
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -132,7 +132,14 @@ Expected<std::vector<NiahCell>> niah_run(const Model& model, const std::string& 
   return cells;
 }
 
-std::string niah_svg(const std::vector<NiahCell>& cells, const std::string& title) {
+std::string niah_svg(const std::vector<NiahCell>& cells, const std::string& title_text) {
+  std::string title;  // XML text: the title may hold a file name
+  for (char c : title_text) {
+    if (c == '&') title += "&amp;";
+    else if (c == '<') title += "&lt;";
+    else if (c == '>') title += "&gt;";
+    else title += c;
+  }
   std::set<int> ctxs, depths;
   std::map<std::pair<int, int>, std::pair<int, int>> found;  // (depth, ctx) -> (found, trials)
   for (const auto& c : cells) {

@@ -295,7 +295,7 @@ int run(const Options& o) {
         }
       }
   }
-  if (o.json) std::cout << results.dump(2) << "\n";
+  if (o.json) std::cout << results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return 0;
 }
 

@@ -169,11 +169,11 @@ void register_bench(CLI::App& app) {
               if (!o->json_out.empty()) {
                 std::ofstream out(o->json_out, std::ios::app);
                 j["tool"] = "bench";
-                out << j.dump() << "\n";
+                out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // paths may not be UTF-8
               }
             }
     std::fprintf(stderr, "%80s\r", "");
-    if (o->out == "json") std::cout << results.dump(2) << "\n";
+    if (o->out == "json") std::cout << results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   });
 }
 

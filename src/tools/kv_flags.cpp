@@ -22,4 +22,28 @@ Status apply_kv_policy_flags(const KvPolicyFlags& f, const Model& m, KvCacheOpti
   return Status::Ok();
 }
 
+void add_cache_flags(CLI::App* cmd, CacheFlags& f) {
+  cmd->add_option("--cache-type-k", f.ctk, "K cache format (-ctk)");
+  cmd->add_option("--cache-type-v", f.ctv, "V cache format (-ctv)");
+  cmd->add_option("--kv-mean-center", f.mean_center, "exact mean centring for tq caches")
+      ->check(CLI::IsMember({"on", "off"}));
+  add_kv_policy_flags(cmd, f.kv);
+}
+
+Status apply_cache_flags(const CacheFlags& f, const Model& m, KvCacheOptions& co) {
+  co.type_k = f.ctk;
+  co.type_v = f.ctv;
+  co.mean_center = f.mean_center == "on";
+  return apply_kv_policy_flags(f.kv, m, co);
+}
+
+Expected<std::pair<double, double>> cache_bits_per_value(const KvCacheOptions& co, const Model& m) {
+  KvCacheOptions one = co;
+  one.capacity = 1;
+  const ModelConfig& c = m.config();
+  auto probe = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, one);
+  if (!probe) return probe.status();
+  return std::make_pair((*probe)->k_bits_per_value(), (*probe)->v_bits_per_value());
+}
+
 }  // namespace tkv

@@ -91,7 +91,7 @@ void run_kv_stats(const KvStatsArgs& a) {
            path + ": layer " + std::to_string(kv->layer) + ", " + std::to_string(kv->kv_heads) + " heads x " +
                std::to_string(kv->tokens) + " vectors, d = " + std::to_string(kv->head_dim));
   }
-  if (a.json) std::cout << all.dump(2) << "\n";
+  if (a.json) std::cout << all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 }  // namespace

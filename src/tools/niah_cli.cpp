@@ -23,11 +23,11 @@ namespace tkv {
 
 void register_niah(CLI::App& app) {
   struct Opt {
-    std::string model, haystack, ctk = "tq4", ctv = "tq4", svg = "niah.svg", json_out, mean_center = "on";
+    std::string model, haystack, svg = "niah.svg", json_out;
     std::vector<int> contexts{1024, 2048}, depths{0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100};
     int trials = 1, threads = 2;
     uint64_t seed = 1;
-    KvPolicyFlags kv;
+    CacheFlags cache{"tq4", "tq4"};
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("niah", "Needle in a haystack: exact recall of a 7-digit number per context and depth");
@@ -38,10 +38,7 @@ void register_niah(CLI::App& app) {
   cmd->add_option("--trials", o->trials, "needles per cell")->check(CLI::Range(1, 1000));
   cmd->add_option("--seed", o->seed, "seed of the numbers");
   cmd->add_option("-t,--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
-  cmd->add_option("--cache-type-k", o->ctk, "K cache format (-ctk)");
-  cmd->add_option("--cache-type-v", o->ctv, "V cache format (-ctv)");
-  add_kv_policy_flags(cmd, o->kv);
-  cmd->add_option("--kv-mean-center", o->mean_center, "exact mean centring for tq caches")->check(CLI::IsMember({"on", "off"}));
+  add_cache_flags(cmd, o->cache);
   cmd->add_option("--svg", o->svg, "heat map output");
   cmd->add_option("--json-out", o->json_out, "append the results as a JSON line");
   cmd->callback([o]() {
@@ -70,10 +67,9 @@ void register_niah(CLI::App& app) {
     no.trials = o->trials;
     no.seed = o->seed;
     no.threads = o->threads;
-    no.cache.type_k = o->ctk;
-    no.cache.type_v = o->ctv;
-    no.cache.mean_center = o->mean_center == "on";
-    if (Status ks = apply_kv_policy_flags(o->kv, **m, no.cache); !ks.ok()) fail(ks.message());
+    if (Status ks = apply_cache_flags(o->cache, **m, no.cache); !ks.ok()) fail(ks.message());
+    auto bits = cache_bits_per_value(no.cache, **m);
+    if (!bits) fail(bits.error());
     auto cells = niah_run(**m, text, no, [](int i, int n) { std::fprintf(stderr, "niah: %d/%d\r", i, n); });
     if (!cells) fail(cells.error());
     std::fprintf(stderr, "%40s\r", "");
@@ -86,8 +82,8 @@ void register_niah(CLI::App& app) {
       g.second += 1;
       found += c.score == NiahScore::kFound;
     }
-    std::printf("needle in a haystack: %s, cache K %s V %s (found / trials)\n%8s", o->model.c_str(), o->ctk.c_str(),
-                o->ctv.c_str(), "depth");
+    std::printf("needle in a haystack: %s, cache K %s V %s (found / trials)\n%8s", o->model.c_str(),
+                o->cache.k_label().c_str(), o->cache.v_label().c_str(), "depth");
     for (int cx : o->contexts) std::printf(" %8d", cx);
     std::printf("\n");
     for (int d : o->depths) {
@@ -96,23 +92,22 @@ void register_niah(CLI::App& app) {
       std::printf("\n");
     }
     std::printf("total: %d / %zu found\n", found, cells->size());
-    const std::string title = "needle in a haystack, " + o->ctk + "/" + o->ctv;
+    const std::string title = "needle in a haystack, " +
+                              (o->cache.kv.any() ? o->cache.kv.label() : o->cache.ctk + "/" + o->cache.ctv);
     std::ofstream svg(o->svg);
     if (!svg) fail(o->svg + ": cannot write");
     svg << niah_svg(*cells, title);
     if (!o->json_out.empty()) {
-      nlohmann::json j = {{"tool", "niah"}, {"model", o->model}, {"type_k", o->ctk}, {"type_v", o->ctv},
+      nlohmann::json j = {{"tool", "niah"}, {"model", o->model}, {"type_k", o->cache.k_label()}, {"type_v", o->cache.v_label()},
                           {"found", found}, {"total", cells->size()}, {"command_line", command_line()}};
-      auto kc = make_codec(o->ctk, (*m)->config().head_dim);
-      auto vc = make_codec(o->ctv, (*m)->config().head_dim);
-      if (kc && vc) j["bits_per_value"] = 0.5 * ((*kc)->bits_per_value() + (*vc)->bits_per_value());
+      j["bits_per_value"] = 0.5 * (bits->first + bits->second);
       nlohmann::json cs = nlohmann::json::array();
       for (const auto& c : *cells)
         cs.push_back({{"context", c.context}, {"depth", c.depth}, {"trial", c.trial}, {"number", c.number},
                       {"answer", c.answer}, {"score", niah_score_name(c.score)}});
       j["cells"] = cs;
       std::ofstream out(o->json_out, std::ios::app);
-      out << j.dump() << "\n";
+      out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // generated text and paths may not be UTF-8
     }
   });
 }

@@ -19,10 +19,10 @@ namespace tkv {
 
 void register_perplexity(CLI::App& app) {
   struct Opt {
-    std::string model, file, ctk = "f16", ctv = "f16", mean_center = "on", kl_base, json_out;
+    std::string model, file, kl_base, json_out;
     int ctx = 512, chunks = 0, batch = 512, threads = 2;
     bool kl = false;
-    KvPolicyFlags kv;
+    CacheFlags cache{"f16", "f16"};
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity and KL divergence on a text (llama-perplexity's method)");
@@ -32,10 +32,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--chunks", o->chunks, "chunks to score (0 = all)")->check(CLI::Range(0, 1 << 24));
   cmd->add_option("-b,--batch-size", o->batch, "tokens per forward call")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("-t,--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
-  cmd->add_option("--cache-type-k", o->ctk, "K cache format (-ctk)");
-  cmd->add_option("--cache-type-v", o->ctv, "V cache format (-ctv)");
-  cmd->add_option("--kv-mean-center", o->mean_center, "exact mean centring for tq caches")->check(CLI::IsMember({"on", "off"}));
-  add_kv_policy_flags(cmd, o->kv);
+  add_cache_flags(cmd, o->cache);
   cmd->add_option("--kl-divergence-base", o->kl_base, "base log-probabilities: written by a base run, read with --kl-divergence");
   cmd->add_flag("--kl-divergence", o->kl, "compare with the base file");
   cmd->add_option("--json-out", o->json_out, "append the results as a JSON line");
@@ -54,23 +51,13 @@ void register_perplexity(CLI::App& app) {
     po.max_chunks = o->chunks;
     po.batch = o->batch;
     po.threads = o->threads;
-    po.cache.type_k = o->ctk;
-    po.cache.type_v = o->ctv;
-    po.cache.mean_center = o->mean_center == "on";
-    if (Status ks = apply_kv_policy_flags(o->kv, **m, po.cache); !ks.ok()) fail(ks.message());
-    const std::string kv_desc = o->kv.any() ? o->kv.label() : "K " + o->ctk + " V " + o->ctv;
+    if (Status ks = apply_cache_flags(o->cache, **m, po.cache); !ks.ok()) fail(ks.message());
+    const std::string kv_desc = o->cache.kv.any() ? o->cache.kv.label() : "K " + o->cache.ctk + " V " + o->cache.ctv;
     po.kl_base = o->kl_base;
     po.kl_write = !o->kl_base.empty() && !o->kl;
-    // Bits per value of this configuration, from a one-token cache.
-    double k_bits = 0, v_bits = 0;
-    {
-      KvCacheOptions one = po.cache;
-      one.capacity = 1;
-      auto probe = KvCache::create((*m)->config().n_layer, (*m)->config().n_head_kv, (*m)->config().head_dim, one);
-      if (!probe) fail(probe.error());
-      k_bits = (*probe)->k_bits_per_value();
-      v_bits = (*probe)->v_bits_per_value();
-    }
+    auto bits = cache_bits_per_value(po.cache, **m);
+    if (!bits) fail(bits.error());
+    const auto [k_bits, v_bits] = *bits;
     std::fprintf(stderr, "perplexity: %s, -c %d, cache %s (K %.4f, V %.4f bits/value)\n", o->model.c_str(), o->ctx,
                  kv_desc.c_str(), k_bits, v_bits);
     auto r = perplexity(**m, normalize_newlines(*text), po, [](int i, double ppl) {
@@ -91,18 +78,18 @@ void register_perplexity(CLI::App& app) {
                   100 * k.dp_err, 100 * k.dp_rms, k.same_top);
     }
     if (!o->json_out.empty()) {
-      nlohmann::json j = {{"tool", "perplexity"}, {"model", o->model}, {"file", o->file}, {"type_k", o->ctk},
-                          {"type_v", o->ctv}, {"ctx", o->ctx}, {"chunks", r->chunks}, {"ppl", r->ppl},
-                          {"ppl_err", r->ppl_err}, {"mean_center", o->mean_center == "on"},
+      nlohmann::json j = {{"tool", "perplexity"}, {"model", o->model}, {"file", o->file}, {"type_k", o->cache.k_label()},
+                          {"type_v", o->cache.v_label()}, {"ctx", o->ctx}, {"chunks", r->chunks}, {"ppl", r->ppl},
+                          {"ppl_err", r->ppl_err}, {"mean_center", o->cache.mean_center == "on"},
                           {"command_line", command_line()}};
       j["bits_per_value"] = 0.5 * (k_bits + v_bits);
-      if (o->kv.any()) j["kv_policy"] = o->kv.label();
+      if (o->cache.kv.any()) j["kv_policy"] = o->cache.kv.label();
       if (r->has_kl)
         j["kld"] = {{"mean", r->kl.mean}, {"mean_err", r->kl.mean_err}, {"max", r->kl.max}, {"median", r->kl.median},
                     {"p99", r->kl.p99}, {"same_top_p", r->kl.same_top}, {"dp_rms", r->kl.dp_rms}};
       std::ofstream out(o->json_out, std::ios::app);
       if (!out) fail(o->json_out + ": cannot write");
-      out << j.dump() << "\n";
+      out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // paths may not be UTF-8
     }
   });
 

@@ -22,11 +22,11 @@ namespace tkv {
 
 void register_run(CLI::App& app) {
   struct Opt {
-    std::string model, prompt = "Once upon a time", ctk = "tq4", ctv = "tq4", mean_center = "on";
+    std::string model, prompt = "Once upon a time";
     int n = 64, ctx = 0, threads = 0;
     SamplerOptions s;
     bool no_display_prompt = false;
-    KvPolicyFlags kv;
+    CacheFlags cache{"tq4", "tq4"};
   };
   auto o = std::make_shared<Opt>();
   o->s.seed = 42;
@@ -36,16 +36,13 @@ void register_run(CLI::App& app) {
   cmd->add_option("-n,--n-predict", o->n, "tokens to generate")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-c,--ctx-size", o->ctx, "context (0: the model's, capped by free memory)")->check(CLI::Range(0, 1 << 22));
   cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
-  cmd->add_option("--cache-type-k", o->ctk, "K cache format (-ctk)");
-  cmd->add_option("--cache-type-v", o->ctv, "V cache format (-ctv)");
-  cmd->add_option("--kv-mean-center", o->mean_center, "exact mean centring for tq formats")->check(CLI::IsMember({"on", "off"}));
+  add_cache_flags(cmd, o->cache);
   cmd->add_option("--seed", o->s.seed, "sampling seed");
   cmd->add_option("--temp", o->s.temperature, "temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--top-k", o->s.top_k, "top-k (0 = off)")->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--top-p", o->s.top_p, "top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--min-p", o->s.min_p, "min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--repeat-penalty", o->s.repeat_penalty, "repetition penalty (1 = off)")->check(CLI::Range(0.0, 100.0));
-  add_kv_policy_flags(cmd, o->kv);
   cmd->add_flag("--no-display-prompt", o->no_display_prompt, "print only the generated text");
   cmd->callback([o]() {
     auto fail = [](const std::string& m) {
@@ -60,27 +57,22 @@ void register_run(CLI::App& app) {
     const auto prompt = model.tokenizer().encode(o->prompt, true);
     // Default context: the model's trained one, capped so the cache takes at
     // most half of the memory available now.
+    KvCacheOptions co;
+    if (Status ks = apply_cache_flags(o->cache, model, co); !ks.ok()) fail(ks.message());
     int ctx = o->ctx;
     if (ctx == 0) {
-      auto probe = make_codec(o->ctk, c.head_dim);
-      auto probe_v = make_codec(o->ctv, c.head_dim);
-      const double per_token = (probe && probe_v)
-                                   ? double((*probe)->row_bytes() + (*probe_v)->row_bytes()) * c.n_head_kv * c.n_layer
-                                   : 1.0;
+      auto bits = cache_bits_per_value(co, model);
+      if (!bits) fail(bits.error());
+      const double per_token = (bits->first + bits->second) / 8.0 * c.head_dim * c.n_head_kv * c.n_layer;
       const double avail = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
       ctx = static_cast<int>(std::min<double>(c.n_ctx_train, std::max(256.0, 0.5 * avail / per_token)));
     }
     if (static_cast<int>(prompt.size()) + o->n > ctx)
       fail("prompt (" + std::to_string(prompt.size()) + " tokens) + " + std::to_string(o->n) + " exceeds the context " + std::to_string(ctx) + " (raise -c)");
-    KvCacheOptions co;
-    co.type_k = o->ctk;
-    co.type_v = o->ctv;
     co.capacity = ctx;
-    co.mean_center = o->mean_center == "on";
-    if (Status ks = apply_kv_policy_flags(o->kv, model, co); !ks.ok()) fail(ks.message());
     auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
     if (!cache) fail(cache.error());
-    const std::string tk = o->kv.any() ? o->kv.label() : o->ctk, tv = o->kv.any() ? o->kv.label() : o->ctv;
+    const std::string tk = o->cache.k_label(), tv = o->cache.v_label();
     std::fprintf(stderr, "model: %s, %d layers, %d/%d heads, head dim %d, %.1f MiB weights\n", c.arch.c_str(), c.n_layer,
                  c.n_head, c.n_head_kv, c.head_dim, model.weight_bytes() / 1048576.0);
     std::fprintf(stderr, "KV cache: %d tokens, K %s %.3f bits/value %.2f MiB, V %s %.3f bits/value %.2f MiB\n", ctx,
