@@ -27,6 +27,7 @@
 #include "util/fma_peak.h"
 #include "util/huge_buffer.h"
 #include "util/rng.h"
+#include "util/simd_targets.h"
 
 namespace tkv {
 namespace {
@@ -44,6 +45,7 @@ struct Options {
   bool json = false;
   std::string layout = "head";
   std::string basis_kv;  // "K.bin[,V.bin]": tqc bases fitted on real rows instead of synthetic ones
+  std::string simd;      // force one SIMD target (its Highway name), as on a machine without the better ones
 };
 
 struct Quantized {
@@ -81,6 +83,16 @@ int run(const Options& o) {
     for (const auto& a : *fk)
       for (const auto& b : *fv) pairs.push_back({a, b});
   }
+  if (!o.simd.empty()) {
+    std::string names;
+    int64_t bit = -1;
+    for (const auto& t : simd_targets()) {
+      names += (names.empty() ? "" : ", ") + t.name;
+      if (t.name == o.simd) bit = t.bit;
+    }
+    if (bit < 0) throw std::invalid_argument("--simd " + o.simd + ": not a target of this build and machine (" + names + ")");
+    simd_force_target(bit);
+  }
   const int max_ctx = *std::max_element(ctxs.begin(), ctxs.end());
   const int max_threads = *std::max_element(threads.begin(), threads.end());
   const int d = o.d, H = o.kv_heads;
@@ -91,7 +103,7 @@ int run(const Options& o) {
   std::map<int, double> fma_gflops;  // per thread count: the compute ceiling
   for (int th : threads) fma_gflops[th] = measure_fma_gflops(th);
   if (!o.json) {
-    std::cout << "bench-attn: d " << d << ", " << H << " KV heads, " << o.q_heads << " query heads; copy bandwidth "
+    std::cout << "bench-attn: " << simd_current_target() << ", d " << d << ", " << H << " KV heads, " << o.q_heads << " query heads; copy bandwidth "
               << copy_bw << " GB/s (read+write traffic, " << max_threads << " threads), read-only " << read_bw
               << " GB/s\n";
     for (auto [th, g] : fma_gflops)
@@ -281,7 +293,8 @@ int run(const Options& o) {
                               {"kv_heads", H},
                               {"q_heads", o.q_heads},
                               {"layout", o.layout},
-                              {"tqc_bases", o.basis_kv.empty() ? "synthetic" : o.basis_kv}};
+                              {"tqc_bases", o.basis_kv.empty() ? "synthetic" : o.basis_kv},
+                              {"simd", simd_current_target()}};
           if (vs_f16 > 0) r["speedup_vs_f16"] = vs_f16;
           results.push_back(r);
           if (!o.json) {
@@ -314,6 +327,7 @@ void register_bench_attn(CLI::App& app) {
   cmd->add_option("-t,--threads", opt->threads, "thread counts, comma separated");
   cmd->add_option("--prefill-max", opt->prefill_max, "largest context also run as a prefill");
   cmd->add_option("--min-time", opt->min_time, "seconds to repeat each measurement");
+  cmd->add_option("--simd", opt->simd, "run on this SIMD target only (e.g. AVX2 on an AVX-512 machine)");
   cmd->add_option("--basis-kv", opt->basis_kv,
                   "tqc formats: fit each KV head's basis on a KV file's rows (K.bin or K.bin,V.bin; head h uses the "
                   "file's head h mod its heads) instead of synthetic variances 1 to 1/16");
