@@ -59,7 +59,7 @@ TEST(Calibrated, EigenSolverDiagonalisesSymmetricMatrices) {
       for (int j = 0; j <= i; ++j) a[size_t(i) * n + j] = a[size_t(j) * n + i] = rng.gaussian();
     const SymEigen e = sym_eigen(a, n);
     for (int r = 0; r < n; ++r) {
-      if (r > 0) EXPECT_GE(e.values[r - 1], e.values[r]);
+      if (r > 0) { EXPECT_GE(e.values[r - 1], e.values[r]); }
       for (int s = 0; s < n; ++s) {  // orthonormal rows
         double dot = 0;
         for (int k = 0; k < n; ++k) dot += e.vectors[size_t(r) * n + k] * e.vectors[size_t(s) * n + k];
@@ -109,8 +109,8 @@ TEST(Calibrated, AllocationMeetsTheBudgetAndSkipsZeroVariance) {
     const auto b = allocate_bits(var, total, 1);
     EXPECT_EQ(std::accumulate(b.begin(), b.end(), 0), std::min(total, 40 * 8));
     for (int i = 0; i < 64; ++i) {
-      if (i >= 40) EXPECT_EQ(b[i], 0) << "zero-variance component " << i << " got bits";
-      if (i > 0) EXPECT_LE(b[i], b[i - 1]);
+      if (i >= 40) { EXPECT_EQ(b[i], 0) << "zero-variance component " << i << " got bits"; }
+      if (i > 0) { EXPECT_LE(b[i], b[i - 1]); }
     }
   }
   const auto g = allocate_bits(var, 256, 16);
@@ -203,7 +203,7 @@ TEST(Calibrated, NamesAndBadInput) {
 // Per-head calibrated K and V (or mixed with plain formats) through the fused
 // kernel, against float64 attention over the decoded rows.
 void check_attention(const std::string& fk, const std::string& fv, int d, int H, int gqa, int n_kv, int n_q,
-                     int causal) {
+                     int causal, bool flat = false) {
   SCOPED_TRACE(fk + "/" + fv + " d=" + std::to_string(d) + " H=" + std::to_string(H) + " gqa=" +
                std::to_string(gqa) + " n_kv=" + std::to_string(n_kv) + " n_q=" + std::to_string(n_q));
   const int Hq = H * gqa;
@@ -212,6 +212,7 @@ void check_attention(const std::string& fk, const std::string& fv, int d, int H,
   std::vector<const Codec*> kp, vp;
   for (int h = 0; h < H; ++h) {
     bases.push_back(synthetic_head_basis(d, 100 + h));
+    if (flat) bases.back().var.assign(d, 1.0f);  // one width everywhere: long runs, read in the widest blocks
     auto make = [&](const std::string& f, uint64_t seed) {
       auto c = is_calibrated_format(f) ? make_calibrated_codec(f, bases[h]) : make_codec(f, d, seed);
       EXPECT_TRUE(c.ok()) << c.error();
@@ -305,6 +306,9 @@ TEST(Calibrated, AttentionAddsNoErrorBeyondTheCodes) {
     check_attention("tqc4", "tqc3", 72, 2, 8, 100, 3, 97);     // d 72 < padded 80, rows decoded once for 24 queries
     check_attention("tqc6", "tqc7", 128, 2, 4, 300, 1, -1);    // widths 5 to 8: 64- and 128-entry tables, 8 bits
     check_attention("tqc6.5", "tqc5.5", 64, 2, 2, 150, 3, 147);
+    check_attention("tqc6", "tqc7", 128, 2, 4, 120, 1, -1, true);  // 6 and 7 bits in blocks of 8 sub-chunks
+    check_attention("tqc8", "tqc5", 128, 2, 2, 90, 1, -1, true);   // 8 bits in blocks of 4
+    check_attention("tqc7", "tqc6", 256, 1, 3, 60, 2, 58, true);
   }
   simd_force_target(0);
 }

@@ -35,8 +35,13 @@ struct TargetGuard {
 TEST(Formats, SimdWritesSameBytesAsReferenceOnEveryTarget) {
   TargetGuard guard;
   Rng rng(1);
+  // The target named as the one running is a generated one: the best by
+  // default, the forced one otherwise.
+  ASSERT_FALSE(simd_targets().empty());
+  EXPECT_EQ(simd_current_target(), simd_targets().front().name);
   for (const auto& t : simd_targets()) {
     simd_force_target(t.bit);
+    EXPECT_EQ(simd_current_target(), t.name);
     for (int d : {8, 16, 24, 64, 80, 96, 112, 128, 160, 256, 576}) {
       auto x = random_rows(rng, 7, d, 3.0);
       x[0] = 0.0f;  // a zero element in an otherwise random row

@@ -296,9 +296,10 @@ TEST(Model, ReferenceModelGreedyContinuation) {
     EXPECT_EQ(std::vector<int32_t>(seq.begin(), seq.begin() + check),
               std::vector<int32_t>(expected.begin(), expected.begin() + check))
         << fmt;
-    if (std::string(fmt) == "f32")
+    if (std::string(fmt) == "f32") {
       EXPECT_EQ((*m)->tokenizer().decode(std::vector<int32_t>(seq.begin() + 7, seq.end())),
                 "to be the first time.\n The first time of the United States, the United States, was the first time of");
+    }
   }
 }
 

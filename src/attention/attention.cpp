@@ -76,26 +76,42 @@ Status attention(const AttentionArgs& a) {
   // head-major caches one head at a time (each item then reads one range).
   const bool per_head = khs > ks || vhs > vs || multi;
 
+  // Dense rotations (tqc bases, dims without a Hadamard transform) cost d²
+  // per query and per output row: spread those over the threads too.
+  auto dense = [&](const KvRows& rows) {
+    for (int h = 0; h < (rows.heads ? H : 1); ++h)
+      if (const Rotation* R = rows.head(h)->rotation(); R && !R->hadamard()) return true;
+    return false;
+  };
+  const int rot_threads = dense(a.k) || dense(a.v) ? a.threads : 1;
+
   // Queries in K's coding domain, pre-scaled: [n_q][n_q_heads][dp].
   hwy::AlignedFreeUniquePtr<float[]> qp = hwy::AllocateAligned<float>(static_cast<size_t>(a.n_q) * a.n_q_heads * dp);
+#pragma omp parallel num_threads(rot_threads) if (rot_threads > 1)
   {
-    std::vector<float> tmp(dp, 0.0f);
-    for (int i = 0; i < a.n_q * a.n_q_heads; ++i) {
-      const int h = (i % a.n_q_heads) / g;
+    std::vector<float> rot(static_cast<size_t>(g) * d);
+#pragma omp for schedule(static)
+    for (int i = 0; i < a.n_q * H; ++i) {  // (query token, KV head): its g query heads
+      const int h = i % H;
       const Codec* kc = a.k.head(h);
       const attn::RowReader& KR = Kh(h);
-      const float* q = a.q + static_cast<size_t>(i) * d;
-      float* dst = qp.get() + static_cast<size_t>(i) * dp;
+      const size_t first = static_cast<size_t>(i / H) * a.n_q_heads + static_cast<size_t>(h) * g;
+      const float* q = a.q + first * d;
       if (const Rotation* R = kc->rotation()) {
-        R->forward(q, tmp.data());
+        R->forward(q, rot.data(), Impl::kSimd, g);
       } else {
-        std::memcpy(tmp.data(), q, sizeof(float) * d);
+        std::memcpy(rot.data(), q, sizeof(float) * d * g);
       }
-      // K rows decode to unscaled values: their coordinate scale goes here.
-      if (const float* cs = kc->coord_scale())
-        for (int c = 0; c < d; ++c) tmp[c] *= cs[c];
-      // Position p of the kernel's K decode order holds coordinate perm[p].
-      for (int c = 0; c < dp; ++c) dst[c] = KR.perm[c] < d ? tmp[KR.perm[c]] * scale : 0.0f;
+      const float* cs = kc->coord_scale();  // K rows decode to unscaled values: their coordinate scale goes here
+      for (int j = 0; j < g; ++j) {
+        const float* tmp = rot.data() + static_cast<size_t>(j) * d;
+        float* dst = qp.get() + (first + j) * dp;
+        // Position p of the kernel's K decode order holds coordinate perm[p].
+        for (int c = 0; c < dp; ++c) {
+          const int src = KR.perm[c];
+          dst[c] = src < d ? tmp[src] * (cs ? cs[src] : 1.0f) * scale : 0.0f;
+        }
+      }
     }
   }
 
@@ -187,50 +203,63 @@ Status attention(const AttentionArgs& a) {
     attn::run_work(Kh(item.h0), Vh(item.h0), w);
   }
 
-  // Merge chunks (fixed order), normalise, rotate back, add mu_v.
+  // Merge chunks (fixed order), normalise, rotate back, add mu_v: each
+  // output row on its own, so the thread count changes nothing.
+#pragma omp parallel num_threads(rot_threads) if (rot_threads > 1)
+  {
   std::vector<double> o(dp);
-  std::vector<float> of(dp), res(dp);
-  for (int t = 0; t < n_tiles; ++t) {
-    const size_t b = first_item[t], e = first_item[t + 1];
-    const int q0 = t * tile, q1 = std::min(a.n_q, q0 + tile);
-    const int G = (q1 - q0) * g;
-    for (int h = 0; h < H; ++h)
-      for (int i = q0; i < q1; ++i)
-        for (int hq = 0; hq < g; ++hq) {
-          // Slot within an item: (head - item.h0) * G + query.
-          const size_t jq = static_cast<size_t>((i - q0) * g + hq);
-          float m = -std::numeric_limits<float>::infinity();
-          for (size_t it = b; it < e; ++it)
-            if (h >= items[it].h0 && h < items[it].h1)
-              m = std::max(m, mbuf[it * per_item + (h - items[it].h0) * G + jq]);
-          float* out = a.out + (static_cast<size_t>(i) * a.n_q_heads + h * g + hq) * d;
-          if (m == -std::numeric_limits<float>::infinity()) {  // nothing visible
-            std::memset(out, 0, sizeof(float) * d);
-            continue;
-          }
-          double l = 0;
-          std::fill(o.begin(), o.end(), 0.0);
-          for (size_t it = b; it < e; ++it) {
-            if (h < items[it].h0 || h >= items[it].h1) continue;
-            const size_t slot = it * per_item + (h - items[it].h0) * G + jq;
-            const float mi = mbuf[slot];
-            if (mi == -std::numeric_limits<float>::infinity()) continue;
-            const double f = std::exp(static_cast<double>(mi) - m);
-            l += f * lbuf[slot];
-            const float* ai = acc + slot * dp;
-            for (int c = 0; c < dp; ++c) o[c] += f * ai[c];
-          }
-          const attn::RowReader& VR = Vh(h);
-          const float* vsc = a.v.head(h)->coord_scale();
-          for (int c = 0; c < dp; ++c)
-            if (VR.perm[c] < d) of[VR.perm[c]] = static_cast<float>(o[c] / l) * (vsc ? vsc[VR.perm[c]] : 1.0f);
-          if (const Rotation* R = a.v.head(h)->rotation()) {
-            R->inverse(of.data(), res.data());
-          } else {
-            std::memcpy(res.data(), of.data(), sizeof(float) * d);
-          }
-          for (int c = 0; c < d; ++c) out[c] = res[c] + (a.mu_v ? a.mu_v[h * d + c] : 0.0f);
+  // The g query heads of (token, KV head) side by side, so one inverse
+  // rotation call serves them all; rows with nothing visible are zero.
+  std::vector<float> of(static_cast<size_t>(g) * d), res(static_cast<size_t>(g) * d);
+  std::vector<char> empty(g);
+#pragma omp for schedule(static) collapse(2)
+  for (int i = 0; i < a.n_q; ++i)
+    for (int h = 0; h < H; ++h) {
+      const int t = i / tile;
+      const size_t b = first_item[t], e = first_item[t + 1];
+      const int q0 = t * tile, q1 = std::min(a.n_q, q0 + tile);
+      const int G = (q1 - q0) * g;
+      const attn::RowReader& VR = Vh(h);
+      const float* vsc = a.v.head(h)->coord_scale();
+      for (int hq = 0; hq < g; ++hq) {
+        // Slot within an item: (head - item.h0) * G + query.
+        const size_t jq = static_cast<size_t>((i - q0) * g + hq);
+        float m = -std::numeric_limits<float>::infinity();
+        for (size_t it = b; it < e; ++it)
+          if (h >= items[it].h0 && h < items[it].h1)
+            m = std::max(m, mbuf[it * per_item + (h - items[it].h0) * G + jq]);
+        float* ofq = of.data() + static_cast<size_t>(hq) * d;
+        empty[hq] = m == -std::numeric_limits<float>::infinity();  // nothing visible
+        if (empty[hq]) {
+          std::memset(ofq, 0, sizeof(float) * d);
+          continue;
         }
+        double l = 0;
+        std::fill(o.begin(), o.end(), 0.0);
+        for (size_t it = b; it < e; ++it) {
+          if (h < items[it].h0 || h >= items[it].h1) continue;
+          const size_t slot = it * per_item + (h - items[it].h0) * G + jq;
+          const float mi = mbuf[slot];
+          if (mi == -std::numeric_limits<float>::infinity()) continue;
+          const double f = std::exp(static_cast<double>(mi) - m);
+          l += f * lbuf[slot];
+          const float* ai = acc + slot * dp;
+          for (int c = 0; c < dp; ++c) o[c] += f * ai[c];
+        }
+        for (int c = 0; c < dp; ++c)
+          if (VR.perm[c] < d) ofq[VR.perm[c]] = static_cast<float>(o[c] / l) * (vsc ? vsc[VR.perm[c]] : 1.0f);
+      }
+      if (const Rotation* R = a.v.head(h)->rotation()) {
+        R->inverse(of.data(), res.data(), Impl::kSimd, g);
+      } else {
+        std::memcpy(res.data(), of.data(), sizeof(float) * d * g);
+      }
+      for (int hq = 0; hq < g; ++hq) {
+        float* out = a.out + (static_cast<size_t>(i) * a.n_q_heads + h * g + hq) * d;
+        const float* r = res.data() + static_cast<size_t>(hq) * d;
+        for (int c = 0; c < d; ++c) out[c] = empty[hq] ? 0.0f : r[c] + (a.mu_v ? a.mu_v[h * d + c] : 0.0f);
+      }
+    }
   }
   if (a.stats) {
     for (const Item& item : items) a.stats->rows_scored += static_cast<uint64_t>(item.r1 - item.r0) * H;

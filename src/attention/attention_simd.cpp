@@ -298,7 +298,7 @@ HWY_INLINE void BlockRun(const TurboConsts& tc, const TurboConsts::Part& part, i
     if (W1) w1[r] = LaneWords(tc, rows[r] + o1, K * W1);
     if (W2) w2[r] = LaneWords(tc, rows[r] + o2, K * W2);
   }
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // every AVX-512 target
   if constexpr (W2 == 0 && W0 + W1 <= 5 && W0 < 8) {
     // Up to 32 levels: vpermps / vpermi2ps read only the low 4 / 5 index
     // bits, so bits above the code need no mask (the 16-entry table repeats
@@ -327,6 +327,8 @@ HWY_INLINE void BlockRun(const TurboConsts& tc, const TurboConsts::Part& part, i
   if constexpr (kLevels > 32) {
     // 64 / 128 / 256 levels (6, 7, 8 bits): a two-table permute per 32
     // entries, then a tree of blends on index bits 5, 6, 7 instead of a gather.
+    // The plane sets of these widths: 8, 4+2, 4+2+1 (plane_widths).
+    static_assert((W0 == 8 && W1 == 0) || (W0 == 4 && W1 == 2 && W2 <= 1), "unexpected planes for 6-8 bits");
     (void)m0; (void)m1; (void)m2; (void)di;
     constexpr int kTables = kLevels / 32;
     __m512 t[2 * kTables];
@@ -358,6 +360,10 @@ HWY_INLINE void BlockRun(const TurboConsts& tc, const TurboConsts::Part& part, i
     return;
   }
 #endif
+  // Tables for the 4-lookup path below, loaded once per block.
+  hn::Vec<DF> tabs[4];
+  if (kLevels > 2 * N && kLevels <= 4 * N)
+    for (int t = 0; t < kLevels / N; ++t) tabs[t] = hn::LoadU(df, part.table + t * N);
   for (int sub = 0; sub < K; ++sub) {
     hn::Vec<DF> k[4];
     for (int r = 0; r < 4; ++r) {
@@ -368,7 +374,7 @@ HWY_INLINE void BlockRun(const TurboConsts& tc, const TurboConsts::Part& part, i
       if (kLevels <= static_cast<int>(hn::MaxLanes(df)) && kLevels <= N) {
         k[r] = hn::TableLookupLanes(part.t0, hn::IndicesFromVec(df, ci));
       } else if (kLevels <= 2 * N) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // every AVX-512 target
         // One two-table permute (vpermi2ps) instead of two lookups and a blend.
         k[r] = hn::Vec<DF>{_mm512_permutex2var_ps(part.t0.raw, ci.raw, part.t1.raw)};
 #else
@@ -383,7 +389,7 @@ HWY_INLINE void BlockRun(const TurboConsts& tc, const TurboConsts::Part& part, i
         const auto lo_idx = hn::IndicesFromVec(df, hn::And(ci, hn::Set(di, N - 1)));
         hn::Vec<DF> v[4];
         const int nt = kLevels / N;
-        for (int t = 0; t < nt; ++t) v[t] = hn::TableLookupLanes(hn::LoadU(df, part.table + t * N), lo_idx);
+        for (int t = 0; t < nt; ++t) v[t] = hn::TableLookupLanes(tabs[t], lo_idx);
         for (int bit = N, n = nt; n > 1; bit *= 2, n /= 2) {
           const auto m = hn::RebindMask(df, hn::Ne(hn::And(ci, hn::Set(di, bit)), hn::Zero(di)));
           for (int i = 0; i < n / 2; ++i) v[i] = hn::IfThenElse(m, v[2 * i + 1], v[2 * i]);

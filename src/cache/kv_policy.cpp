@@ -142,7 +142,7 @@ Expected<KvPolicy> read_kv_policy(const std::string& path, uint64_t model) {
   if (!f) return bad("read failed");
   uint64_t sum;
   std::memcpy(&sum, buf.data() + buf.size() - 8, 8);
-  Reader r{buf};
+  Reader r{buf, 0, {}};
   r.pos = 8;
   const uint32_t version = r.get<uint32_t>("version");
   if (r.err.empty() && version != kVersion)

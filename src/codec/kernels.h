@@ -21,8 +21,9 @@ inline int padded(int d) { return (d + kRowPad - 1) / kRowPad * kRowPad; }
   void rht_forward(const float* x, const float* sign, float scale, float* y, int d);   \
   /* x = sign ⊙ (H y) * scale  (the inverse when scale = 1/sqrt(d)) */                 \
   void rht_inverse(const float* y, const float* sign, float scale, float* x, int d);   \
-  /* y = Σ_i x[i] · M[i*d .. i*d+d) with fma, i ascending (M holds columns) */       \
-  void matvec_cols(const float* m, const float* x, float* y, int d);                   \
+  /* y = Σ_i x[i] · M[i*d .. i*d+d) with fma, i ascending (M holds columns), for  */  \
+  /* n vectors x[v*d ..], y[v*d ..] (one pass over M serves up to 4 of them)       */  \
+  void matvec_cols(const float* m, const float* x, float* y, int d, int n);            \
   /* Σ x², element i added to partial i % 16, partials reduced in a fixed tree */      \
   float sumsq(const float* x, int d);                                                  \
   /* codes[i] = #{j < nb : bnd[j] < y[i] * inv}; nb <= 255 */                          \

@@ -31,12 +31,14 @@ void rht_inverse(const float* y, const float* sign, float scale, float* x, int d
   for (int i = 0; i < d; ++i) x[i] = (x[i] * scale) * sign[i];
 }
 
-void matvec_cols(const float* m, const float* x, float* y, int d) {
-  for (int j = 0; j < d; ++j) y[j] = 0.0f;
-  for (int i = 0; i < d; ++i) {
-    const float xi = x[i];
-    const float* col = m + static_cast<size_t>(i) * d;
-    for (int j = 0; j < d; ++j) y[j] = std::fma(xi, col[j], y[j]);
+void matvec_cols(const float* m, const float* x, float* y, int d, int n) {
+  for (int v = 0; v < n; ++v, x += d, y += d) {
+    for (int j = 0; j < d; ++j) y[j] = 0.0f;
+    for (int i = 0; i < d; ++i) {
+      const float xi = x[i];
+      const float* col = m + static_cast<size_t>(i) * d;
+      for (int j = 0; j < d; ++j) y[j] = std::fma(xi, col[j], y[j]);
+    }
   }
 }
 

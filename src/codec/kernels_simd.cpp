@@ -131,34 +131,58 @@ void RhtInverse(const float* y, const float* sign, float scale, float* x, int d)
   for (; i < d; ++i) x[i] = (x[i] * scale) * sign[i];
 }
 
-void MatvecCols(const float* m, const float* x, float* y, int d) {
+// NV vectors (x[v*d ..]) against one pass over the columns: each column
+// block is loaded once for all of them (the matrix is L2-resident at d >= 128
+// and the loads were the bound). Every output still sums i = 0..d-1 in order.
+template <int NV>
+void MatvecColsN(const float* m, const float* x, float* y, int d) {
   const hn::ScalableTag<float> df;
   const int N = static_cast<int>(hn::Lanes(df));
   int j0 = 0;
-  // Blocks of 4 output vectors stay in registers while all d columns stream by.
+  // Blocks of 4 output vectors per input vector stay in registers while all d columns stream by.
   for (; j0 + 4 * N <= d; j0 += 4 * N) {
-    auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+    hn::Vec<decltype(df)> a[NV][4];
+    for (int v = 0; v < NV; ++v)
+      for (int k = 0; k < 4; ++k) a[v][k] = hn::Zero(df);
     for (int i = 0; i < d; ++i) {
-      const auto xi = hn::Set(df, x[i]);
       const float* col = m + static_cast<size_t>(i) * d + j0;
-      a0 = Fma(df, xi, hn::LoadU(df, col), a0);
-      a1 = Fma(df, xi, hn::LoadU(df, col + N), a1);
-      a2 = Fma(df, xi, hn::LoadU(df, col + 2 * N), a2);
-      a3 = Fma(df, xi, hn::LoadU(df, col + 3 * N), a3);
+      const auto c0 = hn::LoadU(df, col), c1 = hn::LoadU(df, col + N);
+      const auto c2 = hn::LoadU(df, col + 2 * N), c3 = hn::LoadU(df, col + 3 * N);
+      for (int v = 0; v < NV; ++v) {
+        const auto xi = hn::Set(df, x[static_cast<size_t>(v) * d + i]);
+        a[v][0] = Fma(df, xi, c0, a[v][0]);
+        a[v][1] = Fma(df, xi, c1, a[v][1]);
+        a[v][2] = Fma(df, xi, c2, a[v][2]);
+        a[v][3] = Fma(df, xi, c3, a[v][3]);
+      }
     }
-    hn::StoreU(a0, df, y + j0); hn::StoreU(a1, df, y + j0 + N);
-    hn::StoreU(a2, df, y + j0 + 2 * N); hn::StoreU(a3, df, y + j0 + 3 * N);
+    for (int v = 0; v < NV; ++v)
+      for (int k = 0; k < 4; ++k) hn::StoreU(a[v][k], df, y + static_cast<size_t>(v) * d + j0 + k * N);
   }
   for (; j0 + N <= d; j0 += N) {
-    auto a = hn::Zero(df);
-    for (int i = 0; i < d; ++i)
-      a = Fma(df, hn::Set(df, x[i]), hn::LoadU(df, m + static_cast<size_t>(i) * d + j0), a);
-    hn::StoreU(a, df, y + j0);
+    hn::Vec<decltype(df)> a[NV];
+    for (int v = 0; v < NV; ++v) a[v] = hn::Zero(df);
+    for (int i = 0; i < d; ++i) {
+      const auto c = hn::LoadU(df, m + static_cast<size_t>(i) * d + j0);
+      for (int v = 0; v < NV; ++v) a[v] = Fma(df, hn::Set(df, x[static_cast<size_t>(v) * d + i]), c, a[v]);
+    }
+    for (int v = 0; v < NV; ++v) hn::StoreU(a[v], df, y + static_cast<size_t>(v) * d + j0);
   }
-  for (int j = j0; j < d; ++j) {
-    float a = 0.0f;
-    for (int i = 0; i < d; ++i) a = std::fma(x[i], m[static_cast<size_t>(i) * d + j], a);
-    y[j] = a;
+  for (int v = 0; v < NV; ++v)
+    for (int j = j0; j < d; ++j) {
+      float a = 0.0f;
+      for (int i = 0; i < d; ++i) a = std::fma(x[static_cast<size_t>(v) * d + i], m[static_cast<size_t>(i) * d + j], a);
+      y[static_cast<size_t>(v) * d + j] = a;
+    }
+}
+
+void MatvecCols(const float* m, const float* x, float* y, int d, int n) {
+  for (; n >= 4; n -= 4, x += 4 * static_cast<size_t>(d), y += 4 * static_cast<size_t>(d)) MatvecColsN<4>(m, x, y, d);
+  switch (n) {
+    case 3: MatvecColsN<3>(m, x, y, d); break;
+    case 2: MatvecColsN<2>(m, x, y, d); break;
+    case 1: MatvecColsN<1>(m, x, y, d); break;
+    default: break;
   }
 }
 
@@ -296,7 +320,7 @@ void QuantizeQ4_0(const float* x, int nblocks, uint8_t* out) {
 // f16: hardware conversion (F16C rounds to nearest even, like f32_to_f16) on
 // x86 SIMD targets; the emulated targets use the reference.
 void ToF16(const float* x, int n, uint8_t* out) {
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // AVX2 and every AVX-512 target
   const hn::ScalableTag<float> df;
   const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   const int N = static_cast<int>(hn::Lanes(df));
@@ -376,8 +400,8 @@ void rht_forward(const float* x, const float* sign, float scale, float* y, int d
 void rht_inverse(const float* y, const float* sign, float scale, float* x, int d) {
   HWY_DYNAMIC_DISPATCH(RhtInverse)(y, sign, scale, x, d);
 }
-void matvec_cols(const float* m, const float* x, float* y, int d) {
-  HWY_DYNAMIC_DISPATCH(MatvecCols)(m, x, y, d);
+void matvec_cols(const float* m, const float* x, float* y, int d, int n) {
+  HWY_DYNAMIC_DISPATCH(MatvecCols)(m, x, y, d, n);
 }
 float sumsq(const float* x, int d) { return HWY_DYNAMIC_DISPATCH(Sumsq)(x, d); }
 void encode_cells(const float* y, int n, float inv, const float* bnd, int nb, uint8_t* codes) {

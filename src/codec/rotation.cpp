@@ -92,24 +92,28 @@ Expected<std::shared_ptr<const Rotation>> Rotation::from_matrix(int d, const std
   return std::shared_ptr<const Rotation>(std::move(r));
 }
 
-void Rotation::forward(const float* x, float* y, Impl impl) const {
+void Rotation::forward(const float* x, float* y, Impl impl, int n) const {
   if (hadamard_) {
-    if (impl == Impl::kRef) ref::rht_forward(x, sign_.data(), scale_, y, d_);
-    else simd::rht_forward(x, sign_.data(), scale_, y, d_);
+    for (int v = 0; v < n; ++v, x += d_, y += d_) {
+      if (impl == Impl::kRef) ref::rht_forward(x, sign_.data(), scale_, y, d_);
+      else simd::rht_forward(x, sign_.data(), scale_, y, d_);
+    }
   } else {
-    if (impl == Impl::kRef) ref::matvec_cols(rt_.data(), x, y, d_);
-    else simd::matvec_cols(rt_.data(), x, y, d_);
+    if (impl == Impl::kRef) ref::matvec_cols(rt_.data(), x, y, d_, n);
+    else simd::matvec_cols(rt_.data(), x, y, d_, n);
   }
 }
 
-void Rotation::inverse(const float* y, float* x, Impl impl) const {
+void Rotation::inverse(const float* y, float* x, Impl impl, int n) const {
   if (hadamard_) {
-    if (impl == Impl::kRef) ref::rht_inverse(y, sign_.data(), scale_, x, d_);
-    else simd::rht_inverse(y, sign_.data(), scale_, x, d_);
+    for (int v = 0; v < n; ++v, x += d_, y += d_) {
+      if (impl == Impl::kRef) ref::rht_inverse(y, sign_.data(), scale_, x, d_);
+      else simd::rht_inverse(y, sign_.data(), scale_, x, d_);
+    }
   } else {
     // x = Rᵀ y = Σ_j y_j · (row j of R): the rows of R are the columns of Rᵀ.
-    if (impl == Impl::kRef) ref::matvec_cols(r_.data(), y, x, d_);
-    else simd::matvec_cols(r_.data(), y, x, d_);
+    if (impl == Impl::kRef) ref::matvec_cols(r_.data(), y, x, d_, n);
+    else simd::matvec_cols(r_.data(), y, x, d_, n);
   }
 }
 

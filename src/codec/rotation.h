@@ -28,9 +28,10 @@ class Rotation {
   int dim() const { return d_; }
   bool hadamard() const { return hadamard_; }
   uint64_t seed() const { return seed_; }
-  // y = R x and x = Rᵀ y. x and y must not alias.
-  void forward(const float* x, float* y, Impl impl = Impl::kSimd) const;
-  void inverse(const float* y, float* x, Impl impl = Impl::kSimd) const;
+  // y = R x and x = Rᵀ y, for n vectors of d floats one after another
+  // (dense matrices are read once for up to 4 of them). x and y must not alias.
+  void forward(const float* x, float* y, Impl impl = Impl::kSimd, int n = 1) const;
+  void inverse(const float* y, float* x, Impl impl = Impl::kSimd, int n = 1) const;
   // The matrix entry R[i][j] (for tests and tools; O(d) for Hadamard).
   double entry(int i, int j) const;
 

@@ -45,6 +45,7 @@ struct Options {
   bool json = false;
   std::string layout = "head";
   std::string basis_kv;  // "K.bin[,V.bin]": tqc bases fitted on real rows instead of synthetic ones
+  bool basis_kv_given = false;
   std::string simd;      // force one SIMD target (its Highway name), as on a machine without the better ones
 };
 
@@ -132,13 +133,17 @@ int run(const Options& o) {
     kbases.push_back(synthetic_head_basis(d, 1000 + h));
     vbases.push_back(kbases.back());
   }
-  if (!o.basis_kv.empty()) {
-    std::vector<std::string> files;
-    std::stringstream ss(o.basis_kv);
-    for (std::string f; std::getline(ss, f, ',');) files.push_back(f);
-    if (files.empty() || files.size() > 2) throw std::invalid_argument("--basis-kv takes K.bin or K.bin,V.bin");
-    for (size_t i = 0; i < 2; ++i) {
-      const std::string& path = files[std::min(i, files.size() - 1)];
+  if (o.basis_kv_given) {
+    std::vector<std::string> files{""};  // split on ',' keeping empty entries
+    for (char c : o.basis_kv) {
+      if (c == ',') files.emplace_back();
+      else files.back().push_back(c);
+    }
+    const bool bad = files.empty() || files.size() > 2 ||
+                     std::any_of(files.begin(), files.end(), [](const std::string& f) { return f.empty(); });
+    if (bad) throw std::invalid_argument("--basis-kv takes K.bin or K.bin,V.bin, got '" + o.basis_kv + "'");
+    for (size_t i = 0; i < files.size(); ++i) {
+      const std::string& path = files[i];
       auto kv = read_kv_file(path);
       if (!kv) throw std::invalid_argument("--basis-kv: " + kv.error());
       if (static_cast<int>(kv->head_dim) != d)
@@ -151,6 +156,7 @@ int run(const Options& o) {
         bases[h] = std::move(*b);
       }
     }
+    if (files.size() == 1) vbases = kbases;
   }
   std::map<std::string, Quantized> cache;
   auto quantized = [&](const std::string& f, bool is_v) -> Quantized& {
@@ -328,7 +334,7 @@ void register_bench_attn(CLI::App& app) {
   cmd->add_option("--prefill-max", opt->prefill_max, "largest context also run as a prefill");
   cmd->add_option("--min-time", opt->min_time, "seconds to repeat each measurement");
   cmd->add_option("--simd", opt->simd, "run on this SIMD target only (e.g. AVX2 on an AVX-512 machine)");
-  cmd->add_option("--basis-kv", opt->basis_kv,
+  cmd->add_option_function<std::string>("--basis-kv", [opt](const std::string& v) { opt->basis_kv = v; opt->basis_kv_given = true; },
                   "tqc formats: fit each KV head's basis on a KV file's rows (K.bin or K.bin,V.bin; head h uses the "
                   "file's head h mod its heads) instead of synthetic variances 1 to 1/16");
   cmd->add_flag("--json", opt->json, "print a JSON list");

@@ -101,6 +101,7 @@ void register_niah(CLI::App& app) {
       nlohmann::json j = {{"tool", "niah"}, {"model", o->model}, {"type_k", o->cache.k_label()}, {"type_v", o->cache.v_label()},
                           {"found", found}, {"total", cells->size()}, {"command_line", command_line()}};
       j["bits_per_value"] = 0.5 * (bits->first + bits->second);
+      if (o->cache.kv.any()) j["kv_policy"] = o->cache.kv.label();
       nlohmann::json cs = nlohmann::json::array();
       for (const auto& c : *cells)
         cs.push_back({{"context", c.context}, {"depth", c.depth}, {"trial", c.trial}, {"number", c.number},

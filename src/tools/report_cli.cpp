@@ -134,7 +134,9 @@ void register_report(CLI::App& app) {
     std::vector<std::string> niah;
     for (const auto& r : rows) {
       const std::string tool = r.value("tool", "");
-      const std::string fmt = r.value("type_k", "?") + "/" + r.value("type_v", "?");
+      const std::string tk = r.value("type_k", "?"), tv = r.value("type_v", "?");
+      const bool per_layer = tk.rfind("policy ", 0) == 0 || tk.rfind("preset ", 0) == 0;
+      const std::string fmt = tk == tv && per_layer ? tk : tk + "/" + tv;  // a policy or preset names both
       if (tool == "perplexity" && r.contains("bits_per_value")) {
         const std::string series = r.value("mean_center", true) ? "mean-centred" : "plain";
         ppl[series].push_back({r["bits_per_value"].get<double>(), r["ppl"].get<double>(), fmt});

@@ -12,8 +12,9 @@ std::vector<SimdTarget> simd_targets() {
 }
 
 std::string simd_current_target() {
-  const int64_t targets = hwy::SupportedTargets();
-  // The best (lowest bit on x86) supported target is the one dispatch picks.
+  // Dispatch picks the best (lowest bit) target that is both supported by
+  // the CPU and compiled into this build.
+  const int64_t targets = hwy::SupportedTargets() & HWY_TARGETS;
   return hwy::TargetName(targets & (~targets + 1));
 }
 
