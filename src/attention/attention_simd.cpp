@@ -151,8 +151,15 @@ HWY_INLINE hn::Vec<DU> LaneWords(const TurboConsts& tc, const uint8_t* src, int 
   if (lane_bits == 16)
     return hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint16_t, DU>(), reinterpret_cast<const uint16_t*>(src)));
   if (lane_bits == 32) return hn::LoadU(du, reinterpret_cast<const uint32_t*>(src));
-  // 1, 2 or 4 bits per lane: N·lane_bits <= 64 bits, inside one 16-byte load.
   const int j = lane_bits == 1 ? 0 : lane_bits == 2 ? 1 : 2;
+  // N·lane_bits <= 32 bits (1 or 2 bits on AVX-512, up to 4 on AVX2): one
+  // broadcast word that every lane shifts by its own offset, no permute.
+  if (Lanes() * lane_bits <= 32) {
+    uint32_t word;
+    std::memcpy(&word, src, 4);  // rows have 16 readable bytes past their end (SafeRow)
+    return hn::Shr(hn::Set(du, word), tc.sh[j]);
+  }
+  // Else (4 bits on AVX-512): N·lane_bits <= 64 bits, inside one 16-byte load.
   const auto words = hn::LoadDup128(du, reinterpret_cast<const uint32_t*>(src));
   return hn::Shr(hn::TableLookupLanes(words, tc.idx[j]), tc.sh[j]);
 }
