@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "util/rng.h"
+#include "util/xml_text.h"
 
 namespace tkv {
 
@@ -132,14 +133,7 @@ Expected<std::vector<NiahCell>> niah_run(const Model& model, const std::string& 
   return cells;
 }
 
-std::string niah_svg(const std::vector<NiahCell>& cells, const std::string& title_text) {
-  std::string title;  // XML text: the title may hold a file name
-  for (char c : title_text) {
-    if (c == '&') title += "&amp;";
-    else if (c == '<') title += "&lt;";
-    else if (c == '>') title += "&gt;";
-    else title += c;
-  }
+std::string niah_svg(const std::vector<NiahCell>& cells, const std::string& title) {
   std::set<int> ctxs, depths;
   std::map<std::pair<int, int>, std::pair<int, int>> found;  // (depth, ctx) -> (found, trials)
   for (const auto& c : cells) {
@@ -155,7 +149,7 @@ std::string niah_svg(const std::vector<NiahCell>& cells, const std::string& titl
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  s << "<text x=\"" << left << "\" y=\"20\" font-size=\"14\">" << title << "</text>\n";
+  s << "<text x=\"" << left << "\" y=\"20\" font-size=\"14\">" << xml_escape(title) << "</text>\n";
   s << "<text x=\"8\" y=\"" << top - 8 << "\">depth %</text>\n";
   int col = 0;
   for (int cx : ctxs) s << "<text x=\"" << left + col++ * cw + 8 << "\" y=\"" << top - 8 << "\">" << cx << "</text>\n";

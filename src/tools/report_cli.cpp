@@ -16,20 +16,10 @@
 
 #include "eval/niah.h"
 #include "tools/subcommands.h"
+#include "util/xml_text.h"
 
 namespace tkv {
 namespace {
-
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else o += c;
-  }
-  return o;
-}
 
 struct Pt {
   double x, y;
@@ -52,7 +42,7 @@ std::string chart(const std::string& title, const std::string& xl, const std::st
     }
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
-    << "\" font-family=\"sans-serif\" font-size=\"12\">\n<text x=\"" << L << "\" y=\"22\" font-size=\"15\">" << esc(title)
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n<text x=\"" << L << "\" y=\"22\" font-size=\"15\">" << xml_escape(title)
     << "</text>\n";
   if (x0 > x1) {
     s << "<text x=\"" << L << "\" y=\"" << H / 2 << "\">no data</text></svg>\n";
@@ -73,8 +63,8 @@ std::string chart(const std::string& title, const std::string& xl, const std::st
     s << "<text x=\"" << X(xv) - 10 << "\" y=\"" << T + ph + 18 << "\">" << bx << "</text>\n";
     s << "<text x=\"8\" y=\"" << T + ph - (yv - y0) / (y1 - y0) * ph + 4 << "\">" << by << "</text>\n";
   }
-  s << "<text x=\"" << L + pw / 2 - 40 << "\" y=\"" << H - 10 << "\">" << esc(xl) << "</text>\n";
-  s << "<text x=\"8\" y=\"" << T - 10 << "\">" << esc(yl) << "</text>\n";
+  s << "<text x=\"" << L + pw / 2 - 40 << "\" y=\"" << H - 10 << "\">" << xml_escape(xl) << "</text>\n";
+  s << "<text x=\"8\" y=\"" << T - 10 << "\">" << xml_escape(yl) << "</text>\n";
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
   int ci = 0;
   for (const auto& [name, pts0] : series) {
@@ -90,10 +80,10 @@ std::string chart(const std::string& title, const std::string& xl, const std::st
     for (const auto& p : pts) {
       if (logy && p.y <= 0) continue;
       s << "<circle cx=\"" << X(p.x) << "\" cy=\"" << Y(p.y) << "\" r=\"4\" fill=\"" << col << "\"><title>"
-        << esc(p.label) << "</title></circle>\n";
-      if (!lines) s << "<text x=\"" << X(p.x) + 6 << "\" y=\"" << Y(p.y) - 6 << "\" font-size=\"10\">" << esc(p.label) << "</text>\n";
+        << xml_escape(p.label) << "</title></circle>\n";
+      if (!lines) s << "<text x=\"" << X(p.x) + 6 << "\" y=\"" << Y(p.y) - 6 << "\" font-size=\"10\">" << xml_escape(p.label) << "</text>\n";
     }
-    s << "<text x=\"" << L + pw + 10 << "\" y=\"" << T + 14 + 16 * ci << "\" fill=\"" << col << "\">" << esc(name)
+    s << "<text x=\"" << L + pw + 10 << "\" y=\"" << T + 14 + 16 * ci << "\" fill=\"" << col << "\">" << xml_escape(name)
       << "</text>\n";
     ++ci;
   }
