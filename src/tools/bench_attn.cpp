@@ -21,6 +21,7 @@
 #include "codec/calibrated.h"
 #include "codec/format.h"
 #include "tools/arg_lists.h"
+#include "tools/json_text.h"
 #include "tools/kv_file.h"
 #include "tools/subcommands.h"
 #include "util/bandwidth.h"
@@ -314,7 +315,7 @@ int run(const Options& o) {
         }
       }
   }
-  if (o.json) std::cout << results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  if (o.json) std::cout << json_text(results, 2) << "\n";
   return 0;
 }
 

@@ -16,6 +16,7 @@
 
 #include "cache/kv_cache.h"
 #include "model/model.h"
+#include "tools/json_text.h"
 #include "tools/arg_lists.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
@@ -169,11 +170,11 @@ void register_bench(CLI::App& app) {
               if (!o->json_out.empty()) {
                 std::ofstream out(o->json_out, std::ios::app);
                 j["tool"] = "bench";
-                out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // paths may not be UTF-8
+                out << json_text(j) << "\n";
               }
             }
     std::fprintf(stderr, "%80s\r", "");
-    if (o->out == "json") std::cout << results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (o->out == "json") std::cout << json_text(results, 2) << "\n";
   });
 }
 

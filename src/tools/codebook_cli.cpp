@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/codebook.h"
+#include "tools/json_text.h"
 #include "tools/subcommands.h"
 
 namespace tkv {
@@ -47,7 +48,7 @@ void register_codebook(CLI::App& app) {
         }
       }
     }
-    if (o->json) std::cout << out.dump(2) << "\n";
+    if (o->json) std::cout << json_text(out, 2) << "\n";
   });
 }
 

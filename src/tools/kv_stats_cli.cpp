@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/format.h"
+#include "tools/json_text.h"
 #include "tools/kv_stats.h"
 #include "tools/subcommands.h"
 #include "tools/synthetic_kv.h"
@@ -91,7 +92,7 @@ void run_kv_stats(const KvStatsArgs& a) {
            path + ": layer " + std::to_string(kv->layer) + ", " + std::to_string(kv->kv_heads) + " heads x " +
                std::to_string(kv->tokens) + " vectors, d = " + std::to_string(kv->head_dim));
   }
-  if (a.json) std::cout << all.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  if (a.json) std::cout << json_text(all, 2) << "\n";
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "codec/format.h"
 #include "eval/niah.h"
 #include "eval/perplexity.h"
+#include "tools/json_text.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
 #include "util/text_file.h"
@@ -108,7 +109,7 @@ void register_niah(CLI::App& app) {
                       {"answer", c.answer}, {"score", niah_score_name(c.score)}});
       j["cells"] = cs;
       std::ofstream out(o->json_out, std::ios::app);
-      out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // generated text and paths may not be UTF-8
+      out << json_text(j) << "\n";
     }
   });
 }

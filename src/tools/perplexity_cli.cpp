@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/perplexity.h"
+#include "tools/json_text.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
 #include "util/text_file.h"
@@ -89,7 +90,7 @@ void register_perplexity(CLI::App& app) {
                     {"p99", r->kl.p99}, {"same_top_p", r->kl.same_top}, {"dp_rms", r->kl.dp_rms}};
       std::ofstream out(o->json_out, std::ios::app);
       if (!out) fail(o->json_out + ": cannot write");
-      out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // paths may not be UTF-8
+      out << json_text(j) << "\n";
     }
   });
 

@@ -29,7 +29,7 @@ void register_perplexity(CLI::App& app);  // perplexity_cli.cpp
 void register_kv_dump(CLI::App& app);     // kv_dump_cli.cpp
 void register_bench(CLI::App& app);       // bench_cli.cpp
 void register_niah(CLI::App& app);        // niah_cli.cpp
-void register_report(CLI::App& app);
-void register_calibrate(CLI::App& app);      // report_cli.cpp
+void register_report(CLI::App& app);       // report_cli.cpp
+void register_calibrate(CLI::App& app);    // calibrate_cli.cpp
 
 }  // namespace tkv
