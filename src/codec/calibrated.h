@@ -51,10 +51,17 @@ bool is_calibrated_format(std::string_view name);
 Expected<double> calibrated_bits(std::string_view name, int d);
 std::string calibrated_format_name(double bits);
 
-// The codec of a calibrated format on one head's basis. Components are
-// allocated in groups of 16 when d and the bit total allow (so the AVX-512
-// kernels read every run), of 8 otherwise; rows are 2 + B·d/8 bytes whatever
-// the allocation.
+// The widths a calibrated format gives each component of a basis: B·d bits
+// allocated in groups of 16 components when d and the bit total allow (so the
+// AVX-512 kernels read every run), of 8 otherwise. Fails on a bad name or basis.
+struct CalibratedAllocation {
+  int total_bits = 0, group = 0;
+  std::vector<int> bits;  // d widths, 0..8
+};
+Expected<CalibratedAllocation> calibrated_allocation(std::string_view name, const HeadBasis& basis);
+
+// The codec of a calibrated format on one head's basis (calibrated_allocation's
+// widths); rows are 2 + B·d/8 bytes whatever the allocation.
 Expected<std::unique_ptr<Codec>> make_calibrated_codec(std::string_view name, const HeadBasis& basis);
 
 }  // namespace tkv

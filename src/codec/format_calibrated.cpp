@@ -261,7 +261,7 @@ std::string calibrated_format_name(double bits) {
   return buf;
 }
 
-Expected<std::unique_ptr<Codec>> make_calibrated_codec(std::string_view name, const HeadBasis& basis) {
+Expected<CalibratedAllocation> calibrated_allocation(std::string_view name, const HeadBasis& basis) {
   const int d = basis.d;
   auto b = calibrated_bits(name, d);
   if (!b) return b.status();
@@ -271,9 +271,19 @@ Expected<std::unique_ptr<Codec>> make_calibrated_codec(std::string_view name, co
     if (!(basis.var[i] >= 0.0f) || !std::isfinite(basis.var[i]))
       return Status::Error("format " + std::string(name) + ": component " + std::to_string(i) + " has variance " +
                            std::to_string(basis.var[i]));
-  const int total = static_cast<int>(std::lround(*b * d));
-  const int group = (d % 16 == 0 && total % 16 == 0) ? 16 : 8;
-  std::vector<int> bits = allocate_bits(basis.var, total, group);
+  CalibratedAllocation a;
+  a.total_bits = static_cast<int>(std::lround(*b * d));
+  a.group = (d % 16 == 0 && a.total_bits % 16 == 0) ? 16 : 8;
+  a.bits = allocate_bits(basis.var, a.total_bits, a.group);
+  return a;
+}
+
+Expected<std::unique_ptr<Codec>> make_calibrated_codec(std::string_view name, const HeadBasis& basis) {
+  const int d = basis.d;
+  auto alloc = calibrated_allocation(name, basis);
+  if (!alloc) return alloc.status();
+  const int total = alloc->total_bits;
+  std::vector<int> bits = std::move(alloc->bits);
   std::vector<float> sigma(d);
   for (int i = 0; i < d; ++i) sigma[i] = bits[i] > 0 ? std::sqrt(basis.var[i]) : 0.0f;
   std::vector<float> rows = basis.basis;

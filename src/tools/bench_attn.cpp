@@ -175,11 +175,9 @@ int run(const Options& o) {
       }
       q.codec = std::move(*make_calibrated_codec(f, bases[0]));
       if (!o.json) {  // the allocation decides the decode paths: show it
-        const int total = static_cast<int>(std::lround(*calibrated_bits(f, d) * d));
-        const int group = d % 16 == 0 && total % 16 == 0 ? 16 : 8;  // as make_calibrated_codec
-        std::cout << "  " << f << (is_v ? " V" : " K") << " head 0 widths by " << group << " coordinates:";
-        const auto w = allocate_bits(bases[0].var, total, group);
-        for (int i = 0; i < d; i += group) std::cout << " " << w[i];
+        const auto a = calibrated_allocation(f, bases[0]);  // the codec above was made from it
+        std::cout << "  " << f << (is_v ? " V" : " K") << " head 0 widths by " << a->group << " coordinates:";
+        for (int i = 0; i < d; i += a->group) std::cout << " " << a->bits[i];
         std::cout << "\n";
       }
     } else {
