@@ -163,19 +163,21 @@ Status demo_generate(std::ostream& out) {
     auto r = perplexity(model, wiki_text, po);
     if (!r) return r.status();
   }
-  auto kld = [&](const KvCacheOptions& co) -> std::string {
-    if (!wiki) return "";
+  auto kld = [&](const KvCacheOptions& co) -> Expected<std::string> {
+    if (!wiki) return std::string("no KLD");
     PerplexityOptions po;
     po.max_chunks = 4;
     po.cache = co;
     po.kl_base = base;
     auto r = perplexity(model, wiki_text, po);
+    if (!r) return r.status();
     char b[48];
-    std::snprintf(b, sizeof(b), "KLD %.5f, ", r ? r->kl.mean : -1.0);
-    return b;
+    std::snprintf(b, sizeof(b), "KLD %.5f", r->kl.mean);
+    return std::string(b);
   };
   auto generate = [&](const std::string& label, KvCacheOptions co) -> Status {
-    const std::string k = kld(co);
+    const auto k = kld(co);
+    if (!k) return k.status();
     co.capacity = 128;
     auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
     if (!cache) return cache.status();
@@ -195,8 +197,7 @@ Status demo_generate(std::ostream& out) {
     char head[200];
     std::snprintf(head, sizeof(head), "  %-5s KV %6.1f KiB (%.3f bits/value, %s): ", label.c_str(),
                   ((*cache)->k_bytes() + (*cache)->v_bytes()) / 1024.0,
-                  0.5 * ((*cache)->k_bits_per_value() + (*cache)->v_bits_per_value()),
-                  (k.empty() ? std::string("no KLD") : k.substr(0, k.size() - 2)).c_str());
+                  0.5 * ((*cache)->k_bits_per_value() + (*cache)->v_bits_per_value()), k->c_str());
     out << head << text << "\n";
     return Status::Ok();
   };
