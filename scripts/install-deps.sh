@@ -4,7 +4,7 @@
 # command and fails, so the build never half-works.
 set -euo pipefail
 PKGS=(cmake g++ make libhwy-dev libcli11-dev librapidcheck-dev nlohmann-json3-dev
-      libgtest-dev libgmock-dev libbenchmark-dev libicu-dev)
+      libgtest-dev libgmock-dev libbenchmark-dev libicu-dev libxxhash-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

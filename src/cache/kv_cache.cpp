@@ -1,5 +1,6 @@
 #include "cache/kv_cache.h"
 
+#include <algorithm>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -196,6 +197,45 @@ Status KvCache::quantize_rows(Layer& L, int layer, int pos, int n, const float* 
   return Status::Ok();
 }
 
+int KvCache::mean_rows(const Layer& L) const {
+  if (opt_.policy || !opt_.mean_center || opt_.mean_tokens <= 0) return 0;
+  if (L.kc[0]->family() != FormatFamily::kTurbo && L.vc[0]->family() != FormatFamily::kTurbo) return 0;
+  return std::min(opt_.mean_tokens, opt_.capacity);
+}
+
+int KvCache::mean_rows() const {
+  int m = 0;
+  for (const auto& L : layers_) m = std::max(m, mean_rows(L));
+  return m;
+}
+
+int KvCache::keepable_prefix(int n) const {
+  n = std::max(0, std::min(n, n_tokens()));
+  const int m = mean_rows();
+  // Centred from rows 0..m-1: a prefix of fewer rows would need the means of
+  // other tokens. Still staging: the f16 rows are exact, any prefix is fine.
+  if (m > 0 && n < m && n_tokens() >= m) return 0;
+  return n;
+}
+
+Status KvCache::truncate(int n) {
+  if (n < 0 || n > n_tokens())
+    return Status::Error("kv cache: cannot keep " + std::to_string(n) + " of " + std::to_string(n_tokens()) + " tokens");
+  if (keepable_prefix(n) != n)
+    return Status::Error("kv cache: the means were fixed from the first " + std::to_string(mean_rows()) +
+                         " tokens; a prefix of " + std::to_string(n) + " cannot be kept");
+  for (auto& L : layers_) {
+    L.written = n;
+    if (n == 0 && !opt_.policy) {  // back to an empty sequence: staging and means start again
+      L.staging = false;
+      L.centred = false;
+      L.sk.clear();
+      L.sv.clear();
+    }
+  }
+  return Status::Ok();
+}
+
 Status KvCache::append(int layer, int pos, int n, const float* k, const float* v) {
   if (layer < 0 || layer >= static_cast<int>(layers_.size())) return Status::Error("kv cache: bad layer " + std::to_string(layer));
   Layer& L = layers_[layer];
@@ -206,11 +246,10 @@ Status KvCache::append(int layer, int pos, int n, const float* k, const float* v
     return Status::Error("kv cache full: " + std::to_string(pos + n) + " tokens > capacity " + std::to_string(opt_.capacity) +
                          " (raise -c)");
   const int H = n_kv_heads_, d = d_;
-  const bool tq = L.kc[0]->family() == FormatFamily::kTurbo || L.vc[0]->family() == FormatFamily::kTurbo;
-  const int M = opt_.mean_tokens;
-  if (pos == 0 && opt_.mean_center && tq && M > 0 && !opt_.policy) {
-    if (n >= M || n >= opt_.capacity) {  // enough in the first batch: fix mu now
-      fix_mean(L, n, k, v);
+  const int M = mean_rows(L);
+  if (pos == 0 && M > 0) {
+    if (n >= M) {  // enough in the first batch: mu from its first M rows now
+      fix_mean(L, M, k, v);
     } else {
       L.staging = true;
       L.sk.assign(size_t(H) * M * f16_->row_bytes() + 64, 0);
@@ -228,10 +267,11 @@ Status KvCache::append(int layer, int pos, int n, const float* k, const float* v
       }
     L.written = pos + n;
     if (L.written < M) return Status::Ok();
-    // Enough rows seen: mu from the staged rows plus this batch, then quantize all.
+    // Enough rows seen: mu from the first M rows (staged ones as f32 again,
+    // exactly the values a single first batch would have had only when they
+    // were f16-exact; the staged rows are what the cache has), then quantize all.
     const int total = L.written;
     std::vector<float> kall(size_t(total) * H * d), vall(kall.size());
-    std::vector<float> row(d);
     const int staged = std::min(pos, M);
     for (int t = 0; t < staged; ++t)
       for (int h = 0; h < H; ++h) {
@@ -240,7 +280,7 @@ Status KvCache::append(int layer, int pos, int n, const float* k, const float* v
       }
     std::copy(k, k + size_t(n) * H * d, kall.begin() + size_t(pos) * H * d);
     std::copy(v, v + size_t(n) * H * d, vall.begin() + size_t(pos) * H * d);
-    fix_mean(L, total, kall.data(), vall.data());
+    fix_mean(L, M, kall.data(), vall.data());
     L.staging = false;
     L.sk.clear();
     L.sk.shrink_to_fit();
@@ -263,7 +303,7 @@ size_t KvCache::staging_bytes() const {
 KvRows KvCache::k_rows(int layer) const {
   if (layers_[layer].staging) {
     const size_t rb = f16_->row_bytes();
-    return {f16_.get(), layers_[layer].sk.data(), rb, rb * opt_.mean_tokens};
+    return {f16_.get(), layers_[layer].sk.data(), rb, rb * mean_rows(layers_[layer])};
   }
   const Layer& L = layers_[layer];
   const size_t rb = L.kc[0]->row_bytes();
@@ -272,7 +312,7 @@ KvRows KvCache::k_rows(int layer) const {
 KvRows KvCache::v_rows(int layer) const {
   if (layers_[layer].staging) {
     const size_t rb = f16_->row_bytes();
-    return {f16_.get(), layers_[layer].sv.data(), rb, rb * opt_.mean_tokens};
+    return {f16_.get(), layers_[layer].sv.data(), rb, rb * mean_rows(layers_[layer])};
   }
   const Layer& L = layers_[layer];
   const size_t rb = L.vc[0]->row_bytes();

@@ -22,9 +22,14 @@ struct KvCacheOptions {
   std::string type_v = "tq4";
   int capacity = 4096;         // tokens
   // Mean centring for tq formats (DESIGN.md 1.4): the first rows of a
-  // sequence are kept in f16 until `mean_tokens` have been seen (or the first
-  // batch is at least that long); then mu per (layer, KV head) is fixed from
-  // them and they are quantized, centred, like every later row.
+  // sequence are kept in f16 until `mean_tokens` have been seen (at once when
+  // the first batch is that long); then mu per (layer, KV head) is fixed from
+  // exactly the first mean_tokens rows (min(mean_tokens, capacity)) and every
+  // row is quantized, centred. Using exactly those rows, not a longer first
+  // batch, makes every stored row a function of the tokens up to it and the
+  // first mean_tokens: a prompt gives the same cache whether it is evaluated
+  // at once or in chunks, and a cache cut back to a prefix of at least
+  // mean_tokens equals the cache of that prefix (prompt cache, server).
   bool mean_center = true;
   int mean_tokens = 64;
   uint64_t seed = kDefaultSeed;
@@ -63,12 +68,27 @@ class KvCache {
   // Averages over layers.
   double k_bits_per_value() const;
   double v_bits_per_value() const;
+  // Tokens stored (the same in every layer once a forward pass is done).
+  int n_tokens() const { return layers_.empty() ? 0 : layers_[0].written; }
+  // How many rows fix the means of a centred cache (0 when the means do not
+  // come from the rows: no mean centring, no tq format, or a policy's means).
+  int mean_rows() const;
+  // The longest prefix of at most n stored tokens that truncate() can keep:
+  // n itself, unless the means were fixed from rows beyond it (then 0).
+  int keepable_prefix(int n) const;
+  // Drops every token from position n on (n <= n_tokens(), n == keepable_prefix(n)).
+  Status truncate(int n);
+
   // The format names of one layer.
   const std::string& type_k(int layer) const { return layers_[layer].kc[0]->name(); }
   const std::string& type_v(int layer) const { return layers_[layer].vc[0]->name(); }
   const KvCacheOptions& options() const { return opt_; }
+  int n_layer() const { return static_cast<int>(layers_.size()); }
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return d_; }
 
  private:
+  friend class CacheFileLoader;  // cache/cache_file.cpp restores rows in place
   struct Layer {
     // One codec for all heads, or one per KV head (calibrated formats).
     std::vector<std::shared_ptr<const Codec>> kc, vc;
@@ -82,6 +102,7 @@ class KvCache {
     std::vector<uint8_t> sk, sv;  // f16 rows while staging, head-major with capacity mean_tokens
     int written = 0;
   };
+  int mean_rows(const Layer& L) const;
   Status quantize_rows(Layer& L, int layer, int pos, int n, const float* k, const float* v);
   void fix_mean(Layer& L, int n, const float* k, const float* v);
   KvCacheOptions opt_;

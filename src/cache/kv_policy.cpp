@@ -3,6 +3,9 @@
 #include <cstring>
 #include <fstream>
 
+#include <xxhash.h>
+
+#include "util/atomic_file.h"
 #include "util/hash.h"
 
 namespace tkv {
@@ -79,6 +82,25 @@ Expected<double> KvPolicy::bits_per_value() const {
   return n ? sum / n : 0.0;
 }
 
+uint64_t KvPolicy::fingerprint() const {
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  const int32_t shape[3] = {n_layer, n_kv_heads, head_dim};
+  XXH64_update(st, &model, 8);
+  XXH64_update(st, shape, sizeof(shape));
+  for (const auto* list : {&k, &v})
+    for (const KvPolicyEntry& e : *list) {
+      const uint32_t n = static_cast<uint32_t>(e.format.size());
+      XXH64_update(st, &n, 4);
+      XXH64_update(st, e.format.data(), n);
+      for (const HeadBasis& h : e.heads)
+        for (const std::vector<float>* f : {&h.mean, &h.var, &h.basis}) XXH64_update(st, f->data(), f->size() * 4);
+    }
+  const uint64_t r = XXH64_digest(st);
+  XXH64_freeState(st);
+  return r;
+}
+
 Status write_kv_policy(const std::string& path, const KvPolicy& p) {
   if (p.k.size() != static_cast<size_t>(p.n_layer) || p.v.size() != static_cast<size_t>(p.n_layer))
     return Status::Error("kv policy: " + std::to_string(p.k.size()) + " K and " + std::to_string(p.v.size()) +
@@ -108,21 +130,7 @@ Status write_kv_policy(const std::string& path, const KvPolicy& p) {
       }
     }
   w.put<uint64_t>(fnv1a(w.buf.data(), w.buf.size()));
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return Status::Error("cannot write " + tmp);
-    f.write(w.buf.data(), static_cast<std::streamsize>(w.buf.size()));
-    f.close();  // a failing flush (disk full) must not replace a good policy
-    if (!f) {
-      std::remove(tmp.c_str());
-      return Status::Error("write failed: " + tmp);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::Error("cannot rename " + tmp + " to " + path);
-  }
+  if (Status s = write_file_atomic(path, w.buf.data(), w.buf.size()); !s.ok()) return Status::Error("kv policy: " + s.message());
   return Status::Ok();
 }
 

@@ -35,6 +35,10 @@ struct KvPolicy {
 
   // Average stored bits per value over all layers, K and V (row bytes * 8 / d).
   Expected<double> bits_per_value() const;
+  // xxHash64 of everything that decides how rows are coded (model, shape,
+  // formats, means, variances, bases; not the description): binds cache files
+  // to the policy that made them.
+  uint64_t fingerprint() const;
 };
 
 Status write_kv_policy(const std::string& path, const KvPolicy& p);

@@ -1,10 +1,18 @@
+#include <iostream>
 #include <string>
+
+#include <CLI/CLI.hpp>
 
 #include "tools/subcommands.h"
 
 namespace tkv {
 namespace {
 std::string g_command_line;
+}
+
+void fail_command(const std::string& cmd, const std::string& msg) {
+  std::cerr << "turbokv " << cmd << ": error: " << msg << "\n";
+  throw CLI::RuntimeError(1);
 }
 
 const std::string& command_line() { return g_command_line; }

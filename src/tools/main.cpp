@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", kVersion);
   // No require_subcommand(): it would be reported before an unknown flag.
   tkv::register_kv_stats(app);
+  tkv::register_cache(app);
   tkv::register_demo(app);
   tkv::register_bench_attn(app);
   tkv::register_codebook(app);

@@ -1,6 +1,9 @@
 // `turbokv run -m MODEL.gguf -p PROMPT -n N [-c CTX] [-t THREADS] [-ctk F] [-ctv F]
-// [--seed S] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]`:
-// streams the generated text, then prompt and generation speed and KV memory.
+// [--seed S] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
+// [--prompt-cache FILE [--prompt-cache-ro]]`: streams the generated text, then
+// prompt and generation speed and KV memory. With --prompt-cache, the longest
+// common prefix with the prompt saved in FILE is loaded instead of evaluated,
+// and the prompt's state is saved there before generation (unless -ro).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -14,6 +17,7 @@
 #include "cache/kv_cache.h"
 #include "codec/format.h"
 #include "model/model.h"
+#include "model/prompt_cache.h"
 #include "model/sampler.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
@@ -27,6 +31,8 @@ void register_run(CLI::App& app) {
     SamplerOptions s;
     bool no_display_prompt = false;
     CacheFlags cache{"tq4", "tq4"};
+    std::string prompt_cache;
+    bool prompt_cache_ro = false;
   };
   auto o = std::make_shared<Opt>();
   o->s.seed = 42;
@@ -44,6 +50,8 @@ void register_run(CLI::App& app) {
   cmd->add_option("--min-p", o->s.min_p, "min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--repeat-penalty", o->s.repeat_penalty, "repetition penalty (1 = off)")->check(CLI::Range(0.0, 100.0));
   cmd->add_flag("--no-display-prompt", o->no_display_prompt, "print only the generated text");
+  cmd->add_option("--prompt-cache", o->prompt_cache, "file to keep the prompt's KV state in: its common prefix with the prompt is reused");
+  cmd->add_flag("--prompt-cache-ro", o->prompt_cache_ro, "use --prompt-cache but do not update it");
   cmd->callback([o]() {
     auto fail = [](const std::string& m) {
       std::cerr << "turbokv run: error: " << m << "\n";
@@ -70,23 +78,47 @@ void register_run(CLI::App& app) {
     if (static_cast<int>(prompt.size()) + o->n > ctx)
       fail("prompt (" + std::to_string(prompt.size()) + " tokens) + " + std::to_string(o->n) + " exceeds the context " + std::to_string(ctx) + " (raise -c)");
     co.capacity = ctx;
-    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
-    if (!cache) fail(cache.error());
+    if (o->prompt_cache_ro && o->prompt_cache.empty()) fail("--prompt-cache-ro needs --prompt-cache FILE");
+    std::unique_ptr<KvCache> cache;
+    int reused = 0;
+    if (!o->prompt_cache.empty()) {
+      const auto tl = std::chrono::steady_clock::now();
+      auto pc = open_prompt_cache(o->prompt_cache, model, co, prompt);
+      if (!pc) fail(pc.error());
+      const double ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - tl).count() * 1e3;
+      if (!pc->note.empty())
+        std::fprintf(stderr, "prompt cache %s: %s; evaluating the prompt from scratch\n", o->prompt_cache.c_str(),
+                     pc->note.c_str());
+      std::fprintf(stderr, "prompt cache: reused %d of %zu prompt tokens (%.1f ms to load)\n", pc->reused, prompt.size(), ms);
+      cache = std::move(pc->cache);
+      reused = pc->reused;
+    } else {
+      auto made = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+      if (!made) fail(made.error());
+      cache = std::move(*made);
+    }
     const std::string tk = o->cache.k_label(), tv = o->cache.v_label();
     std::fprintf(stderr, "model: %s, %d layers, %d/%d heads, head dim %d, %.1f MiB weights\n", c.arch.c_str(), c.n_layer,
                  c.n_head, c.n_head_kv, c.head_dim, model.weight_bytes() / 1048576.0);
     std::fprintf(stderr, "KV cache: %d tokens, K %s %.3f bits/value %.2f MiB, V %s %.3f bits/value %.2f MiB\n", ctx,
-                 tk.c_str(), (*cache)->k_bits_per_value(), (*cache)->k_bytes() / 1048576.0, tv.c_str(),
-                 (*cache)->v_bits_per_value(), (*cache)->v_bytes() / 1048576.0);
+                 tk.c_str(), cache->k_bits_per_value(), cache->k_bytes() / 1048576.0, tv.c_str(),
+                 cache->v_bits_per_value(), cache->v_bytes() / 1048576.0);
     std::vector<float> logits(c.n_vocab);
     Sampler sampler(o->s);
     std::vector<int32_t> history = prompt;
     if (!o->no_display_prompt) std::cout << o->prompt << std::flush;
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
-    Status s = model.forward(prompt.data(), static_cast<int>(prompt.size()), 0, **cache, threads, logits.data());
+    Status s = model.forward(prompt.data() + reused, static_cast<int>(prompt.size()) - reused, reused, *cache, threads,
+                             logits.data());
     if (!s.ok()) fail(s.message());
     const double t_prompt = std::chrono::duration<double>(clock::now() - t0).count();
+    if (!o->prompt_cache.empty() && !o->prompt_cache_ro) {
+      if (Status ss = save_cache_file(o->prompt_cache, *cache, model.fingerprint(), prompt); ss.ok())
+        std::fprintf(stderr, "prompt cache: saved %zu tokens to %s\n", prompt.size(), o->prompt_cache.c_str());
+      else
+        std::fprintf(stderr, "prompt cache: warning: not saved (%s); the old file is unchanged\n", ss.message().c_str());
+    }
     const auto t1 = clock::now();
     std::string pending;  // bytes of an unfinished UTF-8 character
     int generated = 0;
@@ -107,13 +139,14 @@ void register_run(CLI::App& app) {
       std::cout << pending.substr(0, ok) << std::flush;
       pending.erase(0, ok);
       if (i + 1 == o->n) break;
-      s = model.forward(&next, 1, static_cast<int>(history.size()) - 1, **cache, threads, logits.data());
+      s = model.forward(&next, 1, static_cast<int>(history.size()) - 1, *cache, threads, logits.data());
       if (!s.ok()) fail(s.message());
     }
     std::cout << pending << "\n";
     const double t_gen = std::chrono::duration<double>(clock::now() - t1).count();
-    std::fprintf(stderr, "prompt: %zu tokens, %.1f tokens/s; generation: %d tokens, %.1f tokens/s\n", prompt.size(),
-                 prompt.size() / t_prompt, generated, generated / std::max(t_gen, 1e-9));
+    const int evaluated = static_cast<int>(prompt.size()) - reused;
+    std::fprintf(stderr, "prompt: %d tokens evaluated, %.1f tokens/s (%.1f ms to the first token); generation: %d tokens, %.1f tokens/s\n",
+                 evaluated, evaluated / t_prompt, t_prompt * 1e3, generated, generated / std::max(t_gen, 1e-9));
   });
 }
 

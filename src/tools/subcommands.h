@@ -12,6 +12,10 @@ class App;
 
 namespace tkv {
 
+// The one error path of every subcommand: "turbokv CMD: error: MSG" on
+// stderr, then CLI::RuntimeError(1) (exit code 1).
+[[noreturn]] void fail_command(const std::string& cmd, const std::string& msg);
+
 // The command line of this run, for the JSON lines of --json-out.
 const std::string& command_line();
 void set_command_line(int argc, char** argv);
@@ -31,5 +35,6 @@ void register_bench(CLI::App& app);       // bench_cli.cpp
 void register_niah(CLI::App& app);        // niah_cli.cpp
 void register_report(CLI::App& app);       // report_cli.cpp
 void register_calibrate(CLI::App& app);    // calibrate_cli.cpp
+void register_cache(CLI::App& app);        // cache_cli.cpp
 
 }  // namespace tkv
