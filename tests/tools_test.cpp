@@ -19,6 +19,7 @@
 #include "tools/kv_file.h"
 #include "tools/kv_stats.h"
 #include "tools/synthetic_kv.h"
+#include "test_cli.h"
 
 namespace tkv {
 namespace {
@@ -228,34 +229,6 @@ TEST(Demo, OneVerdictPerFormatWithItsFigures) {
 }
 
 // ---- the turbokv binary -----------------------------------------------------
-
-struct CliResult {
-  int rc;
-  std::string out, err;
-};
-
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tkv_cli_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  static std::string slurp(const std::string& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), {}};
-  }
-  CliResult run(const std::string& args) const {
-    const std::string cmd =
-        std::string("'") + TKV_BINARY + "' " + args + " >'" + path("stdout") + "' 2>'" + path("stderr") + "'";
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(path("stdout")), slurp(path("stderr"))};
-  }
-  fs::path dir_;
-};
 
 TEST_F(Cli, HelpVersionAndUnknownFlag) {
   CliResult r = run("--help");

@@ -27,9 +27,9 @@ struct KvCacheOptions {
   // exactly the first mean_tokens rows (min(mean_tokens, capacity)) and every
   // row is quantized, centred. Using exactly those rows, not a longer first
   // batch, makes every stored row a function of the tokens up to it and the
-  // first mean_tokens: a prompt gives the same cache whether it is evaluated
-  // at once or in chunks, and a cache cut back to a prefix of at least
-  // mean_tokens equals the cache of that prefix (prompt cache, server).
+  // first mean_tokens only: a cache cut back to a prefix of at least
+  // mean_tokens rows equals the cache that prefix alone would have made
+  // (prompt caches, shared prefixes), bit for bit.
   bool mean_center = true;
   int mean_tokens = 64;
   uint64_t seed = kDefaultSeed;

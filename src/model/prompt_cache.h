@@ -31,10 +31,11 @@ struct PromptCache {
 Expected<PromptCache> open_prompt_cache(const std::string& path, const Model& m, const KvCacheOptions& co,
                                         const std::vector<int32_t>& prompt);
 
-// Evaluates tokens [0, n) at positions pos.. in batches of `batch` tokens
-// (the cache's contents do not depend on the batch: KvCache fixes its means
-// from the first rows whatever the batching); logits of the last token go to
-// `logits`. progress(done, n) is called after each batch.
+// Evaluates tokens [0, n) at positions pos.. in batches of `batch` tokens;
+// logits of the last token go to `logits`. progress(done, n) is called after
+// each batch. (A batch boundary inside the first mean_tokens rows changes
+// what attention reads there, f16 staging rows instead of coded ones, so
+// batching is part of what a result depends on, as in llama.cpp.)
 Status prefill(const Model& m, const int32_t* tokens, int n, int pos, KvCache& cache, int threads, int batch,
                float* logits, const std::function<void(int, int)>& progress = {});
 
