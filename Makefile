@@ -2,9 +2,11 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-fast test-asan bench clean
+.PHONY: all deps build demo test test-fast test-asan test-fuzz fuzz bench clean
 
 all: build
 
@@ -18,8 +20,9 @@ build: deps
 demo: build
 	./$(BUILD)/turbokv demo
 
-# Release suite, then the same suite under AddressSanitizer + UBSan.
-test: test-fast test-asan
+# Release suite, the same suite under AddressSanitizer + UBSan, then every
+# fuzz harness for a few seconds (so they cannot rot).
+test: test-fast test-asan test-fuzz
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
@@ -29,8 +32,19 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS)
 
+# Every libFuzzer harness (fuzz/*.cpp) for FUZZ_SECONDS each, from its seed
+# corpus; fails on a crash, leak, sanitizer report, timeout or out-of-memory.
+fuzz:
+	@scripts/install-deps.sh fuzz
+	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKV_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j$(JOBS)
+	@scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+test-fuzz:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=5
+
 bench: build
 	./$(BUILD)/tkv_bench
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages turbokv needs to build and test.
+# Installs the Debian 12 packages turbokv needs to build and test
+# (`install-deps.sh fuzz`: also clang and libFuzzer for `make fuzz`).
 # As root: installs what is missing with apt-get. Otherwise: prints the exact
 # command and fails, so the build never half-works.
 set -euo pipefail
 PKGS=(cmake g++ make libhwy-dev libcli11-dev librapidcheck-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libicu-dev libxxhash-dev)
+if [ "${1:-}" = fuzz ]; then PKGS+=(clang-14 libfuzzer-14-dev); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -19,6 +19,9 @@ class HugeBuffer {
   uint8_t* data() { return p_; }
   const uint8_t* data() const { return p_; }
   size_t size() const { return n_; }
+  // Maps [offset, offset + n) in one call instead of one page fault per page
+  // (before filling it from a file); a hint, ignored where unsupported.
+  void prefault(size_t offset, size_t n);
 
  private:
   void release();
