@@ -536,6 +536,12 @@ TEST_F(CacheCli, BuildInfoVerifyAndPromptCache) {
   EXPECT_GT(total, 20);
   EXPECT_EQ(reused, total - 1);
   EXPECT_EQ(r.out, cold);
+  // The same prompt from a file (-f): the same tokens, so the same reuse.
+  std::ofstream(path("prompt.txt")) << "the cat sat on the mat, then 7 dogs ran. the cat sat on the mat";
+  r = run(gen + " -f '" + path("prompt.txt") + "'" + pc);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("reused " + std::to_string(total - 1) + " of " + std::to_string(total)), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, cold);
   // Another cache format: reported, evaluated from scratch, the file replaced.
   r = run(gen + prompt + pc + " -ctk q8_0");
   ASSERT_EQ(r.rc, 0) << r.err;

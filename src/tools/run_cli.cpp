@@ -21,6 +21,7 @@
 #include "model/sampler.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
+#include "util/text_file.h"
 
 namespace tkv {
 
@@ -31,14 +32,15 @@ void register_run(CLI::App& app) {
     SamplerOptions s;
     bool no_display_prompt = false;
     CacheFlags cache{"tq4", "tq4"};
-    std::string prompt_cache;
+    std::string prompt_cache, prompt_file;
     bool prompt_cache_ro = false;
   };
   auto o = std::make_shared<Opt>();
   o->s.seed = 42;
   CLI::App* cmd = app.add_subcommand("run", "Generate text with a GGUF model on the compressed KV cache");
   cmd->add_option("-m,--model", o->model, "GGUF model")->required();
-  cmd->add_option("-p,--prompt", o->prompt, "prompt");
+  auto* p = cmd->add_option("-p,--prompt", o->prompt, "prompt");
+  cmd->add_option("-f,--file", o->prompt_file, "read the prompt from this file")->excludes(p);
   cmd->add_option("-n,--n-predict", o->n, "tokens to generate")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-c,--ctx-size", o->ctx, "context (0: the model's, capped by free memory)")->check(CLI::Range(0, 1 << 22));
   cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
@@ -62,6 +64,11 @@ void register_run(CLI::App& app) {
     const Model& model = **m;
     const ModelConfig& c = model.config();
     const int threads = o->threads > 0 ? o->threads : std::max(1u, std::thread::hardware_concurrency());
+    if (!o->prompt_file.empty()) {
+      auto text = read_text_file(o->prompt_file);
+      if (!text) fail(text.error());
+      o->prompt = *text;
+    }
     const auto prompt = model.tokenizer().encode(o->prompt, true);
     // Default context: the model's trained one, capped so the cache takes at
     // most half of the memory available now.
