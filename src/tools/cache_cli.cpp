@@ -234,7 +234,7 @@ double best_of(int reps, F&& f) {
 
 void add_bench(CLI::App& parent) {
   struct Opt {
-    std::string model, file, out = "/tmp/turbokv-cache-bench.tkvc", json_out;
+    std::string model, file, out = "/tmp/turbokv-cache-bench.tkvc", json_out, from;
     int tokens = 8192, threads = 0, batch = 512, reps = 3;
     CacheFlags cache{"tq4", "tq4"};
   };
@@ -248,6 +248,7 @@ void add_bench(CLI::App& parent) {
   cmd->add_option("-b,--batch-size", o->batch, "tokens per forward pass")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd->add_option("-r,--repetitions", o->reps, "timed repetitions (best is reported)")->capture_default_str()->check(CLI::Range(1, 100));
   cmd->add_option("--json-out", o->json_out, "append one JSON line of results to this file");
+  cmd->add_option("--from", o->from, "start from this cache file instead of a prefill (time to first token without it is then not measured)");
   add_cache_flags(cmd, o->cache);
   cmd->callback([o]() {
     const char* name = "cache bench";
@@ -256,30 +257,50 @@ void add_bench(CLI::App& parent) {
     const Model& model = **m;
     const ModelConfig& c = model.config();
     const int threads = default_threads(o->threads);
-    const std::vector<int32_t> doc = document_tokens(model, o->file, o->tokens, name);
-    const int n = static_cast<int>(doc.size());
     KvCacheOptions co;
     if (Status s = apply_cache_flags(o->cache, model, co); !s.ok()) fail_command(name, s.message());
-    co.capacity = n + 1;  // the document and one new token
-    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
-    if (!cache) fail_command(name, cache.error());
+    std::vector<int32_t> doc;
+    std::unique_ptr<KvCache> cache;
     std::vector<float> logits(c.n_vocab);
+    double t_cold = -1;  // not measured with --from
+    if (!o->from.empty()) {
+      auto src = open_file_source(o->from);
+      if (!src) fail_command(name, src.error());
+      auto h = read_cache_header(**src);
+      if (!h) fail_command(name, o->from + ": " + h.error());
+      co.capacity = h->n_tokens + 1;
+      auto l = load_cache_file(**src, c.n_layer, c.n_head_kv, c.head_dim, co, model.fingerprint(), c.n_vocab);
+      if (!l) fail_command(name, o->from + ": " + l.error());
+      doc = std::move(l->tokens);
+      cache = std::move(l->cache);
+    } else {
+      doc = document_tokens(model, o->file, o->tokens, name);
+      co.capacity = static_cast<int>(doc.size()) + 1;  // the document and one new token
+      auto made = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+      if (!made) fail_command(name, made.error());
+      cache = std::move(*made);
+    }
+    const int n = static_cast<int>(doc.size());
+    if (n < 1) fail_command(name, "the cache file holds no tokens");
     const int32_t question = doc[n / 2];
     // Cold: the document's prefill, then one new token (time to first token without a cache).
     auto t0 = Clock::now();
-    Status s = prefill(model, doc.data(), n, 0, **cache, threads, o->batch, logits.data(), progress_line("prefill"));
-    if (!s.ok()) fail_command(name, s.message());
+    Status s;
+    if (o->from.empty()) {
+      s = prefill(model, doc.data(), n, 0, *cache, threads, o->batch, logits.data(), progress_line("prefill"));
+      if (!s.ok()) fail_command(name, s.message());
+    }
     const double t_prefill = since(t0);
     t0 = Clock::now();
-    s = model.forward(&question, 1, n, **cache, threads, logits.data());
+    s = model.forward(&question, 1, n, *cache, threads, logits.data());
     if (!s.ok()) fail_command(name, s.message());
-    const double t_cold = t_prefill + since(t0);
-    if (Status ts = (*cache)->truncate(n); !ts.ok()) fail_command(name, ts.message());
+    if (o->from.empty()) t_cold = t_prefill + since(t0);
+    if (Status ts = cache->truncate(n); !ts.ok()) fail_command(name, ts.message());
     // Save.
     Status ss;
-    const double t_save = best_of(o->reps, [&] { ss = save_cache_file(o->out, **cache, model.fingerprint(), doc); });
+    const double t_save = best_of(o->reps, [&] { ss = save_cache_file(o->out, *cache, model.fingerprint(), doc); });
     if (!ss.ok()) fail_command(name, ss.message());
-    const size_t rows = (*cache)->k_bytes() / co.capacity * n + (*cache)->v_bytes() / co.capacity * n;
+    const size_t rows = cache->k_bytes() / co.capacity * n + cache->v_bytes() / co.capacity * n;
     // The machine's file-read bandwidth: the same file read with plain read()
     // into a buffer already touched, from the page cache (hot) and from the
     // disk after the file's pages were dropped (cold); each load is timed the
@@ -350,14 +371,19 @@ void add_bench(CLI::App& parent) {
                 t_load * 1e3, gbs_load, gbs_read, 100.0 * gbs_load / gbs_read);
     std::printf("  load, file read from disk:    %.1f ms, %.2f GB/s; plain read() of the same file %.2f GB/s: load at %.0f%% of it\n",
                 t_load_cold * 1e3, gbs_load_cold, gbs_read_cold, 100.0 * gbs_load_cold / gbs_read_cold);
-    std::printf("  time to first token: recomputed %.3f s, loaded %.4f s: %.1fx faster; logits %s\n", t_cold, t_warm,
-                t_cold / t_warm, same ? "bitwise equal" : "DIFFER");
+    if (t_cold >= 0)
+      std::printf("  time to first token: recomputed %.3f s, loaded %.4f s: %.1fx faster; logits %s\n", t_cold, t_warm,
+                  t_cold / t_warm, same ? "bitwise equal" : "DIFFER");
+    else
+      std::printf("  time to first token: loaded %.4f s (recomputing not measured: --from); logits %s\n", t_warm,
+                  same ? "bitwise equal" : "DIFFER");
     if (!o->json_out.empty()) {
       nlohmann::json j = {{"bench", "cache"}, {"model", o->model}, {"tokens", n}, {"type_k", o->cache.k_label()},
                           {"type_v", o->cache.v_label()}, {"threads", threads}, {"file_bytes", bytes},
                           {"row_bytes", rows}, {"save_s", t_save}, {"load_s", t_load}, {"read_gbs", gbs_read},
                           {"load_gbs", gbs_load}, {"read_disk_gbs", gbs_read_cold}, {"load_disk_gbs", gbs_load_cold},
-                          {"ttft_cold_s", t_cold}, {"ttft_loaded_s", t_warm},
+                          {"ttft_cold_s", t_cold >= 0 ? nlohmann::json(t_cold) : nlohmann::json()},
+                          {"ttft_loaded_s", t_warm},
                           {"logits_equal", same}, {"command", command_line()}};
       std::ofstream(o->json_out, std::ios::app) << json_text(j) << "\n";
     }
