@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Writes the seed corpus of the cache-file fuzz harness (fuzz/corpus/cache_file/):
-# small cache files of a tiny random model in each layer state and format family.
+# Writes the seed corpora of the fuzz harnesses: fuzz/corpus/cache_file/ (small
+# cache files of a tiny random model in each layer state and format family)
+# and fuzz/corpus/policy/ (KV policies of the same model).
 #   scripts/make-fuzz-seeds.sh [BUILD_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,4 +19,9 @@ build f16-plain -c 20 -ctk f16 -ctv f16
 build asym -c 70 -ctk q4_0r -ctv tq3.5-ip
 build mean-off -c 30 -ctk tq2 -ctv q8_0 --kv-mean-center off
 build preset -c 70 --kv-preset compact
-ls -l "$out"
+pol="$root/fuzz/corpus/policy"
+mkdir -p "$pol"
+"$bin" calibrate -m "$tmp/m.gguf" -f "$tmp/doc.txt" -c 32 --tokens 128 --bits 4 -o "$pol/bits.tkvp" >/dev/null 2>&1
+"$bin" calibrate -m "$tmp/m.gguf" -f "$tmp/doc.txt" -c 32 --tokens 128 --budget 3 --kld-tokens 32 -o "$pol/budget.tkvp" >/dev/null 2>&1
+build policy -c 70 --kv-policy "$pol/bits.tkvp"
+ls -l "$out" "$pol"

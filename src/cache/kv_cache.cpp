@@ -267,9 +267,8 @@ Status KvCache::append(int layer, int pos, int n, const float* k, const float* v
       }
     L.written = pos + n;
     if (L.written < M) return Status::Ok();
-    // Enough rows seen: mu from the first M rows (staged ones as f32 again,
-    // exactly the values a single first batch would have had only when they
-    // were f16-exact; the staged rows are what the cache has), then quantize all.
+    // Enough rows seen: mu from the first M rows (the staged ones as the cache
+    // holds them, in f16), then quantize all.
     const int total = L.written;
     std::vector<float> kall(size_t(total) * H * d), vall(kall.size());
     const int staged = std::min(pos, M);

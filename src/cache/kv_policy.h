@@ -45,5 +45,7 @@ Status write_kv_policy(const std::string& path, const KvPolicy& p);
 // Checks magic, version, sizes and checksum; with model != 0, refuses a policy
 // calibrated on another model.
 Expected<KvPolicy> read_kv_policy(const std::string& path, uint64_t model = 0);
+// The same from the file's bytes (fuzzing, tests); errors without the path.
+Expected<KvPolicy> parse_kv_policy(const std::string& bytes, uint64_t model = 0);
 
 }  // namespace tkv
