@@ -552,6 +552,16 @@ TEST_F(CacheCli, BuildInfoVerifyAndPromptCache) {
   r = run(gen + pc + " -ctk q8_0 --prompt-cache-ro -p 'the cat sat on the mat, then 7 dogs ran. the dog'");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(slurp(path("p.tkvc")), before);
+  // A short document (fewer tokens than the 64 rows of the means) built by
+  // `cache build` is still staging, and loads into run's larger context.
+  std::ofstream(path("short.txt")) << "the cat sat on the mat";
+  r = run("cache build " + m + " -f '" + path("short.txt") + "' -o '" + path("s.tkvc") + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run(gen + " -f '" + path("short.txt") + "' --prompt-cache '" + path("s.tkvc") + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err.find("from scratch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("reused "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("reused 0 of"), std::string::npos) << r.err;
   r = run(gen + prompt + " --prompt-cache-ro");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("--prompt-cache-ro needs --prompt-cache"), std::string::npos) << r.err;

@@ -119,7 +119,10 @@ void add_build(CLI::App& parent) {
     }
     KvCacheOptions co;
     if (Status s = apply_cache_flags(o->cache, model, co); !s.ok()) fail_command(name, s.message());
-    co.capacity = static_cast<int>(toks.size());
+    // At least mean_tokens of capacity: a shorter capacity would fix the
+    // means from fewer rows than a run's cache, and the file would not load
+    // into one ("mean centring over N rows").
+    co.capacity = std::max(static_cast<int>(toks.size()), co.mean_tokens);
     auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
     if (!cache) fail_command(name, cache.error());
     std::vector<float> logits(c.n_vocab);
@@ -268,14 +271,14 @@ void add_bench(CLI::App& parent) {
       if (!src) fail_command(name, src.error());
       auto h = read_cache_header(**src);
       if (!h) fail_command(name, o->from + ": " + h.error());
-      co.capacity = h->n_tokens + 1;
+      co.capacity = std::max(h->n_tokens + 1, co.mean_tokens);  // as `cache build` (see there)
       auto l = load_cache_file(**src, c.n_layer, c.n_head_kv, c.head_dim, co, model.fingerprint(), c.n_vocab);
       if (!l) fail_command(name, o->from + ": " + l.error());
       doc = std::move(l->tokens);
       cache = std::move(l->cache);
     } else {
       doc = document_tokens(model, o->file, o->tokens, name);
-      co.capacity = static_cast<int>(doc.size()) + 1;  // the document and one new token
+      co.capacity = std::max(static_cast<int>(doc.size()) + 1, co.mean_tokens);  // the document and one new token
       auto made = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
       if (!made) fail_command(name, made.error());
       cache = std::move(*made);
