@@ -216,6 +216,26 @@ TEST(Matmul, Int8KernelEqualsItsScalarSpecBitForBit) {
   }
 }
 
+TEST(Matmul, SimdActivationQuantizerEqualsTheScalarOneOnEveryTarget) {
+  TargetGuard guard;
+  const int64_t cols = 32 * 37;
+  auto x = make_acts(3, cols, 500);
+  for (int64_t c = 0; c < 32; ++c) x[c] = 0.0f;              // an all-zero block
+  for (int64_t c = 32; c < 64; ++c) x[c] = (c - 48) * 0.5f;  // values on rounding boundaries
+  for (const auto& target : simd_targets()) {
+    simd_force_target(target.bit);
+    for (int t = 0; t < 3; ++t) {
+      std::vector<int8_t> q1(cols), q2(cols);
+      std::vector<float> d1(cols / 32), d2(cols / 32), s1(cols / 32), s2(cols / 32);
+      quantize_activations_q8(&x[t * cols], cols, q1.data(), d1.data(), s1.data());
+      quantize_activations_q8_simd(&x[t * cols], cols, q2.data(), d2.data(), s2.data());
+      EXPECT_EQ(q1, q2) << target.name;
+      EXPECT_EQ(0, std::memcmp(d1.data(), d2.data(), 4 * d1.size())) << target.name;
+      EXPECT_EQ(0, std::memcmp(s1.data(), s2.data(), 4 * s1.size())) << target.name;
+    }
+  }
+}
+
 TEST(Matmul, ThreadCountsOneTwoThreeGiveIdenticalBits) {
   uint64_t seed = 400;
   for (const auto& t : kTypes) {

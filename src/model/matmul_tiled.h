@@ -28,5 +28,7 @@ void matmul_int8_ref(const Matrix& w, const float* x, int n_tok, float* y);
 // Activation quantization of one row (cols a multiple of 32): per block b,
 // d[b] = max|x| / 127, q = round(x / d) in -127..127, s[b] = d[b] * Σ q.
 void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, float* s);
+// The same with Highway SIMD (the dispatched target), bit for bit.
+void quantize_activations_q8_simd(const float* x, int64_t cols, int8_t* q, float* d, float* s);
 
 }  // namespace tkv
