@@ -54,6 +54,25 @@ HWY_INLINE void TileF32(const float* HWY_RESTRICT wp, int64_t kc, const float* H
     for (int m = 0; m < kMR; ++m) hn::Store(acc[m][t], df, out + t * R + m * N);
 }
 
+// unpack_f32 with hardware conversions for F16 and BF16 (exact either way):
+// the scalar f16 conversion was 13 % of an F16 prefill (perf, 2048 x 2048 x 512).
+void UnpackRow(uint32_t type, const uint8_t* row, int64_t k0, int64_t n, float* HWY_RESTRICT out) {
+  if (type != 1 && type != 30) return unpack_f32(type, row, k0, n, out);
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t k = 0;
+  if (type == 1) {
+    const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+    const auto* src = reinterpret_cast<const hwy::float16_t*>(row) + k0;
+    for (; k + N <= n; k += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, src + k)), df, out + k);
+  } else {
+    const hn::Rebind<hwy::bfloat16_t, decltype(df)> db;
+    const auto* src = reinterpret_cast<const hwy::bfloat16_t*>(row) + k0;
+    for (; k + N <= n; k += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(db, src + k)), df, out + k);
+  }
+  if (k < n) unpack_f32(type, row, k0 + k, n - k, out + k);
+}
+
 void MatmulTiledF32(uint32_t type, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
                     int n_tok, float* y, int threads) {
   const hn::ScalableTag<float> df;
@@ -72,7 +91,7 @@ void MatmulTiledF32(uint32_t type, const uint8_t* data, int64_t rows, int64_t co
         // Unpack each row's chunk and transpose it into the panel (rows past
         // the matrix are zeros).
         for (int64_t i = 0; i < R; ++i) {
-          if (i < nr) unpack_f32(type, data + (r0 + i) * row_bytes, k0, kc, row.data());
+          if (i < nr) UnpackRow(type, data + (r0 + i) * row_bytes, k0, kc, row.data());
           for (int64_t k = 0; k < kc; ++k) wp[k * R + i] = i < nr ? row[k] : 0.0f;
         }
         for (int t0 = 0; t0 < n_tok; t0 += kNT) {
