@@ -197,6 +197,22 @@ TEST(Matmul, Int8ScalarSpecWithinTheActivationQuantizationBound) {
   }
 }
 
+TEST(Matmul, Int8DecodeWithinTheActivationQuantizationBound) {
+  if (!int8_core_available()) GTEST_SKIP() << "no AVX512-VNNI on this CPU: decode keeps the row core";
+  uint64_t seed = 250;
+  for (const auto& t : kTypes) {
+    if (t.id != 8 && t.id != 2) continue;
+    for (const auto& s : kShapes)
+      for (int64_t cols : {cols_for(t, s.cols), int64_t{32}, int64_t{32 * 9}, int64_t{2048}}) {  // odd and even block counts
+        const TestMatrix tm = make_matrix(t, s.rows, cols, seed++);
+        const auto x = make_acts(1, cols, seed++);
+        std::vector<float> y(static_cast<size_t>(s.rows), -1.0f);
+        ASSERT_TRUE(matmul_int8_decode(tm.m, x.data(), y.data(), 2));
+        EXPECT_LE(worst_ratio(tm, x, 1, y, true), 1.0) << t.name << " " << s.rows << "x" << cols;
+      }
+  }
+}
+
 TEST(Matmul, Int8KernelEqualsItsScalarSpecBitForBit) {
   if (!int8_core_available()) GTEST_SKIP() << "no AVX512-VNNI on this CPU: the int8 core falls back to the f32 tiles";
   uint64_t seed = 300;

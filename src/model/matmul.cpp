@@ -201,8 +201,12 @@ void matmul(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
 }
 
 void matmul_with(MatmulCore core, const Matrix& w, const float* x, int n_tok, float* y, int threads) {
-  if (core == MatmulCore::kAuto) core = n_tok >= kTiledMinTokens ? MatmulCore::kInt8 : MatmulCore::kRows;
+  if (core == MatmulCore::kAuto) {
+    if (n_tok == 1 && matmul_int8_decode(w, x, y, threads)) return;
+    core = n_tok >= kTiledMinTokens ? MatmulCore::kInt8 : MatmulCore::kRows;
+  }
   if (core == MatmulCore::kInt8) {
+    if (n_tok == 1 && matmul_int8_decode(w, x, y, threads)) return;
     if (matmul_int8(w, x, n_tok, y, threads)) return;
     core = MatmulCore::kTiled;
   }

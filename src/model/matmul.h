@@ -28,7 +28,9 @@ Expected<Matrix> matrix_from(const gguf::Tensor& t, const std::string& path);
 // kInt8: activations quantized per block of 32, integer dot products
 //   (AVX512-VNNI) for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K; other types
 //   or CPUs fall back to kTiled;
-// kAuto: kRows below kTiledMinTokens tokens, kInt8 (else kTiled) above.
+//   One token (decode) of Q8_0 or Q4_0 takes a weight-streaming int8 kernel;
+// kAuto: kInt8 for one token of Q8_0/Q4_0 and from kTiledMinTokens tokens,
+//   else kRows.
 enum class MatmulCore { kAuto, kRows, kTiled, kInt8 };
 constexpr int kTiledMinTokens = 4;
 Expected<MatmulCore> parse_matmul_core(const std::string& name);  // auto|new, rows|old, tiled, int8

@@ -292,6 +292,94 @@ TKV_VNNI_ATTR void tile_i8_vnni(const PackedPanel& p, int64_t nb, const Quantize
 
 }  // namespace
 
+#ifdef TKV_VNNI
+// ---- decode (one token): weight streaming with int8 activations ----
+namespace {
+
+// One token's activations in the decode kernel's order: per pair of blocks
+// (2p, 2p + 1) 64 codes and 16 lanes of scales. Q8_0 lanes 0-7 hold block
+// 2p, 8-15 block 2p + 1 (the natural order); Q4_0 vectors are [low nibbles
+// of both blocks | high nibbles of both], so lanes 0-3 and 8-11 hold block 2p
+// and the codes are permuted to match. cs = -c s / 8 per lane, summing to the
+// block's offset term -c d_w s over its 8 lanes once multiplied by d_w
+// (c = 128 for Q8_0 codes q + 128, 8 for Q4_0).
+struct DecodeActs {
+  std::vector<int8_t> q, qp;
+  std::vector<float> d, s, dx, cs;
+};
+
+DecodeActs decode_acts(bool q8, const float* x, int64_t cols) {
+  DecodeActs a;
+  const int64_t nb = cols / 32;
+  a.q.resize(cols);
+  a.d.resize(nb);
+  a.s.resize(nb);
+  quantize_activations_q8_simd(x, cols, a.q.data(), a.d.data(), a.s.data());
+  a.qp = a.q;
+  a.dx.resize(nb * 8);
+  a.cs.resize(nb * 8);
+  const float c = q8 ? 128.0f : 8.0f;
+  for (int64_t j = 0; j + 2 <= nb; j += 2)
+    for (int l = 0; l < 16; ++l) {
+      const int64_t b = j + (q8 ? l / 8 : (l / 4) % 2);
+      a.dx[j * 8 + l] = a.d[b];
+      a.cs[j * 8 + l] = -c * a.s[b] / 8.0f;
+      if (!q8)
+        for (int k = 0; k < 4; ++k) a.qp[j * 32 + 4 * l + k] = a.q[b * 32 + (l >= 8 ? 16 : 0) + 4 * (l % 4) + k];
+    }
+  return a;
+}
+
+TKV_VNNI_ATTR float decode_row(uint32_t type, const uint8_t* row, int64_t nb, const DecodeActs& a) {
+  const bool q8 = type == 8;
+  const int64_t bb = q8 ? 34 : 18;
+  __m512 f = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 2 <= nb; j += 2) {
+    const uint8_t* pa = row + j * bb;
+    const uint8_t* pb = pa + bb;
+    __m512i w;
+    uint16_t ha, hb;
+    std::memcpy(&ha, pa, 2);
+    std::memcpy(&hb, pb, 2);
+    __m256i h16;
+    if (q8) {
+      const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 2));
+      const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2));
+      w = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(wa), wb, 1), _mm512_set1_epi8(-128));
+      h16 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(ha))),
+                                    _mm_set1_epi16(static_cast<short>(hb)), 1);
+    } else {
+      const __m256i t = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa + 2))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 2)), 1);
+      const __m256i m4 = _mm256_set1_epi8(0x0F);
+      w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(t, m4)),
+                             _mm256_and_si256(_mm256_srli_epi16(t, 4), m4), 1);
+      h16 = _mm256_broadcastsi128_si256(
+          _mm_unpacklo_epi64(_mm_set1_epi16(static_cast<short>(ha)), _mm_set1_epi16(static_cast<short>(hb))));
+    }
+    const __m512i isum =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(a.qp.data() + j * 32));
+    const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_loadu_ps(a.dx.data() + j * 8),
+                                     _mm512_loadu_ps(a.cs.data() + j * 8));
+    f = _mm512_fmadd_ps(_mm512_cvtph_ps(h16), t, f);
+  }
+  float tail = 0.0f;
+  for (; j < nb; ++j) {  // an odd last block
+    uint8_t u[32];
+    float d, m;
+    unpack_u8(type, row, j, u, &d, &m);
+    int32_t isum = 0;
+    for (int k = 0; k < 32; ++k) isum += u[k] * a.q[j * 32 + k];
+    tail += d * a.d[j] * static_cast<float>(isum) + m * a.s[j];
+  }
+  return _mm512_reduce_add_ps(f) + tail;
+}
+
+}  // namespace
+#endif
+
 void quantize_activations_q8_simd(const float* x, int64_t cols, int8_t* q, float* d, float* s) {
   HWY_DYNAMIC_DISPATCH(QuantizeActsQ8)(x, cols, q, d, s);
 }
@@ -332,6 +420,19 @@ bool matmul_int8(const Matrix& w, const float* x, int n_tok, float* y, int threa
       }
     }
   }
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) {
+  if ((w.type != 8 && w.type != 2) || w.cols % 32 != 0 || !int8_core_available()) return false;
+#ifdef TKV_VNNI
+  const DecodeActs a = decode_acts(w.type == 8, x, w.cols);
+  const int64_t nb = w.cols / 32;
+#pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
+  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.type, w.data + r * w.row_bytes, nb, a);
   return true;
 #else
   return false;

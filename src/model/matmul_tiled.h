@@ -21,6 +21,10 @@ void matmul_tiled_f32(const Matrix& w, const float* x, int n_tok, float* y, int 
 // forced SIMD target cannot run the kernel.
 bool matmul_int8(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 bool int8_core_available();
+// Decode (one token) with int8 activations for Q8_0 and Q4_0: rows streamed
+// straight from their blocks, two blocks per vpdpbusd, scales applied per
+// lane. False (nothing written) for other types or without the kernel.
+bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads);
 // The scalar specification of matmul_int8: the same operations in the same
 // order (fmaf per block), so the SIMD kernel matches it bit for bit.
 void matmul_int8_ref(const Matrix& w, const float* x, int n_tok, float* y);
