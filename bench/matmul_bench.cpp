@@ -71,13 +71,20 @@ void BM_matmul(benchmark::State& state, std::string type, uint32_t id, MatmulCor
       benchmark::Counter(2.0 * rows * cols * n_tok * state.iterations(), benchmark::Counter::kIsRate);
 }
 
-// The machine's FMA peak on one thread, as the same "flops" counter.
+// The machine's FMA and int8 (VNNI) peaks on 1 and 2 threads, as the same
+// "flops" counter.
 void BM_fma_peak(benchmark::State& state) {
   double g = 0;
-  for (auto _ : state) g = measure_fma_gflops(1);
+  for (auto _ : state) g = measure_fma_gflops(static_cast<int>(state.range(0)));
   state.counters["flops"] = g * 1e9;
 }
-BENCHMARK(BM_fma_peak)->Name("matmul/fma_peak")->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_fma_peak)->Name("matmul/fma_peak")->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
+void BM_vnni_peak(benchmark::State& state) {
+  double g = 0;
+  for (auto _ : state) g = measure_vnni_gops(static_cast<int>(state.range(0)));
+  state.counters["flops"] = g * 1e9;
+}
+BENCHMARK(BM_vnni_peak)->Name("matmul/int8_peak")->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 int register_all() {
   const std::pair<const char*, uint32_t> types[] = {{"F16", 1}, {"Q8_0", 8}, {"Q4_0", 2}, {"Q4_K", 12}, {"Q6_K", 14}};
