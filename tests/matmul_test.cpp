@@ -5,6 +5,7 @@
 // model with the new cores against the old one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "eval/perplexity.h"
 #include "model/matmul.h"
 #include "model/matmul_tiled.h"
@@ -311,6 +313,41 @@ TEST(Matmul, ReferenceModelPerplexityWithinPointZeroFivePercent) {
     EXPECT_LT(std::fabs(ppl[1] / ppl[0] - 1.0), 5e-4) << file << ": old " << ppl[0] << " new " << ppl[1];
     std::printf("%s: perplexity old core %.6f, new core %.6f (%+.4f %%)\n", file, ppl[0], ppl[1],
                 100.0 * (ppl[1] / ppl[0] - 1.0));
+  }
+}
+
+// Greedy text of the reference model's F32 and F16 files: the same tokens
+// with the old row core and the default cores (the prompt goes through the
+// f32 tiles, the generated tokens through the row core, as F32/F16 decode
+// keeps it).
+TEST(Matmul, ReferenceModelGreedyTextIdenticalOnF32AndF16) {
+  for (const char* file : {"ref-5m-f32.gguf", "ref-5m-f16.gguf"}) {
+    const std::string path = std::string(TKV_SHARED_DIR) + "/models/ref-5m/" + file;
+    if (!std::ifstream(path)) GTEST_SKIP() << "missing " << path;
+    auto m = Model::load(path);
+    ASSERT_TRUE(m.ok()) << m.error();
+    const ModelConfig& c = (*m)->config();
+    const auto prompt = (*m)->tokenizer().encode("The history of the city began in the year when the river", true);
+    std::vector<int32_t> seqs[2];
+    for (int i = 0; i < 2; ++i) {
+      set_matmul_core(i == 0 ? MatmulCore::kRows : MatmulCore::kAuto);
+      KvCacheOptions co;
+      co.type_k = co.type_v = "f32";
+      co.capacity = 128;
+      auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+      ASSERT_TRUE(cache.ok());
+      std::vector<float> logits(c.n_vocab);
+      std::vector<int32_t>& seq = seqs[i];
+      seq = prompt;
+      ASSERT_TRUE((*m)->forward(seq.data(), static_cast<int>(seq.size()), 0, **cache, 2, logits.data()).ok());
+      for (int k = 0; k < 48; ++k) {
+        const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        seq.push_back(next);
+        ASSERT_TRUE((*m)->forward(&next, 1, static_cast<int>(seq.size()) - 1, **cache, 2, logits.data()).ok());
+      }
+    }
+    set_matmul_core(MatmulCore::kAuto);
+    EXPECT_EQ(seqs[0], seqs[1]) << file;
   }
 }
 
