@@ -1,7 +1,12 @@
 #include "model/matmul.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include "model/matmul_tiled.h"
+#include "model/weight_blocks.h"
 
 #include "util/fp16.h"
 
@@ -132,9 +137,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace tkv {
 HWY_EXPORT(RowDots);
-namespace {
-void dequantize_blocks(uint32_t type, const uint8_t* row, int64_t cols, float* out);
-}
 
 Expected<Matrix> matrix_from(const gguf::Tensor& t, const std::string& path) {
   const uint32_t ok_types[] = {0, 1, 2, 3, 6, 7, 8, 12, 13, 14, 30};
@@ -153,7 +155,66 @@ Expected<Matrix> matrix_from(const gguf::Tensor& t, const std::string& path) {
   return m;
 }
 
+namespace {
+
+MatmulCore core_from_env() {
+  const char* e = std::getenv("TKV_MATMUL");
+  if (!e) return MatmulCore::kAuto;
+  auto c = parse_matmul_core(e);
+  return c ? *c : MatmulCore::kAuto;
+}
+
+std::atomic<int> g_core{-1};
+
+}  // namespace
+
+Expected<MatmulCore> parse_matmul_core(const std::string& name) {
+  if (name == "auto" || name == "new") return MatmulCore::kAuto;
+  if (name == "rows" || name == "old") return MatmulCore::kRows;
+  if (name == "tiled") return MatmulCore::kTiled;
+  if (name == "int8") return MatmulCore::kInt8;
+  return Status::Error("unknown matmul core '" + name + "' (auto|new, rows|old, tiled, int8)");
+}
+
+const char* matmul_core_name(MatmulCore c) {
+  switch (c) {
+    case MatmulCore::kRows: return "rows";
+    case MatmulCore::kTiled: return "tiled";
+    case MatmulCore::kInt8: return "int8";
+    default: return "auto";
+  }
+}
+
+MatmulCore matmul_core() {
+  int c = g_core.load(std::memory_order_relaxed);
+  if (c < 0) {
+    c = static_cast<int>(core_from_env());
+    g_core.store(c, std::memory_order_relaxed);
+  }
+  return static_cast<MatmulCore>(c);
+}
+
+void set_matmul_core(MatmulCore c) { g_core.store(static_cast<int>(c), std::memory_order_relaxed); }
+
 void matmul(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
+  matmul_with(matmul_core(), w, x, n_tok, y, threads);
+}
+
+void matmul_with(MatmulCore core, const Matrix& w, const float* x, int n_tok, float* y, int threads) {
+  if (core == MatmulCore::kAuto) {
+    if (n_tok == 1 && matmul_int8_decode(w, x, y, threads)) return;
+    core = n_tok >= kTiledMinTokens ? MatmulCore::kInt8 : MatmulCore::kRows;
+  }
+  if (core == MatmulCore::kInt8) {
+    if (n_tok == 1 && matmul_int8_decode(w, x, y, threads)) return;
+    if (matmul_int8(w, x, n_tok, y, threads)) return;
+    core = MatmulCore::kTiled;
+  }
+  if (core == MatmulCore::kTiled) return matmul_tiled_f32(w, x, n_tok, y, threads);
+  matmul_rows(w, x, n_tok, y, threads);
+}
+
+void matmul_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   // F32/F16/BF16/Q8_0/Q4_0 rows are decoded inside the SIMD dot; the other
   // block types are expanded row by row into a per-thread buffer first.
   const bool direct = w.type == 0 || w.type == 1 || w.type == 30 || w.type == 8 || w.type == 2;
@@ -165,7 +226,7 @@ void matmul(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
       if (direct) {
         HWY_DYNAMIC_DISPATCH(RowDots)(w.type, w.data + r * w.row_bytes, w.cols, x, n_tok, w.cols, y + r, w.rows);
       } else {
-        dequantize_blocks(w.type, w.data + r * w.row_bytes, w.cols, buf.data());
+        unpack_f32(w.type, w.data + r * w.row_bytes, 0, w.cols, buf.data());
         HWY_DYNAMIC_DISPATCH(RowDots)(0, reinterpret_cast<const uint8_t*>(buf.data()), w.cols, x, n_tok, w.cols, y + r,
                                       w.rows);
       }
@@ -173,122 +234,8 @@ void matmul(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   }
 }
 
-namespace {
-
-void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
-  if (j < 4) {
-    d = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
-float half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-
-// ggml's block layouts (llama.cpp ggml-quants.c), one row.
-void dequantize_blocks(uint32_t type, const uint8_t* row, int64_t cols, float* out) {
-  switch (type) {
-    case 0: std::memcpy(out, row, sizeof(float) * cols); return;
-    case 1: case 30:
-      for (int64_t c = 0; c < cols; ++c) {
-        uint16_t h;
-        std::memcpy(&h, row + 2 * c, 2);
-        out[c] = type == 1 ? f16_to_f32(h) : bf16_to_f32(h);
-      }
-      return;
-    case 2: case 3: case 6: case 7: case 8: {  // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
-      const int64_t bb = type == 2 ? 18 : type == 3 ? 20 : type == 6 ? 22 : type == 7 ? 24 : 34;
-      for (int64_t b = 0; b < cols / 32; ++b, out += 32) {
-        const uint8_t* blk = row + b * bb;
-        const float d = half(blk);
-        if (type == 8) {
-          for (int j = 0; j < 32; ++j) out[j] = static_cast<int8_t>(blk[2 + j]) * d;
-        } else if (type == 2) {
-          for (int j = 0; j < 16; ++j) {
-            out[j] = ((blk[2 + j] & 15) - 8) * d;
-            out[j + 16] = ((blk[2 + j] >> 4) - 8) * d;
-          }
-        } else if (type == 3) {
-          const float m = half(blk + 2);
-          for (int j = 0; j < 16; ++j) {
-            out[j] = (blk[4 + j] & 15) * d + m;
-            out[j + 16] = (blk[4 + j] >> 4) * d + m;
-          }
-        } else {
-          const bool q51 = type == 7;
-          const float m = q51 ? half(blk + 2) : 0.0f;
-          const uint8_t* qhp = blk + (q51 ? 4 : 2);
-          const uint8_t* qs = qhp + 4;
-          uint32_t qh;
-          std::memcpy(&qh, qhp, 4);
-          for (int j = 0; j < 16; ++j) {
-            const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
-            const int x0 = (qs[j] & 15) | h0, x1 = (qs[j] >> 4) | h1;
-            out[j] = q51 ? x0 * d + m : (x0 - 16) * d;
-            out[j + 16] = q51 ? x1 * d + m : (x1 - 16) * d;
-          }
-        }
-      }
-      return;
-    }
-    case 12: case 13: {  // Q4_K, Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins
-      const bool q5 = type == 13;
-      const int64_t bb = q5 ? 176 : 144;
-      for (int64_t b = 0; b < cols / 256; ++b) {
-        const uint8_t* blk = row + b * bb;
-        const float d = half(blk), dmin = half(blk + 2);
-        const uint8_t* sc = blk + 4;
-        const uint8_t* qh = blk + 16;
-        const uint8_t* q = blk + (q5 ? 48 : 16);
-        int u1 = 1, u2 = 2;
-        for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32, u1 <<= 2, u2 <<= 2) {
-          int s1, m1, s2, m2;
-          scale_min_k4(is, sc, s1, m1);
-          scale_min_k4(is + 1, sc, s2, m2);
-          for (int l = 0; l < 32; ++l) {
-            const int h1 = q5 && (qh[l] & u1) ? 16 : 0;
-            *out++ = d * s1 * ((q[l] & 0xF) + h1) - dmin * m1;
-          }
-          for (int l = 0; l < 32; ++l) {
-            const int h2 = q5 && (qh[l] & u2) ? 16 : 0;
-            *out++ = d * s2 * ((q[l] >> 4) + h2) - dmin * m2;
-          }
-        }
-      }
-      return;
-    }
-    case 14: {  // Q6_K
-      for (int64_t b = 0; b < cols / 256; ++b) {
-        const uint8_t* blk = row + b * 210;
-        const uint8_t* ql = blk;
-        const uint8_t* qh = blk + 128;
-        const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
-        const float d = half(blk + 208);
-        for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, sc += 8, out += 128)
-          for (int l = 0; l < 32; ++l) {
-            const int is = l / 16;
-            out[l] = d * sc[is] * (((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-            out[l + 32] = d * sc[is + 2] * (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-            out[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-            out[l + 96] = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-          }
-      }
-      return;
-    }
-    default: return;
-  }
-}
-
-}  // namespace
-
 void dequantize_row(const Matrix& w, int64_t r, float* out) {
-  dequantize_blocks(w.type, w.data + r * w.row_bytes, w.cols, out);
+  unpack_f32(w.type, w.data + r * w.row_bytes, 0, w.cols, out);
 }
 
 }  // namespace tkv

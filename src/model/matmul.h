@@ -20,8 +20,31 @@ struct Matrix {
 // Checks the type is supported and the dims are [cols, rows] (rows = 1 for vectors).
 Expected<Matrix> matrix_from(const gguf::Tensor& t, const std::string& path);
 
+// The matrix-multiply cores (docs/ARCHITECTURE.md, "Matrix multiply"):
+// kRows: the row-streaming dot (one weight row against 4 tokens at a time;
+//   decode's weight-streaming path, and the whole of the old core);
+// kTiled: weight panels unpacked to f32 and multiplied in register tiles of
+//   rows x tokens (every weight type, every SIMD target);
+// kInt8: activations quantized per block of 32, integer dot products
+//   (AVX512-VNNI) for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K; other types
+//   or CPUs fall back to kTiled;
+//   One token (decode) of Q8_0 or Q4_0 takes a weight-streaming int8 kernel;
+// kAuto: kInt8 for one token of Q8_0/Q4_0 and from kTiledMinTokens tokens,
+//   else kRows.
+enum class MatmulCore { kAuto, kRows, kTiled, kInt8 };
+constexpr int kTiledMinTokens = 4;
+Expected<MatmulCore> parse_matmul_core(const std::string& name);  // auto|new, rows|old, tiled, int8
+const char* matmul_core_name(MatmulCore c);
+// The core matmul() uses: TKV_MATMUL (same names) at first use, else kAuto,
+// until set_matmul_core() (benchmarks compare cores in one run).
+MatmulCore matmul_core();
+void set_matmul_core(MatmulCore c);
+
 // y[r] = Σ_c W[r][c] x[c] for n_tok input vectors (x: [n_tok][cols], y: [n_tok][rows]).
 void matmul(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+void matmul_with(MatmulCore core, const Matrix& w, const float* x, int n_tok, float* y, int threads);
+// The kRows core.
+void matmul_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 // One row of W as floats (embeddings lookups).
 void dequantize_row(const Matrix& w, int64_t r, float* out);
 

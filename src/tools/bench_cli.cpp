@@ -1,5 +1,5 @@
 // `turbokv bench -m M [-p 512] [-n 128] [-d 0,4096] [-ctk f16,q8_0,tq4] [-ctv ...]
-// [-t 2] [-r 3] [-o md|csv|json] [--json-out FILE]`: llama-bench's tests and
+// [-t 2] [-r 3] [-o md|csv|json] [--json-out FILE] [--matmul old,new]`: llama-bench's tests and
 // table (pp = prompt processing, tg = generation, "@ dN" at a depth of N
 // tokens already in the cache), every combination, mean ± sd over -r runs,
 // plus the KV cache MiB of each run. Progress goes to stderr.
@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/kv_cache.h"
+#include "model/matmul.h"
 #include "model/model.h"
 #include "tools/json_text.h"
 #include "tools/arg_lists.h"
@@ -26,7 +27,7 @@ namespace tkv {
 
 void register_bench(CLI::App& app) {
   struct Opt {
-    std::string model, p = "512", n = "128", d = "0", ctk = "f16,q8_0,tq4", ctv, t = "2", out = "md", json_out;
+    std::string model, p = "512", n = "128", d = "0", ctk = "f16,q8_0,tq4", ctv, t = "2", out = "md", json_out, matmul;
     int reps = 3;
     std::string depth_fill = "model";
     KvPolicyFlags kv;
@@ -44,6 +45,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-r,--repetitions", o->reps, "runs per test")->check(CLI::Range(1, 1000));
   cmd->add_option("-o,--output", o->out, "md, csv or json")->check(CLI::IsMember({"md", "csv", "json"}));
   cmd->add_option("--json-out", o->json_out, "append each result as a JSON line");
+  cmd->add_option("--matmul", o->matmul,
+                  "matrix-multiply cores to compare, each test run with each in turn: old (row streaming), new "
+                  "(auto), tiled, int8 (default: TKV_MATMUL or new, not shown in the table)");
   cmd->add_option("--depth-fill", o->depth_fill,
                   "how the depth is filled: model (real forward passes, like llama-bench) or random (random K/V rows "
                   "written straight to the cache: the same attention work, minutes faster on big models)")
@@ -61,6 +65,13 @@ void register_bench(CLI::App& app) {
       ts = parse_int_list(o->t, "-t", 1);
     } catch (const std::exception& e) {
       fail(e.what());
+    }
+    std::vector<std::pair<std::string, MatmulCore>> cores;  // (label, core); label "" = not shown
+    if (o->matmul.empty()) cores.push_back({"", matmul_core()});
+    for (const auto& name : split_list(o->matmul)) {
+      auto core = parse_matmul_core(name);
+      if (!core) fail(core.error());
+      cores.push_back({name, *core});
     }
     const auto ks = split_list(o->ctk);
     const auto vs = o->ctv.empty() ? ks : split_list(o->ctv);
@@ -98,79 +109,84 @@ void register_bench(CLI::App& app) {
           for (int mode = 0; mode < 2; ++mode)
             for (int len : (mode == 0 ? ps : ns)) {
               if (len == 0) continue;
-              std::vector<double> tps;
-              double kv_mib = 0, k_bits = 0, v_bits = 0;
-              for (int r = -1; r < o->reps; ++r) {  // r = -1: an unrecorded warm-up run
-                std::fprintf(stderr, "bench: %s/%s t=%d %s%d @ d%d run %d/%d\r", tk.c_str(), tv.c_str(), th,
-                             mode == 0 ? "pp" : "tg", len, d, r + 1, o->reps);  // run 0 = warm-up
-                KvCacheOptions co;
-                co.type_k = tk;
-                co.type_v = tv;
-                co.capacity = d + len + 1;
-                if (Status ks = apply_kv_policy_flags(o->kv, model, co); !ks.ok()) fail(ks.message());
-                auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
-                if (!cache) fail(cache.error());
-                kv_mib = ((*cache)->k_bytes() + (*cache)->v_bytes()) / 1048576.0;
-                k_bits = (*cache)->k_bits_per_value();
-                v_bits = (*cache)->v_bits_per_value();
-                std::vector<int32_t> toks(d + len);
-                for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919 + 13) % c.n_vocab);
-                if (o->depth_fill == "model") {
-                  for (int b0 = 0; b0 < d; b0 += 512) {  // the depth: real forward passes, untimed
-                    Status s = model.forward(&toks[b0], std::min(512, d - b0), b0, **cache, th, logits.data());
-                    if (!s.ok()) fail(s.message());
-                  }
-                } else if (d > 0) {  // random rows of unit scale in every layer, untimed
-                  Rng rng(7);
-                  std::vector<float> kv(size_t(std::min(d, 512)) * c.n_head_kv * c.head_dim);
-                  for (auto& x : kv) x = static_cast<float>(rng.gaussian());
-                  for (int l = 0; l < c.n_layer; ++l)
-                    for (int b0 = 0; b0 < d; b0 += 512) {
-                      Status s = (*cache)->append(l, b0, std::min(512, d - b0), kv.data(), kv.data());
+              for (const auto& mm : cores) {
+                set_matmul_core(mm.second);
+                std::vector<double> tps;
+                double kv_mib = 0, k_bits = 0, v_bits = 0;
+                for (int r = -1; r < o->reps; ++r) {  // r = -1: an unrecorded warm-up run
+                  std::fprintf(stderr, "bench: %s/%s t=%d %s%d @ d%d run %d/%d\r", tk.c_str(), tv.c_str(), th,
+                               mode == 0 ? "pp" : "tg", len, d, r + 1, o->reps);  // run 0 = warm-up
+                  KvCacheOptions co;
+                  co.type_k = tk;
+                  co.type_v = tv;
+                  co.capacity = d + len + 1;
+                  if (Status ks = apply_kv_policy_flags(o->kv, model, co); !ks.ok()) fail(ks.message());
+                  auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+                  if (!cache) fail(cache.error());
+                  kv_mib = ((*cache)->k_bytes() + (*cache)->v_bytes()) / 1048576.0;
+                  k_bits = (*cache)->k_bits_per_value();
+                  v_bits = (*cache)->v_bits_per_value();
+                  std::vector<int32_t> toks(d + len);
+                  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919 + 13) % c.n_vocab);
+                  if (o->depth_fill == "model") {
+                    for (int b0 = 0; b0 < d; b0 += 512) {  // the depth: real forward passes, untimed
+                      Status s = model.forward(&toks[b0], std::min(512, d - b0), b0, **cache, th, logits.data());
                       if (!s.ok()) fail(s.message());
                     }
-                }
-                const auto t0 = clock::now();
-                if (mode == 0) {
-                  for (int b0 = 0; b0 < len; b0 += 512) {
-                    Status s = model.forward(&toks[d + b0], std::min(512, len - b0), d + b0, **cache, th, logits.data());
-                    if (!s.ok()) fail(s.message());
+                  } else if (d > 0) {  // random rows of unit scale in every layer, untimed
+                    Rng rng(7);
+                    std::vector<float> kv(size_t(std::min(d, 512)) * c.n_head_kv * c.head_dim);
+                    for (auto& x : kv) x = static_cast<float>(rng.gaussian());
+                    for (int l = 0; l < c.n_layer; ++l)
+                      for (int b0 = 0; b0 < d; b0 += 512) {
+                        Status s = (*cache)->append(l, b0, std::min(512, d - b0), kv.data(), kv.data());
+                        if (!s.ok()) fail(s.message());
+                      }
                   }
-                } else {
-                  for (int i = 0; i < len; ++i) {
-                    Status s = model.forward(&toks[d + i], 1, d + i, **cache, th, logits.data());
-                    if (!s.ok()) fail(s.message());
+                  const auto t0 = clock::now();
+                  if (mode == 0) {
+                    for (int b0 = 0; b0 < len; b0 += 512) {
+                      Status s = model.forward(&toks[d + b0], std::min(512, len - b0), d + b0, **cache, th, logits.data());
+                      if (!s.ok()) fail(s.message());
+                    }
+                  } else {
+                    for (int i = 0; i < len; ++i) {
+                      Status s = model.forward(&toks[d + i], 1, d + i, **cache, th, logits.data());
+                      if (!s.ok()) fail(s.message());
+                    }
                   }
+                  if (r >= 0) tps.push_back(len / std::chrono::duration<double>(clock::now() - t0).count());
                 }
-                if (r >= 0) tps.push_back(len / std::chrono::duration<double>(clock::now() - t0).count());
-              }
-              double mean = 0, sd = 0;
-              for (double x : tps) mean += x / tps.size();
-              for (double x : tps) sd += (x - mean) * (x - mean);
-              sd = tps.size() > 1 ? std::sqrt(sd / (tps.size() - 1)) : 0.0;
-              const std::string test = std::string(mode == 0 ? "pp" : "tg") + std::to_string(len) +
-                                       (d > 0 ? " @ d" + std::to_string(d) : "");
-              nlohmann::json j = {{"model", model_name}, {"model_file", o->model}, {"size_bytes", model.weight_bytes()},
-                                  {"params", params}, {"threads", th}, {"type_k", tk}, {"type_v", tv}, {"test", test},
-                                  {"n_prompt", mode == 0 ? len : 0}, {"n_gen", mode == 1 ? len : 0}, {"n_depth", d},
-                                  {"avg_ts", mean}, {"stddev_ts", sd}, {"samples_ts", tps}, {"kv_mib", kv_mib},
-                                  {"depth_fill", o->depth_fill}, {"command_line", command_line()},
-                                  {"bits_per_value", 0.5 * (k_bits + v_bits)}};
-              results.push_back(j);
-              if (md) {
-                std::printf("| %s | %.2f MiB | %.2f M | %d | %s | %s | %s | %.2f ± %.2f | %.2f |\n", model_name,
-                            model.weight_bytes() / 1048576.0, params / 1e6, th, tk.c_str(), tv.c_str(), test.c_str(), mean,
-                            sd, kv_mib);
-              } else if (o->out == "csv") {
-                std::printf("\"%s\",%zu,%lu,%d,%s,%s,\"%s\",%d,%d,%d,%.4f,%.4f,%.4f\n", model_name, model.weight_bytes(),
-                            static_cast<unsigned long>(params), th, tk.c_str(), tv.c_str(), test.c_str(),
-                            mode == 0 ? len : 0, mode == 1 ? len : 0, d, mean, sd, kv_mib);
-              }
-              std::fflush(stdout);
-              if (!o->json_out.empty()) {
-                std::ofstream out(o->json_out, std::ios::app);
-                j["tool"] = "bench";
-                out << json_text(j) << "\n";
+                double mean = 0, sd = 0;
+                for (double x : tps) mean += x / tps.size();
+                for (double x : tps) sd += (x - mean) * (x - mean);
+                sd = tps.size() > 1 ? std::sqrt(sd / (tps.size() - 1)) : 0.0;
+                const std::string test = std::string(mode == 0 ? "pp" : "tg") + std::to_string(len) +
+                                         (d > 0 ? " @ d" + std::to_string(d) : "") +
+                                       (mm.first.empty() ? "" : " matmul " + mm.first);
+                nlohmann::json j = {{"model", model_name}, {"model_file", o->model}, {"size_bytes", model.weight_bytes()},
+                                    {"params", params}, {"threads", th}, {"type_k", tk}, {"type_v", tv}, {"test", test},
+                                    {"n_prompt", mode == 0 ? len : 0}, {"n_gen", mode == 1 ? len : 0}, {"n_depth", d},
+                                    {"avg_ts", mean}, {"stddev_ts", sd}, {"samples_ts", tps}, {"kv_mib", kv_mib},
+                                    {"depth_fill", o->depth_fill}, {"command_line", command_line()},
+                                    {"bits_per_value", 0.5 * (k_bits + v_bits)},
+                                    {"matmul", matmul_core_name(mm.second)}};
+                results.push_back(j);
+                if (md) {
+                  std::printf("| %s | %.2f MiB | %.2f M | %d | %s | %s | %s | %.2f ± %.2f | %.2f |\n", model_name,
+                              model.weight_bytes() / 1048576.0, params / 1e6, th, tk.c_str(), tv.c_str(), test.c_str(), mean,
+                              sd, kv_mib);
+                } else if (o->out == "csv") {
+                  std::printf("\"%s\",%zu,%lu,%d,%s,%s,\"%s\",%d,%d,%d,%.4f,%.4f,%.4f\n", model_name, model.weight_bytes(),
+                              static_cast<unsigned long>(params), th, tk.c_str(), tv.c_str(), test.c_str(),
+                              mode == 0 ? len : 0, mode == 1 ? len : 0, d, mean, sd, kv_mib);
+                }
+                std::fflush(stdout);
+                if (!o->json_out.empty()) {
+                  std::ofstream out(o->json_out, std::ios::app);
+                  j["tool"] = "bench";
+                  out << json_text(j) << "\n";
+                }
               }
             }
     std::fprintf(stderr, "%80s\r", "");

@@ -38,8 +38,50 @@ double FmaLoop(long iters, float* sink) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 namespace tkv {
 HWY_EXPORT(FmaLoop);
+
+namespace {
+#if defined(__x86_64__)
+// 12 independent vpdpbusd chains: 64 byte products and sums each, counted
+// as 128 operations (like an FMA's 2 per lane).
+__attribute__((target("avx2,avx512f,avx512bw,avx512vnni"))) double VnniLoop(long iters, int* sink) {
+  __m512i a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_epi32(i);
+  const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+  for (long i = 0; i < iters; ++i)
+    for (int k = 0; k < 12; ++k) a[k] = _mm512_dpbusd_epi32(a[k], x, y);
+  __m512i s = a[0];
+  for (int k = 1; k < 12; ++k) s = _mm512_add_epi32(s, a[k]);
+  *sink = _mm512_reduce_add_epi32(s);
+  return 128.0 * 12.0 * static_cast<double>(iters);
+}
+#endif
+}  // namespace
+
+double measure_vnni_gops(int threads) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx512vnni")) return 0;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    double ops = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for num_threads(threads) reduction(+ : ops)
+    for (int t = 0; t < threads; ++t) {
+      int sink;
+      ops += VnniLoop(10'000'000, &sink);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, ops / s / 1e9);
+  }
+  return best;
+#else
+  return 0;
+#endif
+}
 
 double measure_fma_gflops(int threads) {
   double best = 0;

@@ -1,0 +1,463 @@
+// Prefill cores (matmul_tiled.h). The f32 core runs on every Highway target;
+// the int8 kernel uses vpdpbusd, which Highway 1.0.3 (Debian 12) does not
+// expose, so it is written with AVX-512 intrinsics and picked at run time.
+#include "model/matmul_tiled.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "model/weight_blocks.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "model/matmul_tiled.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/aligned_allocator.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace tkv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Micro-tile: kMR vectors of weight rows x kNT tokens of accumulators, plus
+// kMR weight vectors and one broadcast: 24 + 4 of AVX-512's 32 registers,
+// 12 + 3 of AVX2's 16.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr int kMR = 3, kNT = 8;
+#else
+constexpr int kMR = 2, kNT = 6;
+#endif
+constexpr int64_t kKc = 256;  // columns per packed chunk (whole blocks of every type)
+
+// y[t][r0 + i] (+)= Σ_k wp[k][i] x[t][k] for i < R, t < NT; wp is the
+// transposed panel chunk (R = kMR lanes-wide rows per k).
+template <int NT>
+HWY_INLINE void TileF32(const float* HWY_RESTRICT wp, int64_t kc, const float* HWY_RESTRICT x, int64_t x_stride,
+                        float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const size_t N = hn::Lanes(df), R = kMR * N;
+  V acc[kMR][NT];
+  for (int m = 0; m < kMR; ++m)
+    for (int t = 0; t < NT; ++t) acc[m][t] = hn::Zero(df);
+  for (int64_t k = 0; k < kc; ++k) {
+    V w[kMR];
+    for (int m = 0; m < kMR; ++m) w[m] = hn::Load(df, wp + k * R + m * N);
+    for (int t = 0; t < NT; ++t) {
+      const V xb = hn::Set(df, x[t * x_stride + k]);
+      for (int m = 0; m < kMR; ++m) acc[m][t] = hn::MulAdd(w[m], xb, acc[m][t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int m = 0; m < kMR; ++m) hn::Store(acc[m][t], df, out + t * R + m * N);
+}
+
+// unpack_f32 with hardware conversions for F16 and BF16 (exact either way):
+// the scalar f16 conversion was 13 % of an F16 prefill (perf, 2048 x 2048 x 512).
+void UnpackRow(uint32_t type, const uint8_t* row, int64_t k0, int64_t n, float* HWY_RESTRICT out) {
+  if (type != 1 && type != 30) return unpack_f32(type, row, k0, n, out);
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t k = 0;
+  if (type == 1) {
+    const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+    const auto* src = reinterpret_cast<const hwy::float16_t*>(row) + k0;
+    for (; k + N <= n; k += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, src + k)), df, out + k);
+  } else {
+    const hn::Rebind<hwy::bfloat16_t, decltype(df)> db;
+    const auto* src = reinterpret_cast<const hwy::bfloat16_t*>(row) + k0;
+    for (; k + N <= n; k += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(db, src + k)), df, out + k);
+  }
+  if (k < n) unpack_f32(type, row, k0 + k, n - k, out + k);
+}
+
+void MatmulTiledF32(uint32_t type, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
+                    int n_tok, float* y, int threads) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), R = kMR * N;
+  const int64_t n_panels = (rows + R - 1) / R;
+#pragma omp parallel num_threads(threads) if (rows * cols > 65536)
+  {
+    auto wp = hwy::AllocateAligned<float>(static_cast<size_t>(R * kKc));
+    auto out = hwy::AllocateAligned<float>(static_cast<size_t>(R * kNT));
+    std::vector<float> row(kKc);
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < n_panels; ++p) {
+      const int64_t r0 = p * R, nr = std::min(R, rows - r0);
+      for (int64_t k0 = 0; k0 < cols; k0 += kKc) {
+        const int64_t kc = std::min(kKc, cols - k0);
+        // Unpack each row's chunk and transpose it into the panel (rows past
+        // the matrix are zeros).
+        for (int64_t i = 0; i < R; ++i) {
+          if (i < nr) UnpackRow(type, data + (r0 + i) * row_bytes, k0, kc, row.data());
+          for (int64_t k = 0; k < kc; ++k) wp[k * R + i] = i < nr ? row[k] : 0.0f;
+        }
+        for (int t0 = 0; t0 < n_tok; t0 += kNT) {
+          const int nt = std::min(kNT, n_tok - t0);
+          const float* xt = x + t0 * cols + k0;
+          switch (nt) {
+            case 1: TileF32<1>(wp.get(), kc, xt, cols, out.get()); break;
+            case 2: TileF32<2>(wp.get(), kc, xt, cols, out.get()); break;
+            case 3: TileF32<3>(wp.get(), kc, xt, cols, out.get()); break;
+            case 4: TileF32<4>(wp.get(), kc, xt, cols, out.get()); break;
+            case 5: TileF32<5>(wp.get(), kc, xt, cols, out.get()); break;
+            case 6: TileF32<6>(wp.get(), kc, xt, cols, out.get()); break;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+            case 7: TileF32<7>(wp.get(), kc, xt, cols, out.get()); break;
+            case 8: TileF32<8>(wp.get(), kc, xt, cols, out.get()); break;
+#endif
+            default: break;
+          }
+          for (int t = 0; t < nt; ++t) {
+            float* yt = y + (t0 + t) * rows + r0;
+            const float* o = out.get() + t * R;
+            if (k0 == 0) {
+              std::memcpy(yt, o, sizeof(float) * nr);
+            } else {
+              int64_t i = 0;
+              for (; i + N <= nr; i += N) hn::StoreU(hn::Add(hn::LoadU(df, yt + i), hn::Load(df, o + i)), df, yt + i);
+              for (; i < nr; ++i) yt[i] += o[i];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// quantize_activations_q8 (the scalar specification) with the same bits:
+// the max is exact in any order, x * (1 / d) is one IEEE multiply, and
+// NearestInt rounds half to even like nearbyint. Scalar, it was 15 % of an
+// int8 prefill (perf, 2048 x 2048 Q8_0 x 512 tokens).
+void QuantizeActsQ8(const float* HWY_RESTRICT x, int64_t cols, int8_t* HWY_RESTRICT q, float* HWY_RESTRICT d,
+                    float* HWY_RESTRICT s) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(di)> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const float* xb = x + b * 32;
+    auto mx = hn::Zero(df);
+    for (int64_t o = 0; o < 32; o += N) mx = hn::Max(mx, hn::Abs(hn::LoadU(df, xb + o)));
+    const float amax = hn::GetLane(hn::MaxOfLanes(df, mx));
+    const float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+    auto sum = hn::Zero(di);
+    for (int64_t o = 0; o < 32; o += N) {
+      auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + o), hn::Set(df, id)));
+      qi = hn::Min(hn::Max(qi, hn::Set(di, -127)), hn::Set(di, 127));
+      sum = hn::Add(sum, qi);
+      hn::StoreU(hn::DemoteTo(d8, qi), d8, q + b * 32 + o);
+    }
+    d[b] = db;
+    s[b] = db * static_cast<float>(hn::GetLane(hn::SumOfLanes(di, sum)));
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace tkv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#if defined(__x86_64__) && !defined(TKV_NO_VNNI)
+#include <immintrin.h>
+#define TKV_VNNI 1
+#define TKV_VNNI_ATTR __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+#endif
+
+namespace tkv {
+HWY_EXPORT(MatmulTiledF32);
+HWY_EXPORT(QuantizeActsQ8);
+
+void matmul_tiled_f32(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
+  HWY_DYNAMIC_DISPATCH(MatmulTiledF32)(w.type, w.data, w.rows, w.cols, w.row_bytes, x, n_tok, y, threads);
+}
+
+void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, float* s) {
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int v = std::clamp(static_cast<int>(std::nearbyint(xb[j] * id)), -127, 127);
+      q[b * 32 + j] = static_cast<int8_t>(v);
+      sum += v;
+    }
+    d[b] = db;
+    s[b] = db * static_cast<float>(sum);
+  }
+}
+
+namespace {
+
+constexpr int kR8 = 32;  // rows per int8 panel: two vectors of 16 int32 lanes
+constexpr int kNT8 = 4;  // tokens per int8 tile (8 int32 + 8 f32 accumulators; 6 measured no faster)
+
+struct QuantizedActs {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+  int64_t nb = 0;
+};
+
+// simd: the Highway quantizer, else the scalar specification.
+QuantizedActs quantize_all(const float* x, int n_tok, int64_t cols, int threads, bool simd) {
+  QuantizedActs a;
+  a.nb = cols / 32;
+  a.q.resize(static_cast<size_t>(n_tok) * cols);
+  a.d.resize(static_cast<size_t>(n_tok) * a.nb);
+  a.s.resize(a.d.size());
+#pragma omp parallel for num_threads(threads) schedule(static) if (n_tok * cols > 65536)
+  for (int t = 0; t < n_tok; ++t) {
+    if (simd) {
+      HWY_DYNAMIC_DISPATCH(QuantizeActsQ8)(x + t * cols, cols, &a.q[t * cols], &a.d[t * a.nb], &a.s[t * a.nb]);
+    } else {
+      quantize_activations_q8(x + t * cols, cols, &a.q[t * cols], &a.d[t * a.nb], &a.s[t * a.nb]);
+    }
+  }
+  return a;
+}
+
+// A panel of kR8 rows, all columns: per block j, 8 groups of 4 columns, each
+// group two 64-byte vectors whose 32-bit lane i holds row (16 h + i)'s 4 codes
+// (the operand layout of vpdpbusd); then the rows' scales and offsets.
+struct PackedPanel {
+  explicit PackedPanel(int64_t nb)
+      : q(hwy::AllocateAligned<uint8_t>(static_cast<size_t>(nb * 32 * kR8))),
+        d(hwy::AllocateAligned<float>(static_cast<size_t>(nb * kR8))),
+        m(hwy::AllocateAligned<float>(static_cast<size_t>(nb * kR8))) {}
+  hwy::AlignedFreeUniquePtr<uint8_t[]> q;
+  hwy::AlignedFreeUniquePtr<float[]> d, m;
+};
+
+void pack_panel(const Matrix& w, int64_t r0, int64_t nr, PackedPanel& p) {
+  const int64_t nb = w.cols / 32;
+  if (nr < kR8) {  // rows past the matrix: codes, scales and offsets 0
+    std::memset(p.q.get(), 0, static_cast<size_t>(nb * 32 * kR8));
+    std::memset(p.d.get(), 0, sizeof(float) * nb * kR8);
+    std::memset(p.m.get(), 0, sizeof(float) * nb * kR8);
+  }
+  uint8_t u[32];
+  for (int64_t i = 0; i < nr; ++i) {
+    const uint8_t* row = w.data + (r0 + i) * w.row_bytes;
+    for (int64_t j = 0; j < nb; ++j) {
+      unpack_u8(w.type, row, j, u, &p.d[j * kR8 + i], &p.m[j * kR8 + i]);
+      uint8_t* dst = &p.q[j * 32 * kR8 + (i / 16) * 64 + (i % 16) * 4];
+      for (int g = 0; g < 8; ++g) std::memcpy(dst + g * 128, u + 4 * g, 4);
+    }
+  }
+}
+
+#ifdef TKV_VNNI
+template <int NT>
+TKV_VNNI_ATTR void tile_i8_vnni(const PackedPanel& p, int64_t nb, const QuantizedActs& a, int64_t cols, int t0,
+                                float* out) {
+  __m512 f[2][NT];
+  for (int h = 0; h < 2; ++h)
+    for (int t = 0; t < NT; ++t) f[h][t] = _mm512_setzero_ps();
+  const int8_t* xq = a.q.data() + t0 * cols;
+  const float* xd = a.d.data() + t0 * nb;
+  const float* xs = a.s.data() + t0 * nb;
+  for (int64_t j = 0; j < nb; ++j) {
+    __m512i acc[2][NT];
+    for (int h = 0; h < 2; ++h)
+      for (int t = 0; t < NT; ++t) acc[h][t] = _mm512_setzero_si512();
+    const uint8_t* wj = p.q.get() + j * 32 * kR8;
+    for (int g = 0; g < 8; ++g) {
+      const __m512i w0 = _mm512_load_si512(wj + g * 128), w1 = _mm512_load_si512(wj + g * 128 + 64);
+      for (int t = 0; t < NT; ++t) {
+        int32_t xv;
+        std::memcpy(&xv, xq + t * cols + j * 32 + g * 4, 4);
+        const __m512i xb = _mm512_set1_epi32(xv);
+        acc[0][t] = _mm512_dpbusd_epi32(acc[0][t], w0, xb);
+        acc[1][t] = _mm512_dpbusd_epi32(acc[1][t], w1, xb);
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m512 d = _mm512_load_ps(p.d.get() + j * kR8 + h * 16);
+      const __m512 m = _mm512_load_ps(p.m.get() + j * kR8 + h * 16);
+      for (int t = 0; t < NT; ++t) {
+        const __m512 sc = _mm512_mul_ps(d, _mm512_set1_ps(xd[t * nb + j]));
+        f[h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][t]), sc, f[h][t]);
+        f[h][t] = _mm512_fmadd_ps(m, _mm512_set1_ps(xs[t * nb + j]), f[h][t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < 2; ++h) _mm512_storeu_ps(out + t * kR8 + h * 16, f[h][t]);
+}
+#endif
+
+}  // namespace
+
+#ifdef TKV_VNNI
+// ---- decode (one token): weight streaming with int8 activations ----
+namespace {
+
+// One token's activations in the decode kernel's order: per pair of blocks
+// (2p, 2p + 1) 64 codes and 16 lanes of scales. Q8_0 lanes 0-7 hold block
+// 2p, 8-15 block 2p + 1 (the natural order); Q4_0 vectors are [low nibbles
+// of both blocks | high nibbles of both], so lanes 0-3 and 8-11 hold block 2p
+// and the codes are permuted to match. cs = -c s / 8 per lane, summing to the
+// block's offset term -c d_w s over its 8 lanes once multiplied by d_w
+// (c = 128 for Q8_0 codes q + 128, 8 for Q4_0).
+struct DecodeActs {
+  std::vector<int8_t> q, qp;
+  std::vector<float> d, s, dx, cs;
+};
+
+DecodeActs decode_acts(bool q8, const float* x, int64_t cols) {
+  DecodeActs a;
+  const int64_t nb = cols / 32;
+  a.q.resize(cols);
+  a.d.resize(nb);
+  a.s.resize(nb);
+  quantize_activations_q8_simd(x, cols, a.q.data(), a.d.data(), a.s.data());
+  a.qp = a.q;
+  a.dx.resize(nb * 8);
+  a.cs.resize(nb * 8);
+  const float c = q8 ? 128.0f : 8.0f;
+  for (int64_t j = 0; j + 2 <= nb; j += 2)
+    for (int l = 0; l < 16; ++l) {
+      const int64_t b = j + (q8 ? l / 8 : (l / 4) % 2);
+      a.dx[j * 8 + l] = a.d[b];
+      a.cs[j * 8 + l] = -c * a.s[b] / 8.0f;
+      if (!q8)
+        for (int k = 0; k < 4; ++k) a.qp[j * 32 + 4 * l + k] = a.q[b * 32 + (l >= 8 ? 16 : 0) + 4 * (l % 4) + k];
+    }
+  return a;
+}
+
+TKV_VNNI_ATTR float decode_row(uint32_t type, const uint8_t* row, int64_t nb, const DecodeActs& a) {
+  const bool q8 = type == 8;
+  const int64_t bb = q8 ? 34 : 18;
+  __m512 f = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 2 <= nb; j += 2) {
+    const uint8_t* pa = row + j * bb;
+    const uint8_t* pb = pa + bb;
+    __m512i w;
+    uint16_t ha, hb;
+    std::memcpy(&ha, pa, 2);
+    std::memcpy(&hb, pb, 2);
+    __m256i h16;
+    if (q8) {
+      const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 2));
+      const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2));
+      w = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(wa), wb, 1), _mm512_set1_epi8(-128));
+      h16 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(ha))),
+                                    _mm_set1_epi16(static_cast<short>(hb)), 1);
+    } else {
+      const __m256i t = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa + 2))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 2)), 1);
+      const __m256i m4 = _mm256_set1_epi8(0x0F);
+      w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(t, m4)),
+                             _mm256_and_si256(_mm256_srli_epi16(t, 4), m4), 1);
+      h16 = _mm256_broadcastsi128_si256(
+          _mm_unpacklo_epi64(_mm_set1_epi16(static_cast<short>(ha)), _mm_set1_epi16(static_cast<short>(hb))));
+    }
+    const __m512i isum =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(a.qp.data() + j * 32));
+    const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_loadu_ps(a.dx.data() + j * 8),
+                                     _mm512_loadu_ps(a.cs.data() + j * 8));
+    f = _mm512_fmadd_ps(_mm512_cvtph_ps(h16), t, f);
+  }
+  float tail = 0.0f;
+  for (; j < nb; ++j) {  // an odd last block
+    uint8_t u[32];
+    float d, m;
+    unpack_u8(type, row, j, u, &d, &m);
+    int32_t isum = 0;
+    for (int k = 0; k < 32; ++k) isum += u[k] * a.q[j * 32 + k];
+    tail += d * a.d[j] * static_cast<float>(isum) + m * a.s[j];
+  }
+  return _mm512_reduce_add_ps(f) + tail;
+}
+
+}  // namespace
+#endif
+
+void quantize_activations_q8_simd(const float* x, int64_t cols, int8_t* q, float* d, float* s) {
+  HWY_DYNAMIC_DISPATCH(QuantizeActsQ8)(x, cols, q, d, s);
+}
+
+bool int8_core_available() {
+#ifdef TKV_VNNI
+  // Follows simd_force_target: the kernel is AVX-512, so it runs only while
+  // dispatch may pick an AVX-512 target.
+  const int64_t t = hwy::SupportedTargets();
+  return (t & (HWY_AVX3 | HWY_AVX3_DL)) != 0 && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+bool matmul_int8(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
+  if (!has_u8_unpack(w.type) || w.cols % 32 != 0 || !int8_core_available()) return false;
+#ifdef TKV_VNNI
+  const QuantizedActs a = quantize_all(x, n_tok, w.cols, threads, true);
+  const int64_t nb = a.nb, n_panels = (w.rows + kR8 - 1) / kR8;
+#pragma omp parallel num_threads(threads) if (w.rows * w.cols > 65536)
+  {
+    PackedPanel p(nb);
+    alignas(64) float out[kR8 * kNT8];
+#pragma omp for schedule(static)
+    for (int64_t pi = 0; pi < n_panels; ++pi) {
+      const int64_t r0 = pi * kR8, nr = std::min<int64_t>(kR8, w.rows - r0);
+      pack_panel(w, r0, nr, p);
+      for (int t0 = 0; t0 < n_tok; t0 += kNT8) {
+        const int nt = std::min(kNT8, n_tok - t0);
+        switch (nt) {
+          case 1: tile_i8_vnni<1>(p, nb, a, w.cols, t0, out); break;
+          case 2: tile_i8_vnni<2>(p, nb, a, w.cols, t0, out); break;
+          case 3: tile_i8_vnni<3>(p, nb, a, w.cols, t0, out); break;
+          default: tile_i8_vnni<4>(p, nb, a, w.cols, t0, out); break;
+        }
+        for (int t = 0; t < nt; ++t) std::memcpy(y + (t0 + t) * w.rows + r0, out + t * kR8, sizeof(float) * nr);
+      }
+    }
+  }
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) {
+  if ((w.type != 8 && w.type != 2) || w.cols % 32 != 0 || !int8_core_available()) return false;
+#ifdef TKV_VNNI
+  const DecodeActs a = decode_acts(w.type == 8, x, w.cols);
+  const int64_t nb = w.cols / 32;
+#pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
+  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.type, w.data + r * w.row_bytes, nb, a);
+  return true;
+#else
+  return false;
+#endif
+}
+
+void matmul_int8_ref(const Matrix& w, const float* x, int n_tok, float* y) {
+  const QuantizedActs a = quantize_all(x, n_tok, w.cols, 1, false);
+  const int64_t nb = a.nb;
+  std::vector<uint8_t> u(static_cast<size_t>(w.cols));
+  std::vector<float> d(nb), m(nb);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t j = 0; j < nb; ++j) unpack_u8(w.type, w.data + r * w.row_bytes, j, &u[j * 32], &d[j], &m[j]);
+    for (int t = 0; t < n_tok; ++t) {
+      float f = 0.0f;
+      for (int64_t j = 0; j < nb; ++j) {
+        int32_t isum = 0;
+        for (int k = 0; k < 32; ++k) isum += u[j * 32 + k] * a.q[t * w.cols + j * 32 + k];
+        f = std::fma(static_cast<float>(isum), d[j] * a.d[t * nb + j], f);
+        f = std::fma(m[j], a.s[t * nb + j], f);
+      }
+      y[t * w.rows + r] = f;
+    }
+  }
+}
+
+}  // namespace tkv
+#endif  // HWY_ONCE

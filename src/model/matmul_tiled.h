@@ -1,0 +1,38 @@
+// The prefill cores behind matmul() (model/matmul.h): weight panels unpacked
+// once and multiplied against every token of the batch, tiles of rows x
+// tokens held in registers. Internal to the model layer; tests call them to
+// check each core against a float64 reference.
+#pragma once
+#include <cstdint>
+
+#include "model/matmul.h"
+
+namespace tkv {
+
+// Tiled f32 core for every weight type: a panel of rows is unpacked to f32
+// (weight_blocks.h) in chunks of 256 columns, then kMR vectors of rows x kNT
+// tokens of FMAs per step (Highway, every compiled target).
+void matmul_tiled_f32(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+
+// Int8-activation core: activations quantized per block of 32 (Q8_0-like),
+// weights unpacked to u8 codes with a scale and offset per 32 (unpack_u8),
+// integer dot products with AVX512-VNNI vpdpbusd, scaled once per block.
+// False (nothing written) when the type has no u8 unpack or the CPU / the
+// forced SIMD target cannot run the kernel.
+bool matmul_int8(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+bool int8_core_available();
+// Decode (one token) with int8 activations for Q8_0 and Q4_0: rows streamed
+// straight from their blocks, two blocks per vpdpbusd, scales applied per
+// lane. False (nothing written) for other types or without the kernel.
+bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads);
+// The scalar specification of matmul_int8: the same operations in the same
+// order (fmaf per block), so the SIMD kernel matches it bit for bit.
+void matmul_int8_ref(const Matrix& w, const float* x, int n_tok, float* y);
+
+// Activation quantization of one row (cols a multiple of 32): per block b,
+// d[b] = max|x| / 127, q = round(x / d) in -127..127, s[b] = d[b] * Σ q.
+void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, float* s);
+// The same with Highway SIMD (the dispatched target), bit for bit.
+void quantize_activations_q8_simd(const float* x, int64_t cols, int8_t* q, float* d, float* s);
+
+}  // namespace tkv

@@ -1,0 +1,28 @@
+// The per-type part of the matrix multiply: unpacking ggml weight blocks
+// (llama.cpp ggml-quants.c layouts), as floats or as unsigned 8-bit codes
+// with a scale and an offset. Scalar code; the SIMD cores call it once per
+// weight panel and reuse the result across every token of a batch.
+#pragma once
+#include <cstdint>
+
+namespace tkv {
+
+// Values per block of a ggml type (1 for F32/F16/BF16, 32, or 256 for K-quants)
+// and the bytes of one block; 0 for an unsupported type.
+int weight_block_values(uint32_t type);
+int weight_block_bytes(uint32_t type);
+
+// n values of a row starting at value k0 (k0 and n whole blocks, or any for
+// F32/F16/BF16) as floats.
+void unpack_f32(uint32_t type, const uint8_t* row, int64_t k0, int64_t n, float* out);
+
+// Whether unpack_u8 handles the type: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+// Q5_K (Q6_K has two scales per 32 values and is not one of them).
+bool has_u8_unpack(uint32_t type);
+// The 32 values of block j of a row (sub-block j for K-quants) as codes
+// u in 0..255 with value = d * u + m in exact arithmetic, d and m being the
+// floats unpack_f32 multiplies by (Q8_0: u = q + 128, m = -128 d; Q4_0:
+// u = q, m = -8 d; Q4_K: d = d_super * scale, m = -(dmin * min); ...).
+void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* d, float* m);
+
+}  // namespace tkv
