@@ -315,6 +315,8 @@ Status save_cache_file(const std::string& path, const KvCache& cache, uint64_t m
                                  : CacheLayerState::kPlain;
     hd.put<uint8_t>(static_cast<uint8_t>(states[l]));
     for (const std::string* name : {&cache.type_k(l), &cache.type_v(l)}) {
+      if (name->empty() || name->size() > 255)
+        return Status::Error("cache file: format name '" + *name + "' does not fit the header (1..255 bytes)");
       hd.put<uint8_t>(static_cast<uint8_t>(name->size()));
       hd.buf += *name;
     }
