@@ -68,10 +68,14 @@ Status attention(const AttentionArgs& a) {
   const size_t vs = a.v.token_stride ? a.v.token_stride : a.n_kv_heads * V.row_bytes;
   const size_t khs = a.k.head_stride ? a.k.head_stride : K.row_bytes;
   const size_t vhs = a.v.head_stride ? a.v.head_stride : V.row_bytes;
-  const uint8_t* k_end =
-      a.n_kv > 0 ? a.k.data + (a.n_kv - 1) * ks + (a.n_kv_heads - 1) * khs + K.row_bytes : a.k.data;
-  const uint8_t* v_end =
-      a.n_kv > 0 ? a.v.data + (a.n_kv - 1) * vs + (a.n_kv_heads - 1) * vhs + V.row_bytes : a.v.data;
+  const uint8_t* k_end = a.k.end ? a.k.end
+                         : a.n_kv > 0 ? a.k.data + (a.n_kv - 1) * ks + (a.n_kv_heads - 1) * khs + K.row_bytes
+                                      : a.k.data;
+  const uint8_t* v_end = a.v.end ? a.v.end
+                         : a.n_kv > 0 ? a.v.data + (a.n_kv - 1) * vs + (a.n_kv_heads - 1) * vhs + V.row_bytes
+                                      : a.v.data;
+  const attn::RowSource k_src{a.k.data, ks, khs, a.k.blocks, a.k.block_shift, a.k.block_bytes};
+  const attn::RowSource v_src{a.v.data, vs, vhs, a.v.blocks, a.v.block_shift, a.v.block_bytes};
   // Token-major caches are streamed a block of tokens at a time for all heads;
   // head-major caches one head at a time (each item then reads one range).
   const bool per_head = khs > ks || vhs > vs || multi;
@@ -187,12 +191,8 @@ Status attention(const AttentionArgs& a) {
     w.h1 = item.h1;
     w.r0 = item.r0;
     w.r1 = item.r1;
-    w.k_base = a.k.data;
-    w.v_base = a.v.data;
-    w.k_stride = ks;
-    w.v_stride = vs;
-    w.k_hstride = khs;
-    w.v_hstride = vhs;
+    w.k = k_src;
+    w.v = v_src;
     w.k_end = k_end;
     w.v_end = v_end;
     w.sparse_v = a.sparse_v;

@@ -16,6 +16,12 @@ namespace tkv {
 // head_stride = row_bytes, token_stride = n_kv_heads * row_bytes (the defaults).
 // Head-major (each head's rows contiguous, best for streaming): token_stride =
 // row_bytes, head_stride = capacity * row_bytes.
+//
+// Paged (a block pool, cache/block_pool.h): with `blocks`, token t lives in
+// block blocks[t >> block_shift] at data + block * block_bytes, and the
+// strides apply to t's position inside its block. The kernels read rows
+// through the table in place: no copy, and the same arithmetic as on a
+// contiguous cache (bit-identical results).
 struct KvRows {
   const Codec* codec = nullptr;
   const uint8_t* data = nullptr;
@@ -24,7 +30,17 @@ struct KvRows {
   // Optional per-KV-head codecs ([n_kv_heads], calibrated formats: one basis
   // per head), all with codec's head dim and row size; codec is then heads[0].
   const Codec* const* heads = nullptr;
+  const int32_t* blocks = nullptr;  // block table (paged), or null (contiguous)
+  int block_shift = 0;              // log2(tokens per block)
+  size_t block_bytes = 0;
+  const uint8_t* end = nullptr;     // one past the readable bytes (paged; computed otherwise)
   const Codec* head(int h) const { return heads ? heads[h] : codec; }
+  // Row (t, h), with the strides already resolved (see attention.cpp).
+  const uint8_t* row(int t, int h, size_t ts, size_t hs) const {
+    if (!blocks) return data + static_cast<size_t>(t) * ts + static_cast<size_t>(h) * hs;
+    return data + static_cast<size_t>(blocks[t >> block_shift]) * block_bytes +
+           static_cast<size_t>(t & ((1 << block_shift) - 1)) * ts + static_cast<size_t>(h) * hs;
+  }
 };
 
 struct AttnStats {

@@ -47,8 +47,8 @@ Status attention_ref(const AttentionArgs& a) {
     for (int h = 0; h < a.n_kv_heads; ++h) {
       float* kr = &K[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
       float* vr = &V[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
-      a.k.head(h)->dequantize(a.k.data + t * ks + h * khs, 1, kr, Impl::kRef);
-      a.v.head(h)->dequantize(a.v.data + t * vs + h * vhs, 1, vr, Impl::kRef);
+      a.k.head(h)->dequantize(a.k.row(t, h, ks, khs), 1, kr, Impl::kRef);
+      a.v.head(h)->dequantize(a.v.row(t, h, vs, vhs), 1, vr, Impl::kRef);
       for (int i = 0; i < d; ++i) {
         if (a.mu_k) kr[i] += a.mu_k[h * d + i];
         if (a.mu_v) vr[i] += a.mu_v[h * d + i];

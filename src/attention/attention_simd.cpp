@@ -635,19 +635,19 @@ void ByKind(Kind k, Args&&... args);
 // Fills B for rows [b0, b0+nb) of one head. With many queries (G > 4) or no
 // SIMD decoder for the layout, rows are decoded once into `dec` (f32, scale
 // folded in) so every query group reuses them; returns the kind to read B with.
-Kind PrepareRows(const RowReader& R, const TurboConsts& tc, const uint8_t* base, size_t stride, const uint8_t* end, int b0, int nb,
-                 int limit_rows, int G, BlockRows& B, float* dec) {
+Kind PrepareRows(const RowReader& R, const TurboConsts& tc, const RowSource& src, int h, const uint8_t* end, int b0,
+                 int nb, int limit_rows, int G, BlockRows& B, float* dec) {
   const int dp = R.dp;
   const bool turbo = R.layout.kind == Kind::kTurbo;
+  const bool wide_loads = turbo && R.fast;  // tq decoders load 16 bytes past a row
   B.ahead_bytes = R.row_bytes;
-  // Only a block whose last row ends near the buffer end needs copies.
-  const bool near_end = turbo && R.fast && base + static_cast<size_t>(b0 + nb - 1) * stride + R.row_bytes + 16 > end;
   for (int i = 0; i < nb; ++i) {
-    const uint8_t* row = base + static_cast<size_t>(b0 + i) * stride;
-    if (near_end) row = SafeRow(row, R.row_bytes, end, B.scratch[i]);
+    const uint8_t* row = src.at(b0 + i, h);
+    // Only a row that ends near the buffer end needs a copy.
+    if (wide_loads && row + R.row_bytes + 16 > end) row = SafeRow(row, R.row_bytes, end, B.scratch[i]);
     B.row[i] = row;
     const int fut = b0 + i + kPrefetchRows;
-    B.ahead[i] = fut < limit_rows ? base + static_cast<size_t>(fut) * stride : nullptr;
+    B.ahead[i] = fut < limit_rows ? src.at(fut, h) : nullptr;
     B.scale[i] = turbo ? RowScale<Kind::kTurbo>(row) : 1.0f;
   }
   if (R.fast && G <= 4) return R.layout.kind;
@@ -702,7 +702,7 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   float* lh = w.l + (h - w.h0) * G;
   float* acch = w.acc + static_cast<size_t>(h - w.h0) * G * dp;
   // ---- scores
-  Kind kk = PrepareRows(K, ktc, w.k_base + h * w.k_hstride, w.k_stride, w.k_end, b0, nb, w.r1, G, B, dec);
+  Kind kk = PrepareRows(K, ktc, w.k, h, w.k_end, b0, nb, w.r1, G, B, dec);
   ByKind<ScoresOp>(kk, K, ktc, B, nb, qh, G, w.limit, b0, p);
   // ---- online softmax per query over this block
   const auto neg_inf = hn::Set(df, kNegInf);
@@ -747,7 +747,7 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
       keep[i] = k;
     }
   }
-  Kind vk = PrepareRows(V, vtc, w.v_base + h * w.v_hstride, w.v_stride, w.v_end, b0, nb, w.r1, G, B, dec);
+  Kind vk = PrepareRows(V, vtc, w.v, h, w.v_end, b0, nb, w.r1, G, B, dec);
   ByKind<AccumulateOp>(vk, V, vtc, B, nb, p, G, keep, acch);
 }
 

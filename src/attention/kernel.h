@@ -23,6 +23,22 @@ struct RowReader {
   int perm[1024 + 16];      // SIMD decoders emit coordinate perm[pos] at position pos
 };
 
+// Where row (t, h) of one layer's K or V lives: base + t * stride + h *
+// hstride, or paged (blocks != null): t's block in the table, then the
+// strides inside the block (KvRows in attention.h).
+struct RowSource {
+  const uint8_t* base = nullptr;
+  size_t stride = 0, hstride = 0;
+  const int32_t* blocks = nullptr;
+  int shift = 0;
+  size_t block_bytes = 0;
+  const uint8_t* at(int t, int h) const {
+    if (!blocks) return base + static_cast<size_t>(t) * stride + static_cast<size_t>(h) * hstride;
+    return base + static_cast<size_t>(blocks[t >> shift]) * block_bytes +
+           static_cast<size_t>(t & ((1 << shift) - 1)) * stride + static_cast<size_t>(h) * hstride;
+  }
+};
+
 // One unit of work: tokens [r0, r1) of every KV head, for the G query vectors
 // of each head's group (already in K's domain and scaled); query j sees rows
 // < limit[j]. Blocks of tokens are streamed once, all heads per block, so the
@@ -33,9 +49,7 @@ struct Work {
   int G;                    // queries per head
   int h0, h1;               // heads this item computes
   int r0, r1;
-  const uint8_t* k_base;    // row (t, h) at k_base + t * k_stride + h * k_hstride
-  const uint8_t* v_base;
-  size_t k_stride, v_stride, k_hstride, v_hstride;
+  RowSource k, v;           // where row (t, h) of K / V is
   const uint8_t* k_end;     // one past the last readable byte of K / V data
   const uint8_t* v_end;
   float sparse_v;

@@ -351,10 +351,15 @@ Status save_cache_file(const std::string& path, const KvCache& cache, uint64_t m
       parts.push_back({cache.mu_v(l), size_t(H) * d * 4});
     }
     uint64_t len = 0;
+    // Each head's rows in token order: runs of a block's rows when paged.
     for (const KvRows& r : {cache.k_rows(l), cache.v_rows(l)})
       for (int h = 0; h < H; ++h) {
-        const size_t rb = r.codec->row_bytes();
-        parts.push_back({r.data + h * (r.head_stride ? r.head_stride : rb), size_t(n) * rb});
+        const size_t rb = r.codec->row_bytes(), hs = r.head_stride ? r.head_stride : rb;
+        for (int t = 0; t < n;) {
+          const int run = r.blocks ? std::min(n, ((t >> r.block_shift) + 1) << r.block_shift) - t : n - t;
+          parts.push_back({r.row(t, h, rb, hs), size_t(run) * rb});
+          t += run;
+        }
       }
     for (const auto& p : parts) len += p.second;
     if (Status s = section(len, parts); !s.ok()) return s;
@@ -365,8 +370,10 @@ Status save_cache_file(const std::string& path, const KvCache& cache, uint64_t m
 // Restores rows in place: a friend of KvCache.
 class CacheFileLoader {
  public:
+  // Into a fresh cache made by `make` (its own pool, or a shared one).
+  template <class Make>
   static Expected<LoadedCache> load(const ByteSource& src, int n_layer, int H, int d, const KvCacheOptions& co,
-                                    uint64_t model, int n_vocab) {
+                                    uint64_t model, int n_vocab, const Make& make) {
     auto hp = read_cache_header(src);
     if (!hp) return hp.status();
     const CacheFileHeader& h = *hp;
@@ -383,9 +390,12 @@ class CacheFileLoader {
     if (src.size() != h.file_bytes)
       return Status::Error((src.size() < h.file_bytes ? "truncated: " : "trailing bytes: ") + std::string("the file has ") +
                            std::to_string(src.size()) + " bytes, the header describes " + std::to_string(h.file_bytes));
-    auto made = KvCache::create(n_layer, H, d, co);
+    auto made = make();
     if (!made) return made.status();
     KvCache& c = **made;
+    if (h.n_tokens > c.capacity())
+      return Status::Error("the file holds " + std::to_string(h.n_tokens) + " tokens, more than the context of " +
+                           std::to_string(c.capacity()) + " (raise -c)");
     const uint64_t pol = co.policy ? co.policy->fingerprint() : 0;
     if (h.policy != pol)
       return mismatch(h.policy ? (pol ? "another KV policy" : "a KV policy (pass the same --kv-policy)")
@@ -399,12 +409,13 @@ class CacheFileLoader {
       return mismatch("mean centring over " + std::to_string(h.mean_rows) + " rows, this run " +
                       std::to_string(c.mean_rows()) + " (--kv-mean-center)");
     for (int l = 0; l < n_layer; ++l) {
-      const CacheLayerState want = expected_state(c, c.layers_[l], h.n_tokens);
+      const CacheLayerState want = expected_state(c, l, h.n_tokens);
       if (h.state[l] != want)
         return Status::Error("layer " + std::to_string(l) + " is " + state_name(h.state[l]) + ", a cache of " +
                              std::to_string(h.n_tokens) + " tokens with these formats is " + state_name(want));
     }
-    // Everything about the shape checked: read the sections.
+    // Everything about the shape checked: take the blocks, read the sections.
+    if (Status s = c.reserve(h.n_tokens); !s.ok()) return s;
     LoadedCache out;
     uint64_t off = h.header_bytes;
     {
@@ -451,68 +462,73 @@ class CacheFileLoader {
   }
 
  private:
-  static CacheLayerState expected_state(const KvCache& c, const KvCache::Layer& L, int n) {
-    if (c.opt_.policy) return CacheLayerState::kCentred;
-    const int m = c.mean_rows(L);
+  static CacheLayerState expected_state(const KvCache& c, int l, int n) {
+    if (c.options().policy) return CacheLayerState::kCentred;
+    const int m = c.layout().layer(l).mean_rows;
     if (m == 0 || n == 0) return CacheLayerState::kPlain;
     return n < m ? CacheLayerState::kStaging : CacheLayerState::kCentred;
   }
 
   static void prefault_rows(KvCache& c, int l, CacheLayerState st, int n) {
     if (st == CacheLayerState::kStaging) return;
-    KvCache::Layer& L = c.layers_[l];
-    for (int kv = 0; kv < 2; ++kv) {
-      const size_t rb = (kv ? L.vc : L.kc)[0]->row_bytes();
-      for (int h = 0; h < c.n_kv_heads_; ++h)
-        (kv ? L.v : L.k).prefault(size_t(h) * c.opt_.capacity * rb, size_t(n) * rb);
-    }
+    for (int k = 0; k < c.blocks_for(n); ++k) c.pool().prefault(l, c.block_table()[k]);
   }
 
   static Status read_layer(const ByteSource& src, uint64_t off, KvCache& c, int l, CacheLayerState st, int n,
                            XXH64_state_t* hs) {
-    KvCache::Layer& L = c.layers_[l];
-    const int H = c.n_kv_heads_, d = c.d_;
+    KvCache::Seq& S = c.seq_[l];
+    const int H = c.n_kv_heads(), d = c.head_dim();
     if (st == CacheLayerState::kCentred) {
-      for (std::vector<float>* mu : {&L.mu_k, &L.mu_v}) {
+      for (std::vector<float>* mu : {&S.mu_k, &S.mu_v}) {
         if (Status s = read_hashed(src, off, reinterpret_cast<uint8_t*>(mu->data()), uint64_t(H) * d * 4, hs); !s.ok())
           return s;
         off += uint64_t(H) * d * 4;
         for (float x : *mu)
           if (!std::isfinite(x)) return Status::Error("a mean vector holds a non-finite value");
       }
-      L.centred = true;
+      S.centred = true;
     }
     if (st == CacheLayerState::kStaging) {
-      const int M = c.mean_rows(L);
-      const size_t rb = c.f16_->row_bytes();
-      L.sk.assign(size_t(H) * M * rb + 64, 0);
-      L.sv.assign(size_t(H) * M * rb + 64, 0);
-      for (std::vector<uint8_t>* rows : {&L.sk, &L.sv})
+      const int M = c.layout().layer(l).mean_rows;
+      const size_t rb = c.layout().f16().row_bytes();
+      S.sk.assign(size_t(H) * M * rb + 64, 0);
+      S.sv.assign(size_t(H) * M * rb + 64, 0);
+      for (std::vector<uint8_t>* rows : {&S.sk, &S.sv})
         for (int h = 0; h < H; ++h) {
           if (Status s = read_hashed(src, off, rows->data() + size_t(h) * M * rb, uint64_t(n) * rb, hs); !s.ok()) return s;
           off += uint64_t(n) * rb;
         }
-      L.staging = true;
+      S.staging = true;
     } else {
+      const int B = c.pool().block_tokens();
       for (int kv = 0; kv < 2; ++kv) {
-        const size_t rb = (kv ? L.vc : L.kc)[0]->row_bytes();
-        HugeBuffer& buf = kv ? L.v : L.k;
-        uint8_t* base = buf.data();
-        for (int h = 0; h < H; ++h) {
-          if (Status s = read_hashed(src, off, base + (size_t(h) * c.opt_.capacity) * rb, uint64_t(n) * rb, hs); !s.ok())
-            return s;
-          off += uint64_t(n) * rb;
-        }
+        const size_t rb = kv ? c.layout().layer(l).v_row : c.layout().layer(l).k_row;
+        for (int h = 0; h < H; ++h)
+          for (int t = 0; t < n;) {  // a block's run of this head's rows at a time
+            const int run = std::min(n, (t / B + 1) * B) - t;
+            uint8_t* dst = kv ? c.v_row(l, t, h) : c.k_row(l, t, h);
+            if (Status s = read_hashed(src, off, dst, uint64_t(run) * rb, hs); !s.ok()) return s;
+            off += uint64_t(run) * rb;
+            t += run;
+          }
       }
     }
-    L.written = n;
+    S.written = n;
     return Status::Ok();
   }
 };
 
 Expected<LoadedCache> load_cache_file(const ByteSource& src, int n_layer, int n_kv_heads, int head_dim,
                                       const KvCacheOptions& co, uint64_t model, int n_vocab) {
-  return CacheFileLoader::load(src, n_layer, n_kv_heads, head_dim, co, model, n_vocab);
+  return CacheFileLoader::load(src, n_layer, n_kv_heads, head_dim, co, model, n_vocab,
+                               [&] { return KvCache::create(n_layer, n_kv_heads, head_dim, co); });
+}
+
+Expected<LoadedCache> load_cache_file_into(const ByteSource& src, const std::shared_ptr<BlockPool>& pool, int capacity,
+                                           uint64_t model, int n_vocab) {
+  const KvLayout& L = pool->layout();
+  return CacheFileLoader::load(src, L.n_layer(), L.n_kv_heads(), L.head_dim(), L.options(), model, n_vocab,
+                               [&] { return KvCache::create_in(pool, capacity); });
 }
 
 Expected<LoadedCache> load_cache_file(const std::string& path, int n_layer, int n_kv_heads, int head_dim,

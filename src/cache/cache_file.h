@@ -75,6 +75,10 @@ struct LoadedCache {
 // it; the cache is returned only when everything checked out.
 Expected<LoadedCache> load_cache_file(const ByteSource& src, int n_layer, int n_kv_heads, int head_dim,
                                       const KvCacheOptions& co, uint64_t model, int n_vocab);
+// The same into a new sequence of a shared pool (a server's slot restore):
+// the file must match the pool's layout; its blocks come from the pool.
+Expected<LoadedCache> load_cache_file_into(const ByteSource& src, const std::shared_ptr<BlockPool>& pool, int capacity,
+                                           uint64_t model, int n_vocab);
 Expected<LoadedCache> load_cache_file(const std::string& path, int n_layer, int n_kv_heads, int head_dim,
                                       const KvCacheOptions& co, uint64_t model, int n_vocab);
 

@@ -1,167 +1,90 @@
 #include "cache/kv_cache.h"
 
 #include <algorithm>
-#include <iterator>
-#include <map>
-#include <mutex>
 #include <string>
 
 namespace tkv {
 
-namespace {
-
-using Codecs = std::vector<std::shared_ptr<const Codec>>;
-
-// The codecs of one layer's K or V: a calibrated format gets one per KV head.
-Status make_layer_codecs(const std::string& name, const KvPolicyEntry* cal, int H, int d, uint64_t seed, Codecs& out) {
-  if (is_calibrated_format(name)) {
-    if (!cal) return Status::Error(name + " needs a calibration: pass --kv-policy FILE from `turbokv calibrate`");
-    for (int h = 0; h < H; ++h) {
-      auto c = make_calibrated_codec(name, cal->heads[h]);
-      if (!c) return c.status();
-      out.push_back(std::move(*c));
-    }
-    return Status::Ok();
-  }
-  auto c = make_codec(name, d, seed);
-  if (!c) return c.status();
-  out.push_back(std::move(*c));
-  return Status::Ok();
-}
-
-// Calibrated codecs cost O(d^3) each to build (basis check, run mixing), and
-// tools build a cache per chunk or trial: they are kept per live policy
-// object (a policy is immutable behind its shared_ptr; a dead one's entry is
-// dropped, so a reused address is never mistaken for it).
-struct PolicyCodecs {
-  std::weak_ptr<const KvPolicy> owner;
-  std::vector<Codecs> k, v;  // per layer
-};
-std::mutex g_policy_mu;
-std::map<const KvPolicy*, PolicyCodecs> g_policy_codecs;
-
-Status policy_layer_codecs(const std::shared_ptr<const KvPolicy>& pol, int l, bool is_v, int H, int d, uint64_t seed,
-                           Codecs& out) {
-  const KvPolicyEntry& e = is_v ? pol->v[l] : pol->k[l];
-  if (!is_calibrated_format(e.format)) return make_layer_codecs(e.format, &e, H, d, seed, out);
-  std::lock_guard<std::mutex> lock(g_policy_mu);
-  for (auto it = g_policy_codecs.begin(); it != g_policy_codecs.end();)
-    it = it->second.owner.expired() ? g_policy_codecs.erase(it) : std::next(it);
-  PolicyCodecs& pc = g_policy_codecs[pol.get()];
-  if (pc.owner.lock() != pol) pc = PolicyCodecs{pol, std::vector<Codecs>(pol->n_layer), std::vector<Codecs>(pol->n_layer)};
-  Codecs& cached = is_v ? pc.v[l] : pc.k[l];
-  if (cached.empty()) {
-    Status s = make_layer_codecs(e.format, &e, H, d, seed, cached);
-    if (!s.ok()) {
-      cached.clear();
-      return s;
-    }
-  }
-  out = cached;
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o) {
-  // Plain formats with the -ip norm (the lowest KLD per bit among plain
-  // formats on ref-5m, RESULTS §6); K one half-bit step above V (score errors
-  // are amplified by the softmax: tq4.5-ip/tq4-ip beat tq4-ip/tq4.5-ip's
-  // mirror image on ref-5m); the first and last layers one step wider still,
-  // a cheap insurance (2 layers of n) against the layers that were the most
-  // sensitive in calibrate's per-layer measurements (the last ones on ref-5m).
-  std::string k_mid, v_mid, k_edge, v_edge;
-  if (preset == "quality") {
-    k_mid = "tq5-ip"; v_mid = "tq4.5-ip"; k_edge = "tq6-ip"; v_edge = "tq5-ip";
-  } else if (preset == "balanced") {
-    k_mid = "tq4.5-ip"; v_mid = "tq4-ip"; k_edge = "tq5-ip"; v_edge = "tq4.5-ip";
-  } else if (preset == "compact") {
-    k_mid = "tq3.5-ip"; v_mid = "tq3-ip"; k_edge = "tq4-ip"; v_edge = "tq3.5-ip";
-  } else {
-    return Status::Error("unknown --kv-preset '" + preset + "' (quality, balanced or compact)");
-  }
-  o.layer_type_k.assign(n_layer, k_mid);
-  o.layer_type_v.assign(n_layer, v_mid);
-  for (int l : {0, n_layer - 1}) {
-    o.layer_type_k[l] = k_edge;
-    o.layer_type_v[l] = v_edge;
-  }
-  return Status::Ok();
-}
-
 Expected<std::unique_ptr<KvCache>> KvCache::create(int n_layer, int n_kv_heads, int head_dim,
                                                    const KvCacheOptions& o) {
-  if (n_layer < 1 || n_kv_heads < 1) return Status::Error("kv cache: need at least one layer and one KV head");
-  if (o.capacity < 1) return Status::Error("kv cache: capacity must be at least 1 token");
-  const KvPolicy* pol = o.policy.get();
-  if (pol && (pol->n_layer != n_layer || pol->n_kv_heads != n_kv_heads || pol->head_dim != head_dim))
-    return Status::Error("kv policy is for " + std::to_string(pol->n_layer) + " layers x " +
-                         std::to_string(pol->n_kv_heads) + " KV heads x d " + std::to_string(pol->head_dim) +
-                         ", the model has " + std::to_string(n_layer) + " x " + std::to_string(n_kv_heads) + " x " +
-                         std::to_string(head_dim));
-  for (const auto* list : {&o.layer_type_k, &o.layer_type_v})
-    if (!list->empty() && list->size() != static_cast<size_t>(n_layer))
-      return Status::Error("kv cache: " + std::to_string(list->size()) + " per-layer formats for " +
-                           std::to_string(n_layer) + " layers");
+  auto layout = KvLayout::create(n_layer, n_kv_heads, head_dim, o);
+  if (!layout) return layout.status();
+  // 256-token blocks (a head's block of tq4 rows at d 128 is 17 KiB, long
+  // enough to stream); a smaller context gets one block of its size.
+  int block = 256;
+  while (block > 16 && block / 2 >= o.capacity) block /= 2;
+  auto pool = BlockPool::create(std::move(*layout), block, (int64_t(o.capacity) + block - 1) / block);
+  if (!pool) return pool.status();
+  return create_in(std::move(*pool), o.capacity);
+}
+
+Expected<std::unique_ptr<KvCache>> KvCache::create_in(std::shared_ptr<BlockPool> pool, int capacity) {
+  if (!pool) return Status::Error("kv cache: no block pool");
+  if (capacity < 1) return Status::Error("kv cache: capacity must be at least 1 token");
   auto c = std::unique_ptr<KvCache>(new KvCache());
-  c->opt_ = o;
-  c->n_kv_heads_ = n_kv_heads;
-  c->d_ = head_dim;
-  c->f16_ = std::move(*make_codec("f16", head_dim));
-  c->layers_.resize(n_layer);
-  for (int l = 0; l < n_layer; ++l) {
-    Layer& L = c->layers_[l];
-    const std::string& tk = o.layer_type_k.empty() ? o.type_k : o.layer_type_k[l];  // without a policy
-    const std::string& tv = o.layer_type_v.empty() ? o.type_v : o.layer_type_v[l];
-    const uint64_t vseed = o.seed ^ 0x5555555555555555ull;
-    Status s = pol ? policy_layer_codecs(o.policy, l, false, n_kv_heads, head_dim, o.seed, L.kc)
-                   : make_layer_codecs(tk, nullptr, n_kv_heads, head_dim, o.seed, L.kc);
-    if (!s.ok()) return Status::Error("cache type K (layer " + std::to_string(l) + "): " + s.message());
-    s = pol ? policy_layer_codecs(o.policy, l, true, n_kv_heads, head_dim, vseed, L.vc)
-            : make_layer_codecs(tv, nullptr, n_kv_heads, head_dim, vseed, L.vc);
-    if (!s.ok()) return Status::Error("cache type V (layer " + std::to_string(l) + "): " + s.message());
-    for (auto& x : L.kc) L.kp.push_back(x.get());
-    for (auto& x : L.vc) L.vp.push_back(x.get());
-    // 64 spare bytes: kernels may read a little past the last row.
-    L.k = HugeBuffer(L.kc[0]->row_bytes() * size_t(n_kv_heads) * o.capacity + 64);
-    L.v = HugeBuffer(L.vc[0]->row_bytes() * size_t(n_kv_heads) * o.capacity + 64);
-    L.mu_k.assign(size_t(n_kv_heads) * head_dim, 0.0f);
-    L.mu_v.assign(size_t(n_kv_heads) * head_dim, 0.0f);
+  c->layout_ = pool->layout_ptr();
+  c->pool_ = std::move(pool);
+  c->capacity_ = capacity;
+  const KvLayout& L = *c->layout_;
+  const int H = L.n_kv_heads(), d = L.head_dim();
+  c->seq_.resize(L.n_layer());
+  const KvPolicy* pol = L.options().policy.get();
+  for (int l = 0; l < L.n_layer(); ++l) {
+    Seq& S = c->seq_[l];
+    S.mu_k.assign(size_t(H) * d, 0.0f);
+    S.mu_v.assign(size_t(H) * d, 0.0f);
     if (pol) {  // means from the calibration, from the first token on
-      for (int h = 0; h < n_kv_heads; ++h)
-        for (int i = 0; i < head_dim; ++i) {
-          L.mu_k[h * head_dim + i] = pol->k[l].heads[h].mean[i];
-          L.mu_v[h * head_dim + i] = pol->v[l].heads[h].mean[i];
+      for (int h = 0; h < H; ++h)
+        for (int i = 0; i < d; ++i) {
+          S.mu_k[h * d + i] = pol->k[l].heads[h].mean[i];
+          S.mu_v[h * d + i] = pol->v[l].heads[h].mean[i];
         }
-      L.centred = true;
+      S.centred = true;
     }
   }
   return c;
 }
 
+KvCache::~KvCache() {
+  for (int32_t b : table_) pool_->release(b);
+}
+
 size_t KvCache::k_bytes() const {
   size_t b = 0;
-  for (const auto& L : layers_) b += L.kc[0]->row_bytes() * size_t(n_kv_heads_) * opt_.capacity;
+  for (int l = 0; l < n_layer(); ++l) b += layout_->layer(l).k_row * size_t(n_kv_heads()) * capacity_;
   return b;
 }
 size_t KvCache::v_bytes() const {
   size_t b = 0;
-  for (const auto& L : layers_) b += L.vc[0]->row_bytes() * size_t(n_kv_heads_) * opt_.capacity;
+  for (int l = 0; l < n_layer(); ++l) b += layout_->layer(l).v_row * size_t(n_kv_heads()) * capacity_;
   return b;
 }
 double KvCache::k_bits_per_value() const {
   double s = 0;
-  for (const auto& L : layers_) s += L.kc[0]->bits_per_value();
-  return s / static_cast<double>(layers_.size());
+  for (int l = 0; l < n_layer(); ++l) s += layout_->layer(l).kc[0]->bits_per_value();
+  return s / n_layer();
 }
 double KvCache::v_bits_per_value() const {
   double s = 0;
-  for (const auto& L : layers_) s += L.vc[0]->bits_per_value();
-  return s / static_cast<double>(layers_.size());
+  for (int l = 0; l < n_layer(); ++l) s += layout_->layer(l).vc[0]->bits_per_value();
+  return s / n_layer();
 }
 
-void KvCache::fix_mean(Layer& L, int n, const float* k, const float* v) {
-  const int H = n_kv_heads_, d = d_;
+uint8_t* KvCache::k_row(int layer, int t, int h) {
+  const BlockPool& P = *pool_;
+  const size_t rb = layout_->layer(layer).k_row;
+  return pool_->k_base(layer) + size_t(table_[t >> P.block_shift()]) * P.k_block_bytes(layer) +
+         (size_t(h) * P.block_tokens() + (t & (P.block_tokens() - 1))) * rb;
+}
+uint8_t* KvCache::v_row(int layer, int t, int h) {
+  const BlockPool& P = *pool_;
+  const size_t rb = layout_->layer(layer).v_row;
+  return pool_->v_base(layer) + size_t(table_[t >> P.block_shift()]) * P.v_block_bytes(layer) +
+         (size_t(h) * P.block_tokens() + (t & (P.block_tokens() - 1))) * rb;
+}
+
+void KvCache::fix_mean(Seq& S, int n, const float* k, const float* v) {
+  const int H = n_kv_heads(), d = head_dim();
   for (int h = 0; h < H; ++h)
     for (int i = 0; i < d; ++i) {
       double sk = 0, sv = 0;
@@ -169,44 +92,33 @@ void KvCache::fix_mean(Layer& L, int n, const float* k, const float* v) {
         sk += k[(size_t(t) * H + h) * d + i];
         sv += v[(size_t(t) * H + h) * d + i];
       }
-      L.mu_k[h * d + i] = static_cast<float>(sk / n);
-      L.mu_v[h * d + i] = static_cast<float>(sv / n);
+      S.mu_k[h * d + i] = static_cast<float>(sk / n);
+      S.mu_v[h * d + i] = static_cast<float>(sv / n);
     }
-  L.centred = true;
+  S.centred = true;
 }
 
-Status KvCache::quantize_rows(Layer& L, int layer, int pos, int n, const float* k, const float* v) {
-  const int H = n_kv_heads_, d = d_;
+Status KvCache::quantize_rows(int layer, int pos, int n, const float* k, const float* v) {
+  const int H = n_kv_heads(), d = head_dim();
+  const LayerCodecs& L = layout_->layer(layer);
+  const Seq& S = seq_[layer];
   std::vector<float> row(d);
-  const size_t krb = L.kc[0]->row_bytes(), vrb = L.vc[0]->row_bytes();
   for (int t = 0; t < n; ++t)
     for (int h = 0; h < H; ++h) {
       const float* kr = k + (size_t(t) * H + h) * d;
       const float* vr = v + (size_t(t) * H + h) * d;
-      for (int i = 0; i < d; ++i) row[i] = kr[i] - (L.centred ? L.mu_k[h * d + i] : 0.0f);
-      Status s = L.k_codec(h)->quantize(row.data(), 1, L.k.data() + (size_t(h) * opt_.capacity + pos + t) * krb);
+      for (int i = 0; i < d; ++i) row[i] = kr[i] - (S.centred ? S.mu_k[h * d + i] : 0.0f);
+      Status s = L.k_codec(h)->quantize(row.data(), 1, k_row(layer, pos + t, h));
       if (!s.ok())
         return Status::Error("layer " + std::to_string(layer) + " K, token " + std::to_string(pos + t) + ", head " +
                              std::to_string(h) + ": " + s.message());
-      for (int i = 0; i < d; ++i) row[i] = vr[i] - (L.centred ? L.mu_v[h * d + i] : 0.0f);
-      s = L.v_codec(h)->quantize(row.data(), 1, L.v.data() + (size_t(h) * opt_.capacity + pos + t) * vrb);
+      for (int i = 0; i < d; ++i) row[i] = vr[i] - (S.centred ? S.mu_v[h * d + i] : 0.0f);
+      s = L.v_codec(h)->quantize(row.data(), 1, v_row(layer, pos + t, h));
       if (!s.ok())
         return Status::Error("layer " + std::to_string(layer) + " V, token " + std::to_string(pos + t) + ", head " +
                              std::to_string(h) + ": " + s.message());
     }
   return Status::Ok();
-}
-
-int KvCache::mean_rows(const Layer& L) const {
-  if (opt_.policy || !opt_.mean_center || opt_.mean_tokens <= 0) return 0;
-  if (L.kc[0]->family() != FormatFamily::kTurbo && L.vc[0]->family() != FormatFamily::kTurbo) return 0;
-  return std::min(opt_.mean_tokens, opt_.capacity);
-}
-
-int KvCache::mean_rows() const {
-  int m = 0;
-  for (const auto& L : layers_) m = std::max(m, mean_rows(L));
-  return m;
 }
 
 int KvCache::keepable_prefix(int n) const {
@@ -218,104 +130,207 @@ int KvCache::keepable_prefix(int n) const {
   return n;
 }
 
+Status KvCache::own_block(int index) {
+  const int32_t b = pool_->make_writable(table_[index]);
+  if (b < 0) return Status::Error("kv cache: no free block to copy a shared block into (KV pool exhausted)");
+  table_[index] = b;
+  return Status::Ok();
+}
+
 Status KvCache::truncate(int n) {
   if (n < 0 || n > n_tokens())
     return Status::Error("kv cache: cannot keep " + std::to_string(n) + " of " + std::to_string(n_tokens()) + " tokens");
   if (keepable_prefix(n) != n)
     return Status::Error("kv cache: the means were fixed from the first " + std::to_string(mean_rows()) +
                          " tokens; a prefix of " + std::to_string(n) + " cannot be kept");
-  for (auto& L : layers_) {
-    L.written = n;
-    if (n == 0 && !opt_.policy) {  // back to an empty sequence: staging and means start again
-      L.staging = false;
-      L.centred = false;
-      L.sk.clear();
-      L.sv.clear();
+  const size_t keep = static_cast<size_t>(blocks_for(n));
+  while (table_.size() > keep) {
+    pool_->release(table_.back());
+    table_.pop_back();
+  }
+  // The last kept block will be written again from position n on: it must
+  // not be another sequence's (or the prefix cache's) any more.
+  if (n % pool_->block_tokens() != 0)
+    if (Status s = own_block(static_cast<int>(keep) - 1); !s.ok()) return s;
+  for (auto& S : seq_) {
+    S.written = n;
+    if (n == 0 && !options().policy) {  // back to an empty sequence: staging and means start again
+      S.staging = false;
+      S.centred = false;
+      S.sk.clear();
+      S.sv.clear();
     }
   }
   return Status::Ok();
 }
 
-Status KvCache::append(int layer, int pos, int n, const float* k, const float* v) {
-  if (layer < 0 || layer >= static_cast<int>(layers_.size())) return Status::Error("kv cache: bad layer " + std::to_string(layer));
-  Layer& L = layers_[layer];
-  if (pos != L.written) return Status::Error("kv cache: layer " + std::to_string(layer) + " expects position " +
-                                             std::to_string(L.written) + ", got " + std::to_string(pos));
-  if (n < 1) return Status::Error("kv cache: nothing to append");
-  if (pos + n > opt_.capacity)
-    return Status::Error("kv cache full: " + std::to_string(pos + n) + " tokens > capacity " + std::to_string(opt_.capacity) +
+Status KvCache::reserve(int n) {
+  if (n > capacity_)
+    return Status::Error("kv cache full: " + std::to_string(n) + " tokens > capacity " + std::to_string(capacity_) +
                          " (raise -c)");
-  const int H = n_kv_heads_, d = d_;
-  const int M = mean_rows(L);
+  const size_t need = static_cast<size_t>(blocks_for(n));
+  const size_t had = table_.size();
+  while (table_.size() < need) {
+    const int32_t b = pool_->allocate();
+    if (b < 0) {
+      const size_t missing = need - table_.size();
+      while (table_.size() > had) {
+        pool_->release(table_.back());
+        table_.pop_back();
+      }
+      return Status::Error("KV pool exhausted: " + std::to_string(n) + " tokens need " + std::to_string(missing) +
+                           " more blocks of " + std::to_string(pool_->block_tokens()) + " tokens, none is free");
+    }
+    table_.push_back(b);
+  }
+  return Status::Ok();
+}
+
+std::shared_ptr<const SequenceMeans> KvCache::means() const {
+  auto m = std::make_shared<SequenceMeans>();
+  for (const Seq& S : seq_) {
+    m->k.push_back(S.centred ? S.mu_k : std::vector<float>());
+    m->v.push_back(S.centred ? S.mu_v : std::vector<float>());
+  }
+  return m;
+}
+
+int KvCache::share_prefix(const int32_t* tokens, int max_tokens) {
+  if (n_tokens() != 0 || !table_.empty()) return 0;
+  const int B = pool_->block_tokens();
+  uint64_t key = 0;
+  std::shared_ptr<const SequenceMeans> m;
+  for (int k = 0; (k + 1) * B <= std::min(max_tokens, capacity_); ++k) {
+    key = BlockPool::chain_hash(key, tokens + size_t(k) * B, B);
+    const int32_t b = pool_->lookup(key, tokens + size_t(k) * B, k == 0 ? &m : nullptr);
+    if (b < 0) break;
+    table_.push_back(b);
+  }
+  const int n = static_cast<int>(table_.size()) * B;
+  const bool usable = n > 0 && n >= mean_rows() && m && m->k.size() == seq_.size();
+  pool_->count_share(usable ? static_cast<int>(table_.size()) : 0);
+  if (!usable) {
+    for (int32_t b : table_) pool_->release(b);
+    table_.clear();
+    return 0;
+  }
+  for (size_t l = 0; l < seq_.size(); ++l) {
+    Seq& S = seq_[l];
+    if (!m->k[l].empty()) {
+      S.mu_k = m->k[l];
+      S.mu_v = m->v[l];
+      S.centred = true;
+    }
+    S.staging = false;
+    S.written = n;
+  }
+  return n;
+}
+
+void KvCache::publish(const int32_t* tokens) {
+  for (const Seq& S : seq_)
+    if (S.staging || S.written != n_tokens()) return;  // rows not final yet
+  const int B = pool_->block_tokens(), full = n_tokens() / B;
+  if (full == 0) return;
+  const auto m = means();
+  uint64_t key = 0;
+  for (int k = 0; k < full; ++k) {
+    key = BlockPool::chain_hash(key, tokens + size_t(k) * B, B);
+    pool_->publish(table_[k], key, tokens + size_t(k) * B, k == 0 ? m : nullptr);
+  }
+}
+
+Status KvCache::append(int layer, int pos, int n, const float* k, const float* v) {
+  if (layer < 0 || layer >= n_layer()) return Status::Error("kv cache: bad layer " + std::to_string(layer));
+  Seq& S = seq_[layer];
+  if (pos != S.written) return Status::Error("kv cache: layer " + std::to_string(layer) + " expects position " +
+                                             std::to_string(S.written) + ", got " + std::to_string(pos));
+  if (n < 1) return Status::Error("kv cache: nothing to append");
+  if (Status s = reserve(pos + n); !s.ok()) return s;
+  const int H = n_kv_heads(), d = head_dim();
+  const Codec& f16 = layout_->f16();
+  const int M = layout_->layer(layer).mean_rows;
   if (pos == 0 && M > 0) {
     if (n >= M) {  // enough in the first batch: mu from its first M rows now
-      fix_mean(L, M, k, v);
+      fix_mean(S, M, k, v);
     } else {
-      L.staging = true;
-      L.sk.assign(size_t(H) * M * f16_->row_bytes() + 64, 0);
-      L.sv.assign(size_t(H) * M * f16_->row_bytes() + 64, 0);
+      S.staging = true;
+      S.sk.assign(size_t(H) * M * f16.row_bytes() + 64, 0);
+      S.sv.assign(size_t(H) * M * f16.row_bytes() + 64, 0);
     }
   }
-  if (L.staging) {
-    const size_t rb = f16_->row_bytes();
+  if (S.staging) {
+    const size_t rb = f16.row_bytes();
     for (int t = 0; t < n && pos + t < M; ++t)
       for (int h = 0; h < H; ++h) {
-        Status s = f16_->quantize(k + (size_t(t) * H + h) * d, 1, L.sk.data() + (size_t(h) * M + pos + t) * rb);
-        if (s.ok()) s = f16_->quantize(v + (size_t(t) * H + h) * d, 1, L.sv.data() + (size_t(h) * M + pos + t) * rb);
+        Status s = f16.quantize(k + (size_t(t) * H + h) * d, 1, S.sk.data() + (size_t(h) * M + pos + t) * rb);
+        if (s.ok()) s = f16.quantize(v + (size_t(t) * H + h) * d, 1, S.sv.data() + (size_t(h) * M + pos + t) * rb);
         if (!s.ok())
           return Status::Error("layer " + std::to_string(layer) + ", token " + std::to_string(pos + t) + ": " + s.message());
       }
-    L.written = pos + n;
-    if (L.written < M) return Status::Ok();
+    S.written = pos + n;
+    if (S.written < M) return Status::Ok();
     // Enough rows seen: mu from the first M rows (the staged ones as the cache
     // holds them, in f16), then quantize all.
-    const int total = L.written;
+    const int total = S.written;
     std::vector<float> kall(size_t(total) * H * d), vall(kall.size());
     const int staged = std::min(pos, M);
     for (int t = 0; t < staged; ++t)
       for (int h = 0; h < H; ++h) {
-        f16_->dequantize(L.sk.data() + (size_t(h) * M + t) * rb, 1, &kall[(size_t(t) * H + h) * d]);
-        f16_->dequantize(L.sv.data() + (size_t(h) * M + t) * rb, 1, &vall[(size_t(t) * H + h) * d]);
+        f16.dequantize(S.sk.data() + (size_t(h) * M + t) * rb, 1, &kall[(size_t(t) * H + h) * d]);
+        f16.dequantize(S.sv.data() + (size_t(h) * M + t) * rb, 1, &vall[(size_t(t) * H + h) * d]);
       }
     std::copy(k, k + size_t(n) * H * d, kall.begin() + size_t(pos) * H * d);
     std::copy(v, v + size_t(n) * H * d, vall.begin() + size_t(pos) * H * d);
-    fix_mean(L, M, kall.data(), vall.data());
-    L.staging = false;
-    L.sk.clear();
-    L.sk.shrink_to_fit();
-    L.sv.clear();
-    L.sv.shrink_to_fit();
-    return quantize_rows(L, layer, 0, total, kall.data(), vall.data());
+    fix_mean(S, M, kall.data(), vall.data());
+    S.staging = false;
+    S.sk.clear();
+    S.sk.shrink_to_fit();
+    S.sv.clear();
+    S.sv.shrink_to_fit();
+    return quantize_rows(layer, 0, total, kall.data(), vall.data());
   }
-  Status s = quantize_rows(L, layer, pos, n, k, v);
+  Status s = quantize_rows(layer, pos, n, k, v);
   if (!s.ok()) return s;
-  L.written = pos + n;
+  S.written = pos + n;
   return Status::Ok();
 }
 
 size_t KvCache::staging_bytes() const {
   size_t b = 0;
-  for (const auto& l : layers_) b += l.sk.size() + l.sv.size();
+  for (const auto& S : seq_) b += S.sk.size() + S.sv.size();
   return b;
 }
 
 KvRows KvCache::k_rows(int layer) const {
-  if (layers_[layer].staging) {
-    const size_t rb = f16_->row_bytes();
-    return {f16_.get(), layers_[layer].sk.data(), rb, rb * mean_rows(layers_[layer])};
+  const Seq& S = seq_[layer];
+  if (S.staging) {
+    const size_t rb = layout_->f16().row_bytes();
+    return {&layout_->f16(), S.sk.data(), rb, rb * layout_->layer(layer).mean_rows};
   }
-  const Layer& L = layers_[layer];
-  const size_t rb = L.kc[0]->row_bytes();
-  return {L.kp[0], L.k.data(), rb, rb * opt_.capacity, L.kp.size() > 1 ? L.kp.data() : nullptr};
+  const LayerCodecs& L = layout_->layer(layer);
+  const BlockPool& P = *pool_;
+  KvRows r{L.kp[0], P.k_base(layer), L.k_row, L.k_row * P.block_tokens(), L.kp.size() > 1 ? L.kp.data() : nullptr};
+  r.blocks = table_.data();
+  r.block_shift = P.block_shift();
+  r.block_bytes = P.k_block_bytes(layer);
+  r.end = P.k_end(layer);
+  return r;
 }
 KvRows KvCache::v_rows(int layer) const {
-  if (layers_[layer].staging) {
-    const size_t rb = f16_->row_bytes();
-    return {f16_.get(), layers_[layer].sv.data(), rb, rb * mean_rows(layers_[layer])};
+  const Seq& S = seq_[layer];
+  if (S.staging) {
+    const size_t rb = layout_->f16().row_bytes();
+    return {&layout_->f16(), S.sv.data(), rb, rb * layout_->layer(layer).mean_rows};
   }
-  const Layer& L = layers_[layer];
-  const size_t rb = L.vc[0]->row_bytes();
-  return {L.vp[0], L.v.data(), rb, rb * opt_.capacity, L.vp.size() > 1 ? L.vp.data() : nullptr};
+  const LayerCodecs& L = layout_->layer(layer);
+  const BlockPool& P = *pool_;
+  KvRows r{L.vp[0], P.v_base(layer), L.v_row, L.v_row * P.block_tokens(), L.vp.size() > 1 ? L.vp.data() : nullptr};
+  r.blocks = table_.data();
+  r.block_shift = P.block_shift();
+  r.block_bytes = P.v_block_bytes(layer);
+  r.end = P.v_end(layer);
+  return r;
 }
 
 }  // namespace tkv
