@@ -24,8 +24,9 @@ ApiError bad(std::string param, std::string message) {
 std::optional<ApiError> parse_object(std::string_view body, json& j) {
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    return bad("", std::string("request body is not valid JSON: ") + e.what());
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
+    // The message quotes the offending bytes, which may be the bad UTF-8 itself.
+    return bad("", utf8_sanitize(std::string("request body is not valid JSON: ") + e.what()));
   }
   if (!j.is_object()) return bad("", "request body must be a JSON object");
   return std::nullopt;
