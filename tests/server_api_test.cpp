@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -439,6 +440,295 @@ TEST(ServerApi, ZeroPenaltiesKeepSamplingIdentical) {
     EXPECT_EQ(x, sb.sample(logits.data(), 50, hist, hist.size() / 2));
     hist.push_back(x);
   }
+}
+
+
+// ------------------------------------------------------------- ChatTemplate
+
+const std::vector<ChatMessage> kConversation = {
+    {"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}};
+
+ChatTemplate named(const std::string& n) {
+  auto t = chat_template_named(n);
+  EXPECT_TRUE(t.ok()) << n;
+  return *t;
+}
+
+TEST(ChatTemplate, NamedTemplates) {
+  const std::vector<std::pair<std::string, ChatFormat>> all = {
+      {"chatml", ChatFormat::kChatML}, {"llama3", ChatFormat::kLlama3}, {"llama2", ChatFormat::kLlama2},
+      {"mistral", ChatFormat::kMistral}, {"gemma", ChatFormat::kGemma}, {"phi3", ChatFormat::kPhi3},
+      {"zephyr", ChatFormat::kZephyr}};
+  for (const auto& [n, f] : all) {
+    auto t = chat_template_named(n);
+    ASSERT_TRUE(t.ok()) << n;
+    EXPECT_EQ(t->format, f);
+    EXPECT_EQ(t->name, n);
+    EXPECT_FALSE(t->fallback);
+  }
+  auto bad = chat_template_named("vicuna");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("vicuna"), std::string::npos);
+  for (const auto& [n, f] : all) EXPECT_NE(bad.error().find(n), std::string::npos) << bad.error();
+}
+
+TEST(ChatTemplate, ChatML) {
+  EXPECT_EQ(render_chat(named("chatml"), kConversation, "<s>", "</s>"),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
+            "<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(render_chat(named("chatml"), {{"system", "S"}, {"user", "U"}}, "", ""),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(render_chat(named("chatml"), {{"user", " U "}}, "", "", false), "<|im_start|>user\n U <|im_end|>\n");
+}
+
+TEST(ChatTemplate, Llama3) {
+  EXPECT_EQ(render_chat(named("llama3"), kConversation, "<|begin_of_text|>", "<|end_of_text|>"),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nU1<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nA1<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nU2<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  // The template trims each message's content.
+  EXPECT_EQ(render_chat(named("llama3"), {{"user", "\n hi \n"}}, "<B>", "", false),
+            "<B><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>");
+}
+
+TEST(ChatTemplate, Llama2FoldsSystemIntoFirstInst) {
+  EXPECT_EQ(render_chat(named("llama2"), kConversation, "<s>", "</s>"),
+            "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1 </s><s>[INST] U2 [/INST]");
+  EXPECT_EQ(render_chat(named("llama2"), {{"user", " U "}}, "<s>", "</s>"), "<s>[INST] U [/INST]");
+}
+
+TEST(ChatTemplate, MistralV1) {
+  EXPECT_EQ(render_chat(named("mistral"), {{"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}}, "<s>", "</s>"),
+            "<s>[INST] U1 [/INST]A1</s>[INST] U2 [/INST]");
+  // No system role: it leads the first user turn.
+  EXPECT_EQ(render_chat(named("mistral"), kConversation, "<s>", "</s>"),
+            "<s>[INST] S\n\nU1 [/INST]A1</s>[INST] U2 [/INST]");
+}
+
+TEST(ChatTemplate, GemmaPrependsSystemToFirstUserTurn) {
+  EXPECT_EQ(render_chat(named("gemma"), kConversation, "<bos>", "<eos>"),
+            "<bos><start_of_turn>user\nS\n\nU1<end_of_turn>\n<start_of_turn>model\nA1<end_of_turn>\n"
+            "<start_of_turn>user\nU2<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(render_chat(named("gemma"), {{"user", " hi "}}, "<bos>", "<eos>", false),
+            "<bos><start_of_turn>user\nhi<end_of_turn>\n");
+}
+
+TEST(ChatTemplate, Phi3) {
+  EXPECT_EQ(render_chat(named("phi3"), kConversation, "<s>", "<|endoftext|>"),
+            "<|system|>\nS<|end|>\n<|user|>\nU1<|end|>\n<|assistant|>\nA1<|end|>\n<|user|>\nU2<|end|>\n"
+            "<|assistant|>\n");
+  // Without a generation prompt the template closes with EOS.
+  EXPECT_EQ(render_chat(named("phi3"), {{"user", "U"}}, "<s>", "<|endoftext|>", false),
+            "<|user|>\nU<|end|>\n<|endoftext|>");
+}
+
+TEST(ChatTemplate, Zephyr) {
+  EXPECT_EQ(render_chat(named("zephyr"), kConversation, "<s>", "</s>"),
+            "<|system|>\nS</s>\n<|user|>\nU1</s>\n<|assistant|>\nA1</s>\n<|user|>\nU2</s>\n<|assistant|>\n");
+}
+
+TEST(ChatTemplate, BosOnlyWhereTheTemplateWritesIt) {
+  for (const auto& n : chat_template_names()) {
+    const ChatTemplate t = named(n);
+    const std::string out = render_chat(t, {{"user", "x"}}, "<BOS>", "<EOS>");
+    EXPECT_EQ(out.rfind("<BOS>", 0) == 0, template_writes_bos(t)) << n << ": " << out;
+  }
+}
+
+TEST(ChatTemplate, EndOfTurnTexts) {
+  EXPECT_EQ(end_of_turn_texts(named("chatml")), std::vector<std::string>{"<|im_end|>"});
+  EXPECT_EQ(end_of_turn_texts(named("llama3")), std::vector<std::string>{"<|eot_id|>"});
+  EXPECT_EQ(end_of_turn_texts(named("gemma")), std::vector<std::string>{"<end_of_turn>"});
+  EXPECT_EQ(end_of_turn_texts(named("phi3")), std::vector<std::string>{"<|end|>"});
+  for (const char* n : {"llama2", "mistral", "zephyr"})
+    EXPECT_EQ(end_of_turn_texts(named(n)), std::vector<std::string>{"</s>"}) << n;
+  // Each family's end-of-turn text is what its render closes a turn with.
+  for (const auto& n : chat_template_names()) {
+    const auto eot = end_of_turn_texts(named(n));
+    const std::string out = render_chat(named(n), {{"user", "u"}, {"assistant", "a"}}, "<s>", "</s>", false);
+    EXPECT_NE(out.find("a" + eot[0]), std::string::npos) << n << ": " << out;
+  }
+}
+
+TEST(ChatTemplate, DetectsFamiliesFromTemplateText) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>' + '\\n'}}"
+       "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+       "chatml"},
+      {"{%- if not messages[0].role == 'system' %}{{- '<|im_start|>system\\nYou are Qwen, a helpful assistant."
+       "<|im_end|>\\n' }}{%- endif %}",
+       "chatml"},
+      {"{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+       "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}",
+       "llama3"},
+      {"{% if messages[0]['role'] == 'system' %}{% set system_message = '<<SYS>>\\n' + messages[0]['content'] + "
+       "'\\n<</SYS>>\\n\\n' %}{% endif %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}",
+       "llama2"},
+      {"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+       "message['content'] + ' [/INST]' }}{% else %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}",
+       "mistral"},
+      {"{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim "
+       "+ '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}",
+       "gemma"},
+      {"{% for message in messages %}{% if message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + "
+       "'<|end|>\\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}"
+       "{{ eos_token }}{% endif %}",
+       "phi3"},
+      {"{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + message['content'] + "
+       "eos_token }}\n{% endif %}\n{% endfor %}",
+       "zephyr"},
+      {"<|user|>\n{{ content }}</s>", "zephyr"},
+  };
+  for (const auto& [jinja, want] : cases) {
+    const ChatTemplate t = detect_chat_template(jinja);
+    EXPECT_EQ(t.name, want) << jinja;
+    EXPECT_FALSE(t.fallback) << jinja;
+    EXPECT_TRUE(t.note.empty());
+    EXPECT_EQ(t.name, named(want).name);
+    EXPECT_EQ(t.format, named(want).format);
+  }
+  for (const std::string unknown : {std::string(), std::string("{{ messages[0]['content'] }}"),
+                                    std::string("### Instruction:\n{{ prompt }}\n### Response:")}) {
+    const ChatTemplate t = detect_chat_template(unknown);
+    EXPECT_EQ(t.format, ChatFormat::kChatML);
+    EXPECT_EQ(t.name, "chatml");
+    EXPECT_TRUE(t.fallback);
+    EXPECT_NE(t.note.find("ChatML"), std::string::npos) << t.note;
+  }
+  EXPECT_NE(detect_chat_template("{{ x }}").note.find("not recognised"), std::string::npos);
+}
+
+TEST(ChatTemplate, ValidateRoles) {
+  EXPECT_TRUE(validate_chat(kConversation).ok());
+  EXPECT_FALSE(validate_chat({}).ok());
+  Status s = validate_chat({{"user", "a"}, {"assistant", "b"}, {"tool", "c"}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'messages[2].role'"), std::string::npos) << s.message();
+}
+
+// --------------------------------------------------------------- TextStream
+
+// Streams pieces (then finish) and returns everything sent.
+std::string stream_all(TextStream& ts, const std::vector<std::string>& pieces) {
+  std::string out;
+  for (const auto& p : pieces) {
+    const std::string got = ts.push(p);
+    EXPECT_TRUE(utf8_valid(got)) << "sent bytes that are not UTF-8";
+    out += got;
+  }
+  return out + ts.finish();
+}
+
+TEST(TextStream, PassesTextThroughWithoutStops) {
+  TextStream ts({});
+  EXPECT_EQ(ts.push("Hello"), "Hello");
+  EXPECT_EQ(ts.push(", world"), ", world");
+  EXPECT_FALSE(ts.stopped());
+  EXPECT_EQ(ts.finish(), "");
+}
+
+TEST(TextStream, StopStringSplitAcrossPieces) {
+  TextStream ts({"</answer>"});
+  EXPECT_EQ(ts.push("The result is 4"), "The result is 4");
+  EXPECT_EQ(ts.push(".</an"), ".");  // "</an" may start the stop: held back
+  EXPECT_FALSE(ts.stopped());
+  EXPECT_EQ(ts.push("swer> and more"), "");
+  EXPECT_TRUE(ts.stopped());
+  EXPECT_EQ(ts.push("ignored"), "");
+  EXPECT_EQ(ts.finish(), "");
+}
+
+TEST(TextStream, HeldTailReleasedWhenItStopsMatching) {
+  TextStream ts({"STOP"});
+  EXPECT_EQ(ts.push("go ST"), "go ");
+  EXPECT_EQ(ts.push("A"), "STA");
+  EXPECT_EQ(ts.push("S"), "");
+  EXPECT_EQ(ts.finish(), "S");  // never completed: sent at the end
+  EXPECT_FALSE(ts.stopped());
+}
+
+TEST(TextStream, EarliestOfSeveralStops) {
+  TextStream ts({"world", "lo"});
+  EXPECT_EQ(stream_all(ts, {"hel", "lo world"}), "hel");
+  EXPECT_TRUE(ts.stopped());
+  TextStream t2({"bc", "abcd"});
+  EXPECT_EQ(stream_all(t2, {"xa", "b", "cd"}), "xa");
+}
+
+TEST(TextStream, Utf8SplitAcrossPieces) {
+  TextStream ts({});
+  EXPECT_EQ(ts.push("a\xE2"), "a");  // € = E2 82 AC
+  EXPECT_EQ(ts.push("\x82"), "");
+  EXPECT_EQ(ts.push("\xAC" "b\xF0\x9F"), "\xE2\x82\xAC" "b");
+  EXPECT_EQ(ts.push("\x98\x80"), "\xF0\x9F\x98\x80");
+  EXPECT_EQ(ts.finish(), "");
+  TextStream cut({});
+  EXPECT_EQ(cut.push("x\xE2\x82"), "x");
+  EXPECT_EQ(cut.finish(), "\xEF\xBF\xBD");  // generation ended mid-character
+}
+
+TEST(TextStream, StopStringWithMultibyteCharacters) {
+  TextStream ts({"\xC3\xA9t\xC3\xA9"});  // "été"
+  EXPECT_EQ(stream_all(ts, {"l'\xC3", "\xA9t", "\xC3", "\xA9 chaud"}), "l'");
+  EXPECT_TRUE(ts.stopped());
+}
+
+TEST(TextStream, Utf8Sanitize) {
+  const std::string R = "\xEF\xBF\xBD";
+  EXPECT_EQ(utf8_sanitize("plain \xC3\xA9"), "plain \xC3\xA9");
+  EXPECT_EQ(utf8_sanitize("\xE2\x82" "a"), R + "a");       // truncated sequence: one U+FFFD
+  EXPECT_EQ(utf8_sanitize("\xC0\xAF"), R + R);              // overlong lead, lone continuation
+  EXPECT_EQ(utf8_sanitize("\xED\xA0\x80"), R + R + R);      // a surrogate is not UTF-8
+  EXPECT_EQ(utf8_sanitize("\xF4\x90\x80\x80"), R + R + R + R);  // above U+10FFFF
+  EXPECT_EQ(utf8_sanitize("\xFF"), R);
+  EXPECT_TRUE(utf8_valid("\xF0\x9F\x98\x80"));
+  EXPECT_FALSE(utf8_valid("\xF0\x9F\x98"));
+  EXPECT_FALSE(utf8_valid("\xE0\x80\x80"));
+  EXPECT_EQ(utf8_incomplete_tail("ab\xF0\x9F\x98"), 3u);
+  EXPECT_EQ(utf8_incomplete_tail("ab\xE2"), 1u);
+  EXPECT_EQ(utf8_incomplete_tail("ab\xE2\x82\xAC"), 0u);
+  EXPECT_EQ(utf8_incomplete_tail("\xE0\x80"), 0u);  // can never become valid
+  EXPECT_EQ(utf8_incomplete_tail("\x80\x80"), 0u);
+}
+
+// Any split of a text into pieces streams to the non-streamed result: the
+// text cut at the first stop, with ill-formed bytes as U+FFFD.
+RC_GTEST_PROP(TextStream, AnySplitStreamsLikeTheWhole, ()) {
+  static const std::vector<std::string> frags = {"a", "b", " ", "ab", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80",
+                                                 "\xE2", "\x82", "\xFF", "</s", ">", "<"};
+  static const std::vector<std::vector<std::string>> stop_sets = {
+      {}, {"ab"}, {"</s>"}, {"b\xE2\x82\xAC"}, {"\xC3\xA9 ", "bb", "</s>"}, {"a a"}};
+  const auto idx = *rc::gen::container<std::vector<size_t>>(rc::gen::inRange<size_t>(0, frags.size()));
+  std::string text;
+  for (size_t i : idx) text += frags[i];
+  const auto& stops = stop_sets[*rc::gen::inRange<size_t>(0, stop_sets.size())];
+  // Random cut points split the bytes anywhere, even inside a character.
+  auto cuts = *rc::gen::container<std::vector<size_t>>(rc::gen::inRange<size_t>(0, text.size() + 1));
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<std::string> pieces;
+  size_t prev = 0;
+  for (size_t c : cuts) {
+    pieces.push_back(text.substr(prev, c - prev));
+    prev = c;
+  }
+  pieces.push_back(text.substr(prev));
+
+  size_t at = std::string::npos;
+  for (const auto& s : stops) at = std::min(at, text.find(s));
+  const std::string want = utf8_sanitize(text.substr(0, at));
+
+  TextStream ts(stops);
+  std::string got;
+  for (const auto& p : pieces) {
+    const std::string out = ts.push(p);
+    RC_ASSERT(utf8_valid(out));
+    got += out;
+  }
+  got += ts.finish();
+  RC_ASSERT(got == want);
+  RC_ASSERT(ts.stopped() == (at != std::string::npos));
 }
 
 }  // namespace
