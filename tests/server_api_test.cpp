@@ -547,8 +547,10 @@ TEST(ChatTemplate, EndOfTurnTexts) {
   // Each family's end-of-turn text is what its render closes a turn with.
   for (const auto& n : chat_template_names()) {
     const auto eot = end_of_turn_texts(named(n));
-    const std::string out = render_chat(named(n), {{"user", "u"}, {"assistant", "a"}}, "<s>", "</s>", false);
-    EXPECT_NE(out.find("a" + eot[0]), std::string::npos) << n << ": " << out;
+    const std::string out = render_chat(named(n), {{"user", "u"}, {"assistant", "ZZ"}}, "<s>", "</s>", false);
+    const size_t reply = out.find("ZZ");
+    ASSERT_NE(reply, std::string::npos) << n;
+    EXPECT_NE(out.find(eot[0], reply), std::string::npos) << n << ": " << out;
   }
 }
 
@@ -654,7 +656,7 @@ TEST(TextStream, EarliestOfSeveralStops) {
   EXPECT_EQ(stream_all(ts, {"hel", "lo world"}), "hel");
   EXPECT_TRUE(ts.stopped());
   TextStream t2({"bc", "abcd"});
-  EXPECT_EQ(stream_all(t2, {"xa", "b", "cd"}), "xa");
+  EXPECT_EQ(stream_all(t2, {"xa", "b", "cd"}), "x");  // "abcd" starts before "bc"
 }
 
 TEST(TextStream, Utf8SplitAcrossPieces) {
