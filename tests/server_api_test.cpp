@@ -591,7 +591,7 @@ TEST(ChatTemplate, DetectsFamiliesFromTemplateText) {
     EXPECT_EQ(t.name, named(want).name);
     EXPECT_EQ(t.format, named(want).format);
   }
-  for (const std::string unknown : {std::string(), std::string("{{ messages[0]['content'] }}"),
+  for (const std::string& unknown : {std::string(), std::string("{{ messages[0]['content'] }}"),
                                     std::string("### Instruction:\n{{ prompt }}\n### Response:")}) {
     const ChatTemplate t = detect_chat_template(unknown);
     EXPECT_EQ(t.format, ChatFormat::kChatML);
