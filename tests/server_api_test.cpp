@@ -720,6 +720,8 @@ RC_GTEST_PROP(TextStream, AnySplitStreamsLikeTheWhole, ()) {
   size_t at = std::string::npos;
   for (const auto& s : stops) at = std::min(at, text.find(s));
   const std::string want = utf8_sanitize(text.substr(0, at));
+  RC_CLASSIFY(at != std::string::npos, "stopped");
+  RC_CLASSIFY(!utf8_valid(text), "ill-formed UTF-8");
 
   TextStream ts(stops);
   std::string got;
