@@ -71,7 +71,9 @@ std::string render_inst(bool llama2, const std::vector<ChatMessage>& msgs, const
     } else if (m.role == "user") {
       user_turn(m.content);
     } else if (m.role == "assistant") {
-      out += llama2 ? " " + trim(m.content) + " " + eos : m.content + eos;
+      if (llama2) out.append(" ").append(trim(m.content)).append(" ");
+      else out += m.content;
+      out += eos;
     }
   }
   if (have_system) user_turn("");  // a system message with no user turn after it still reaches the model
