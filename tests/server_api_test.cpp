@@ -506,12 +506,13 @@ TEST(ChatTemplate, Llama2FoldsSystemIntoFirstInst) {
   EXPECT_EQ(render_chat(named("llama2"), {{"user", " U "}}, "<s>", "</s>"), "<s>[INST] U [/INST]");
 }
 
+// Mistral AI's "v1" template (Mistral 7B Instruct v0.1/v0.2 as published).
 TEST(ChatTemplate, MistralV1) {
   EXPECT_EQ(render_chat(named("mistral"), {{"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}}, "<s>", "</s>"),
-            "<s>[INST] U1 [/INST]A1</s>[INST] U2 [/INST]");
-  // No system role: it leads the first user turn.
+            "<s> [INST] U1 [/INST] A1</s> [INST] U2 [/INST]");
+  // A system message leads the first user turn.
   EXPECT_EQ(render_chat(named("mistral"), kConversation, "<s>", "</s>"),
-            "<s>[INST] S\n\nU1 [/INST]A1</s>[INST] U2 [/INST]");
+            "<s> [INST] S\n\nU1 [/INST] A1</s> [INST] U2 [/INST]");
 }
 
 TEST(ChatTemplate, GemmaPrependsSystemToFirstUserTurn) {

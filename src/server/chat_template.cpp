@@ -49,6 +49,9 @@ std::string render_tagged(const std::vector<ChatMessage>& msgs, std::string_view
 // Llama 2 and Mistral: [INST] blocks for user turns, assistant text then EOS.
 // These templates have no system turn: a system message is carried into the
 // next user turn (Llama 2 inside <<SYS>>, Mistral as a "\n\n"-separated prefix).
+// Mistral follows Mistral AI's published "v1" template (Mistral 7B Instruct
+// v0.1/v0.2): " [INST] " and " " before the assistant text, the spaces that
+// its tokenizer writes as the "▁" of "▁[INST]" and of the reply's first piece.
 std::string render_inst(bool llama2, const std::vector<ChatMessage>& msgs, const std::string& bos,
                         const std::string& eos) {
   std::string out = llama2 ? "" : bos;  // Mistral writes BOS once; Llama 2 before every [INST]
@@ -61,8 +64,8 @@ std::string render_inst(bool llama2, const std::vector<ChatMessage>& msgs, const
       have_system = false;
       pending_system.clear();
     }
-    if (llama2) out += bos + "[INST] " + trim(body) + " [/INST]";
-    else out += "[INST] " + body + " [/INST]";
+    if (llama2) out.append(bos).append("[INST] ").append(trim(body)).append(" [/INST]");
+    else out.append(" [INST] ").append(body).append(" [/INST]");
   };
   for (const auto& m : msgs) {
     if (m.role == "system") {
@@ -71,8 +74,8 @@ std::string render_inst(bool llama2, const std::vector<ChatMessage>& msgs, const
     } else if (m.role == "user") {
       user_turn(m.content);
     } else if (m.role == "assistant") {
-      if (llama2) out.append(" ").append(trim(m.content)).append(" ");
-      else out += m.content;
+      out.append(" ").append(llama2 ? trim(m.content) : m.content);
+      if (llama2) out.append(" ");
       out += eos;
     }
   }
