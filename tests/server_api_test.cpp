@@ -231,11 +231,17 @@ TEST(ServerApi, MalformedBodiesAndUtf8) {
     EXPECT_FALSE(e->message.empty());
     EXPECT_NO_THROW(json::parse(error_json(*e)));
   }
-  // Raw invalid UTF-8 inside a string: refused at parse time, never thrown later.
+  // Raw invalid UTF-8 inside a string: refused at parse time naming the field,
+  // never thrown later when a response is dumped.
   CompletionRequest r;
+  expect_bad(std::string("{\"prompt\":\"a\xFF\"}"), false, "prompt");
+  expect_bad(std::string("{\"model\":\"m\",\"stop\":[\"a\",\"\xC3(\"]}"), false, "stop[1]");
+  expect_bad(std::string(R"({"messages":[{"role":"user","content":"ok"},{"role":"user","content":[)"
+                         R"({"type":"text","text":"x"},{"type":"text","text":")" "\xE2\x82" R"("}]}]})"),
+             true, "messages[1].content[1].text");
   auto e = parse_completion_request(std::string("{\"prompt\":\"a\xFF\"}"), false, r);
   ASSERT_TRUE(e.has_value());
-  EXPECT_NE(e->message.find("UTF-8"), std::string::npos) << e->message;
+  EXPECT_EQ(e->message, "'prompt' must be valid UTF-8");
   EXPECT_NO_THROW(json::parse(error_json(*e)));
   // A lone surrogate escape cannot become UTF-8 either.
   EXPECT_TRUE(parse_completion_request(R"({"prompt":"\ud800"})", false, r).has_value());

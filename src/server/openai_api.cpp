@@ -19,14 +19,63 @@ ApiError bad(std::string param, std::string message) {
   return e;
 }
 
-// Parses the body as a JSON object. nlohmann's parser already rejects
-// ill-formed UTF-8 inside strings; its message says so, and we pass it on.
+// Where parsing body stops, as a field path ("messages[1].content"): the
+// body is parsed again with a callback that tracks the current key and array
+// index, and the path at the moment of failure is returned ("" at top level).
+std::string failing_field(std::string_view body) {
+  struct Frame {
+    bool array;
+    size_t index;
+    std::string key;
+  };
+  std::vector<Frame> stack;
+  auto step = [&] {
+    if (!stack.empty() && stack.back().array) ++stack.back().index;
+  };
+  json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
+    switch (ev) {
+      case json::parse_event_t::object_start: stack.push_back({false, 0, ""}); break;
+      case json::parse_event_t::array_start: stack.push_back({true, 0, ""}); break;
+      case json::parse_event_t::key:
+        if (!stack.empty()) stack.back().key = parsed.is_string() ? parsed.get<std::string>() : "";
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!stack.empty()) stack.pop_back();
+        step();
+        break;
+      case json::parse_event_t::value: step(); break;
+    }
+    // Discarding a container would skip the callbacks inside it, so only
+    // scalar values are dropped (the path is all we need).
+    return ev != json::parse_event_t::value;
+  };
+  try {
+    json ignored = json::parse(body, cb);
+  } catch (const json::exception&) {
+  }
+  std::string path;
+  for (const Frame& f : stack) {
+    if (f.array) path += "[" + std::to_string(f.index) + "]";
+    else if (!f.key.empty()) path += (path.empty() ? "" : ".") + f.key;
+  }
+  return path;
+}
+
+// Parses the body as a JSON object. nlohmann's parser rejects ill-formed
+// UTF-8 inside strings (dumping it later would throw); the error then names
+// the field, found by failing_field.
 std::optional<ApiError> parse_object(std::string_view body, json& j) {
   try {
     j = json::parse(body);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
+    const std::string what = e.what();
+    if (what.find("UTF-8") != std::string::npos) {
+      const std::string f = failing_field(body);
+      if (!f.empty()) return bad(f, "'" + f + "' must be valid UTF-8");
+    }
     // The message quotes the offending bytes, which may be the bad UTF-8 itself.
-    return bad("", utf8_sanitize(std::string("request body is not valid JSON: ") + e.what()));
+    return bad("", utf8_sanitize("request body is not valid JSON: " + what));
   }
   if (!j.is_object()) return bad("", "request body must be a JSON object");
   return std::nullopt;
