@@ -41,7 +41,12 @@ Status validate_chat(const std::vector<ChatMessage>& msgs);
 // The prompt text for msgs. The text is tokenized with special-token parsing
 // and no automatic BOS, so bos_text is written where the family's template
 // writes bos_token (Llama 2/3, Mistral, Gemma) and nowhere else. Roles are
-// assumed valid (see validate_chat); unknown roles are skipped.
+// assumed valid (see validate_chat); unknown roles are skipped. Where a family
+// has no system role the system text joins the next user turn: Llama 2 in a
+// <<SYS>> block, Mistral (Mistral AI's "v1" template) and Gemma as a prefix
+// followed by "\n\n". Llama 2/3 and Gemma trim message content, as theirs do.
+// add_generation_prompt has no effect for Llama 2 and Mistral: their prompt
+// already ends in [/INST].
 std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& msgs, const std::string& bos_text,
                         const std::string& eos_text, bool add_generation_prompt = true);
 
