@@ -6,7 +6,17 @@
 
 namespace tkv {
 
-int32_t Sampler::sample(const float* logits, int n_vocab, const std::vector<int32_t>& history) {
+void apply_presence_frequency(float* logits, int n_vocab, const std::vector<int32_t>& tokens, size_t from,
+                              float presence_penalty, float frequency_penalty) {
+  std::vector<int32_t> count(n_vocab, 0);
+  for (size_t i = from; i < tokens.size(); ++i)
+    if (tokens[i] >= 0 && tokens[i] < n_vocab) ++count[tokens[i]];
+  for (int t = 0; t < n_vocab; ++t)
+    if (count[t] > 0) logits[t] -= frequency_penalty * float(count[t]) + presence_penalty;
+}
+
+int32_t Sampler::sample(const float* logits, int n_vocab, const std::vector<int32_t>& history,
+                        size_t penalty_from) {
   std::vector<float> l(logits, logits + n_vocab);
   if (o_.repeat_penalty != 1.0f) {
     const size_t from = history.size() > size_t(o_.repeat_last_n) ? history.size() - o_.repeat_last_n : 0;
@@ -16,6 +26,9 @@ int32_t Sampler::sample(const float* logits, int n_vocab, const std::vector<int3
     for (int i = 0; i < n_vocab; ++i)
       if (seen[i]) l[i] = l[i] > 0 ? l[i] / o_.repeat_penalty : l[i] * o_.repeat_penalty;
   }
+  // Skipped entirely when both are 0 so the default path stays bit-identical.
+  if (o_.presence_penalty != 0.0f || o_.frequency_penalty != 0.0f)
+    apply_presence_frequency(l.data(), n_vocab, history, penalty_from, o_.presence_penalty, o_.frequency_penalty);
   if (o_.temperature <= 0.0f) return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
   std::vector<int32_t> idx(n_vocab);
   std::iota(idx.begin(), idx.end(), 0);
