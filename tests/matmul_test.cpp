@@ -274,6 +274,31 @@ TEST(Matmul, ThreadCountsOneTwoThreeGiveIdenticalBits) {
   }
 }
 
+// A server step runs every sequence's decode token through one
+// matmul_tokens call: each token must get exactly the bits of matmul on it
+// alone, on every type and SIMD target, whatever the batch size.
+TEST(Matmul, TokensGiveEachTokenTheBitsOfOneTokenAlone) {
+  uint64_t seed = 500;
+  TargetGuard guard;
+  for (const auto& target : simd_targets()) {
+    simd_force_target(target.bit);
+    for (const auto& t : kTypes) {
+      const int64_t rows = 97, cols = cols_for(t, 512);
+      const TestMatrix tm = make_matrix(t, rows, cols, seed++);
+      for (int n_tok : {2, 3, 4, 7, 16}) {
+        const auto x = make_acts(n_tok, cols, seed++);
+        std::vector<float> y(static_cast<size_t>(n_tok * rows)), one(rows);
+        matmul_tokens(tm.m, x.data(), n_tok, y.data(), 2);
+        for (int i = 0; i < n_tok; ++i) {
+          matmul(tm.m, x.data() + i * cols, 1, one.data(), 1);
+          EXPECT_EQ(0, std::memcmp(one.data(), y.data() + i * rows, 4 * rows))
+              << t.name << " token " << i << " of " << n_tok << " target " << target.name;
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, CoreNamesParse) {
   EXPECT_EQ(*parse_matmul_core("old"), MatmulCore::kRows);
   EXPECT_EQ(*parse_matmul_core("new"), MatmulCore::kAuto);

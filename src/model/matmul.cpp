@@ -1,5 +1,6 @@
 #include "model/matmul.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -212,6 +213,33 @@ void matmul_with(MatmulCore core, const Matrix& w, const float* x, int n_tok, fl
   }
   if (core == MatmulCore::kTiled) return matmul_tiled_f32(w, x, n_tok, y, threads);
   matmul_rows(w, x, n_tok, y, threads);
+}
+
+void matmul_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
+  const MatmulCore core = matmul_core();
+  if (n_tok == 1) return matmul_with(core, w, x, 1, y, threads);
+  if (core == MatmulCore::kAuto || core == MatmulCore::kInt8)
+    if (matmul_int8_decode_tokens(w, x, n_tok, y, threads)) return;
+  const bool q_1tok = w.type == 8 || w.type == 2;  // RowDots has a one-token path for these
+  if (core == MatmulCore::kAuto && !q_1tok) {
+    // One token takes kRows here, and RowDots keeps one accumulator per
+    // token in the same order whatever the group: per token the same bits.
+    return matmul_rows(w, x, n_tok, y, threads);
+  }
+  if (core == MatmulCore::kAuto) {  // Q8_0/Q4_0 without the int8 kernel: the one-token dot per token, row read once
+#pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
+    for (int64_t r = 0; r < w.rows; ++r)
+      for (int t = 0; t < n_tok; ++t)
+        HWY_DYNAMIC_DISPATCH(RowDots)(w.type, w.data + r * w.row_bytes, w.cols, x + t * w.cols, 1, w.cols,
+                                      y + t * w.rows + r, w.rows);
+    return;
+  }
+  // A core forced for comparison (TKV_MATMUL): token by token.
+  std::vector<float> one(static_cast<size_t>(w.rows));
+  for (int t = 0; t < n_tok; ++t) {
+    matmul_with(core, w, x + t * w.cols, 1, one.data(), threads);
+    std::copy(one.begin(), one.end(), y + t * w.rows);
+  }
 }
 
 void matmul_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads) {

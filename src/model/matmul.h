@@ -42,6 +42,11 @@ void set_matmul_core(MatmulCore c);
 
 // y[r] = Σ_c W[r][c] x[c] for n_tok input vectors (x: [n_tok][cols], y: [n_tok][rows]).
 void matmul(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+// The same, with every token's result bit-identical to matmul(w, x_t, 1, ..)
+// on that token alone (the decode path), while the weights are streamed from
+// memory once for all n_tok tokens: a server's batched decode step, whose
+// outputs must not depend on which other sequences share the step.
+void matmul_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 void matmul_with(MatmulCore core, const Matrix& w, const float* x, int n_tok, float* y, int threads);
 // The kRows core.
 void matmul_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads);

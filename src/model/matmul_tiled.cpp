@@ -439,6 +439,21 @@ bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) 
 #endif
 }
 
+bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
+  if ((w.type != 8 && w.type != 2) || w.cols % 32 != 0 || !int8_core_available()) return false;
+#ifdef TKV_VNNI
+  std::vector<DecodeActs> acts;
+  for (int t = 0; t < n_tok; ++t) acts.push_back(decode_acts(w.type == 8, x + t * w.cols, w.cols));
+  const int64_t nb = w.cols / 32;
+#pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
+  for (int64_t r = 0; r < w.rows; ++r)
+    for (int t = 0; t < n_tok; ++t) y[t * w.rows + r] = decode_row(w.type, w.data + r * w.row_bytes, nb, acts[t]);
+  return true;
+#else
+  return false;
+#endif
+}
+
 void matmul_int8_ref(const Matrix& w, const float* x, int n_tok, float* y) {
   const QuantizedActs a = quantize_all(x, n_tok, w.cols, 1, false);
   const int64_t nb = a.nb;

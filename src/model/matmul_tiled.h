@@ -25,6 +25,11 @@ bool int8_core_available();
 // straight from their blocks, two blocks per vpdpbusd, scales applied per
 // lane. False (nothing written) for other types or without the kernel.
 bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads);
+// The decode kernel for n_tok tokens at once (matmul_tokens): each row is
+// read from memory once and dotted with every token's activations by the
+// one-token code, so each token's result is bit-identical to
+// matmul_int8_decode on it alone.
+bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 // The scalar specification of matmul_int8: the same operations in the same
 // order (fmaf per block), so the SIMD kernel matches it bit for bit.
 void matmul_int8_ref(const Matrix& w, const float* x, int n_tok, float* y);

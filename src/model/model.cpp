@@ -161,81 +161,136 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
 
 Status Model::forward(const int32_t* tokens, int n, int pos, KvCache& cache, int threads, float* logits,
                       bool all_logits, const KvObserver& observe) const {
+  return run({BatchSeq{&cache, tokens, n, pos, logits}}, threads, all_logits, observe);
+}
+
+Status Model::forward_batch(const std::vector<BatchSeq>& seqs, int threads) const {
+  return run(seqs, threads, false, {});
+}
+
+Status Model::run(const std::vector<BatchSeq>& seqs, int threads, bool all_logits, const KvObserver& observe) const {
   const ModelConfig& c = cfg_;
-  if (n < 1) return Status::Error("forward: no tokens");
-  for (int t = 0; t < n; ++t)
-    if (tokens[t] < 0 || tokens[t] >= c.n_vocab)
-      return Status::Error("forward: token id " + std::to_string(tokens[t]) + " is outside the vocabulary (" + std::to_string(c.n_vocab) + ")");
+  if (seqs.empty()) return Status::Error("forward: no sequences");
+  // Rows: the one-token sequences first (one matmul_tokens group), then each
+  // longer sequence's rows (one matmul each).
+  std::vector<size_t> order, row0(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (seqs[i].n == 1) order.push_back(i);
+  const int n_single = static_cast<int>(order.size());
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (seqs[i].n != 1) order.push_back(i);
+  int n = 0;
+  for (size_t i : order) {
+    const BatchSeq& s = seqs[i];
+    if (s.n < 1 || !s.cache || !s.tokens) return Status::Error("forward: sequence " + std::to_string(i) + " has no tokens");
+    for (int t = 0; t < s.n; ++t)
+      if (s.tokens[t] < 0 || s.tokens[t] >= c.n_vocab)
+        return Status::Error("forward: token id " + std::to_string(s.tokens[t]) + " is outside the vocabulary (" +
+                             std::to_string(c.n_vocab) + ")");
+    row0[i] = static_cast<size_t>(n);
+    n += s.n;
+  }
+  if (all_logits && seqs.size() != 1) return Status::Error("forward: all logits need a single sequence");
+  // y = W x over every row, grouped as above.
+  auto mm = [&](const Matrix& w, const float* x, float* y) {
+    if (n_single > 0) matmul_tokens(w, x, n_single, y, threads);
+    for (size_t k = n_single; k < order.size(); ++k) {
+      const size_t i = order[k];
+      matmul(w, x + row0[i] * w.cols, seqs[i].n, y + row0[i] * w.rows, threads);
+    }
+  };
   const int E = c.n_embd, hd = c.head_dim, Dq = c.n_head * hd, Dkv = c.n_head_kv * hd;
   std::vector<float> x(size_t(n) * E), h(size_t(n) * E), q(size_t(n) * Dq), k(size_t(n) * Dkv), v(size_t(n) * Dkv);
   std::vector<float> att(size_t(n) * Dq), tmp(size_t(n) * E), g(size_t(n) * c.n_ff), u(size_t(n) * c.n_ff), wbuf;
-  for (int t = 0; t < n; ++t) dequantize_row(tok_embd_, tokens[t], &x[size_t(t) * E]);
+  for (size_t i : order)
+    for (int t = 0; t < seqs[i].n; ++t) dequantize_row(tok_embd_, seqs[i].tokens[t], &x[(row0[i] + t) * E]);
   auto add_bias = [&](std::vector<float>& y, const Matrix& b, int width) {
     if (b.rows == 0) return;
     dequantize_row(b, 0, wbuf.data());
     for (int t = 0; t < n; ++t)
       for (int i = 0; i < width; ++i) y[size_t(t) * width + i] += wbuf[i];
   };
+  std::vector<float> head(hd);
   for (int l = 0; l < c.n_layer; ++l) {
     const Layer& L = layers_[l];
     for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.attn_norm, E, c.eps, &h[size_t(t) * E], wbuf);
-    matmul(L.wq, h.data(), n, q.data(), threads);
-    matmul(L.wk, h.data(), n, k.data(), threads);
-    matmul(L.wv, h.data(), n, v.data(), threads);
+    mm(L.wq, h.data(), q.data());
+    mm(L.wk, h.data(), k.data());
+    mm(L.wv, h.data(), v.data());
     wbuf.resize(std::max(Dq, E));
     add_bias(q, L.bq, Dq);
     add_bias(k, L.bk, Dkv);
     add_bias(v, L.bv, Dkv);
-    std::vector<float> head(hd);
-    for (int t = 0; t < n; ++t) {
-      for (int hh = 0; hh < c.n_head; ++hh) {
-        float* qh = &q[size_t(t) * Dq + hh * hd];
-        if (c.qk_norm) {
-          rmsnorm(qh, L.q_norm, hd, c.eps, head.data(), wbuf);
-          std::memcpy(qh, head.data(), sizeof(float) * hd);
+    for (size_t i : order) {
+      const BatchSeq& s = seqs[i];
+      for (int t = 0; t < s.n; ++t) {
+        const size_t r = row0[i] + t;
+        for (int hh = 0; hh < c.n_head; ++hh) {
+          float* qh = &q[r * Dq + hh * hd];
+          if (c.qk_norm) {
+            rmsnorm(qh, L.q_norm, hd, c.eps, head.data(), wbuf);
+            std::memcpy(qh, head.data(), sizeof(float) * hd);
+          }
+          rope(qh, c.rope_dims, s.pos + t, c);
         }
-        rope(qh, c.rope_dims, pos + t, c);
-      }
-      for (int hh = 0; hh < c.n_head_kv; ++hh) {
-        float* kh = &k[size_t(t) * Dkv + hh * hd];
-        if (c.qk_norm) {
-          rmsnorm(kh, L.k_norm, hd, c.eps, head.data(), wbuf);
-          std::memcpy(kh, head.data(), sizeof(float) * hd);
+        for (int hh = 0; hh < c.n_head_kv; ++hh) {
+          float* kh = &k[r * Dkv + hh * hd];
+          if (c.qk_norm) {
+            rmsnorm(kh, L.k_norm, hd, c.eps, head.data(), wbuf);
+            std::memcpy(kh, head.data(), sizeof(float) * hd);
+          }
+          rope(kh, c.rope_dims, s.pos + t, c);
         }
-        rope(kh, c.rope_dims, pos + t, c);
       }
+      const float* ks = &k[row0[i] * Dkv];
+      const float* vs = &v[row0[i] * Dkv];
+      if (observe) observe(l, s.pos, s.n, ks, vs);
+      Status st = s.cache->append(l, s.pos, s.n, ks, vs);
+      if (!st.ok()) return st;
+      AttentionArgs a;
+      a.q = &q[row0[i] * Dq];
+      a.n_q = s.n;
+      a.n_q_heads = c.n_head;
+      a.n_kv = s.pos + s.n;
+      a.n_kv_heads = c.n_head_kv;
+      a.d = hd;
+      a.k = s.cache->k_rows(l);
+      a.v = s.cache->v_rows(l);
+      a.causal_offset = s.pos;
+      a.mu_k = s.cache->mu_k(l);
+      a.mu_v = s.cache->mu_v(l);
+      a.threads = threads;
+      a.out = &att[row0[i] * Dq];
+      st = attention(a);
+      if (!st.ok()) return st;
     }
-    if (observe) observe(l, pos, n, k.data(), v.data());
-    Status s = cache.append(l, pos, n, k.data(), v.data());
-    if (!s.ok()) return s;
-    AttentionArgs a;
-    a.q = q.data();
-    a.n_q = n;
-    a.n_q_heads = c.n_head;
-    a.n_kv = pos + n;
-    a.n_kv_heads = c.n_head_kv;
-    a.d = hd;
-    a.k = cache.k_rows(l);
-    a.v = cache.v_rows(l);
-    a.causal_offset = pos;
-    a.mu_k = cache.mu_k(l);
-    a.mu_v = cache.mu_v(l);
-    a.threads = threads;
-    a.out = att.data();
-    s = attention(a);
-    if (!s.ok()) return s;
-    matmul(L.wo, att.data(), n, tmp.data(), threads);
+    mm(L.wo, att.data(), tmp.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
     for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], L.ffn_norm, E, c.eps, &h[size_t(t) * E], wbuf);
-    matmul(L.w_gate, h.data(), n, g.data(), threads);
-    matmul(L.w_up, h.data(), n, u.data(), threads);
+    mm(L.w_gate, h.data(), g.data());
+    mm(L.w_up, h.data(), u.data());
     for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SwiGLU
-    matmul(L.w_down, g.data(), n, tmp.data(), threads);
+    mm(L.w_down, g.data(), tmp.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += tmp[i];
   }
-  const int first = all_logits ? 0 : n - 1;
-  for (int t = first; t < n; ++t) rmsnorm(&x[size_t(t) * E], out_norm_, E, c.eps, &h[size_t(t - first) * E], wbuf);
-  matmul(output_, h.data(), n - first, logits, threads);
+  if (all_logits) {  // every token of the one sequence (perplexity)
+    for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], out_norm_, E, c.eps, &h[size_t(t) * E], wbuf);
+    matmul(output_, h.data(), n, seqs[0].logits, threads);
+    return Status::Ok();
+  }
+  // The last token of each sequence that wants logits, as one-token rows.
+  std::vector<size_t> want;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (seqs[i].logits) want.push_back(i);
+  if (want.empty()) return Status::Ok();
+  for (size_t j = 0; j < want.size(); ++j) {
+    const size_t last = row0[want[j]] + seqs[want[j]].n - 1;
+    rmsnorm(&x[last * E], out_norm_, E, c.eps, &h[j * E], wbuf);
+  }
+  std::vector<float> lg(want.size() * size_t(c.n_vocab));
+  matmul_tokens(output_, h.data(), static_cast<int>(want.size()), lg.data(), threads);
+  for (size_t j = 0; j < want.size(); ++j)
+    std::memcpy(seqs[want[j]].logits, &lg[j * c.n_vocab], sizeof(float) * c.n_vocab);
   return Status::Ok();
 }
 

@@ -50,11 +50,29 @@ class Model {
   Status forward(const int32_t* tokens, int n, int pos, KvCache& cache, int threads, float* logits,
                  bool all_logits = false, const KvObserver& observe = {}) const;
 
+  // One sequence's share of a batched step: n tokens at positions
+  // [pos, pos + n) of its own cache; the last token's logits go to `logits`
+  // (n_vocab floats) unless it is null.
+  struct BatchSeq {
+    KvCache* cache = nullptr;
+    const int32_t* tokens = nullptr;
+    int n = 0, pos = 0;
+    float* logits = nullptr;
+  };
+  // Runs several sequences in one pass (a server step). Each weight matrix is
+  // read once for all the one-token (decode) sequences together and once per
+  // longer (prompt) sequence; attention runs per sequence on its own cache.
+  // Every sequence gets bit for bit what forward() on it alone gives: decode
+  // tokens go through matmul_tokens, a prompt through the same matmul as
+  // alone. So greedy outputs do not depend on what else is in the step.
+  Status forward_batch(const std::vector<BatchSeq>& seqs, int threads) const;
+
  private:
   struct Layer {
     Matrix attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
     Matrix bq, bk, bv, q_norm, k_norm;  // optional (rows = 0 when absent)
   };
+  Status run(const std::vector<BatchSeq>& seqs, int threads, bool all_logits, const KvObserver& observe) const;
   ModelConfig cfg_;
   std::shared_ptr<gguf::File> file_;
   std::unique_ptr<Tokenizer> tok_;
