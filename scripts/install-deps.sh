@@ -6,7 +6,7 @@
 set -euo pipefail
 PKGS=(cmake g++ make libhwy-dev libcli11-dev librapidcheck-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libicu-dev libxxhash-dev
-      libcpp-httplib-dev)
+      libcpp-httplib-dev pkg-config)
 if [ "${1:-}" = fuzz ]; then PKGS+=(clang-14 libfuzzer-14-dev); fi
 missing=()
 for p in "${PKGS[@]}"; do

@@ -973,5 +973,53 @@ TEST(Paged, CacheFileRoundTripThroughASharedPool) {
   }
 }
 
+// A prefix's means travel with its first block. When that block has been
+// evicted and the same first block_tokens tokens are published again by a
+// sequence whose later tokens (hence means) differ, a sequence with the first
+// prompt must not get the new first block's means together with the old
+// blocks after it (centred with the old means).
+TEST(Paged, PrefixChainNeverMixesBlocksCentredWithOtherMeans) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  constexpr int L = PrefixSetup::L, H = PrefixSetup::H, d = PrefixSetup::d, B = PrefixSetup::B;
+  PrefixSetup P;
+  auto p = BlockPool::create(P.layout, B, 20);
+  ASSERT_TRUE(p.ok());
+  P.pool = *p;
+  const auto tokA = block_tokens(rng, 100);
+  auto tokC = tokA;
+  for (int i = B; i < 100; ++i) tokC[i] = tokA[i] + 7;  // same first block of tokens only
+  const Kv kvA = make_kv(rng, 100, L, H, d);
+  const Kv kvC = splice(kvA, make_kv(rng, 100, L, H, d), B, H, d);
+  {
+    auto A = P.seq();
+    feed(*A, kvA, 0, 100, H, d, 100);
+    A->publish(tokA.data());
+  }
+  ASSERT_EQ(P.pool->stats().cached, 6);
+  // Pool pressure evicts the least recently released block: A's first.
+  std::vector<int32_t> hold;
+  while (P.pool->stats().free > 0) hold.push_back(P.pool->allocate());
+  hold.push_back(P.pool->allocate());
+  ASSERT_EQ(P.pool->stats().evictions, 1);
+  for (int32_t b : hold) P.pool->release(b);
+  ASSERT_EQ(P.pool->stats().cached, 5);
+  {
+    auto C = P.seq();
+    feed(*C, kvC, 0, 100, H, d, 100);
+    C->publish(tokC.data());
+  }
+  auto D = P.seq();
+  const int n = D->share_prefix(tokA.data(), 99);
+  if (n > 0) {
+    auto cold = KvCache::create(L, H, d, P.o);
+    ASSERT_TRUE(cold.ok());
+    feed(**cold, kvA, 0, n, H, d, 100);
+    expect_same_sequence(**cold, *D, rng, "D shared " + std::to_string(n) + " tokens vs a cold run of A's prompt");
+  }
+}
+
+
 }  // namespace
 }  // namespace tkv

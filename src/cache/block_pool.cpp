@@ -92,6 +92,7 @@ int32_t BlockPool::allocate_locked() {
 
 void BlockPool::retain(int32_t b) {
   std::lock_guard<std::mutex> g(mu_);
+  if (refs_[b] == 0 && !pub_[b]) return;  // a free block is allocate()'s to hand out (misuse; ignored)
   if (refs_[b]++ == 0) {  // a cached block taken back into use
     lru_.erase(pub_[b]->lru);
     ++in_use_;

@@ -70,6 +70,7 @@ class BlockPool {
   // Takes a never-used or released block first, then evicts the least
   // recently released cached block.
   int32_t allocate();
+  // Another reference to a block the caller holds (or a cached one).
   void retain(int32_t b);
   // Drops a reference; at zero the block is free again, or cached when it
   // was published.

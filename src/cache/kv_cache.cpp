@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "util/hash.h"
+
 namespace tkv {
 
 Expected<std::unique_ptr<KvCache>> KvCache::create(int n_layer, int n_kv_heads, int head_dim,
@@ -46,8 +48,24 @@ Expected<std::unique_ptr<KvCache>> KvCache::create_in(std::shared_ptr<BlockPool>
 }
 
 KvCache::~KvCache() {
-  for (int32_t b : table_) pool_->release(b);
+  // Last block first: the prefix cache then evicts a chain from its tail,
+  // keeping the shareable head longest.
+  for (auto it = table_.rbegin(); it != table_.rend(); ++it) pool_->release(*it);
 }
+
+namespace {
+// Blocks after the first are keyed by the means they were centred with too:
+// two sequences with the same first block of tokens can have other means (the
+// means come from the first mean_tokens rows, staged in f16 depending on the
+// batching), and a chain must never continue with rows centred differently.
+uint64_t means_key(const SequenceMeans* m) {
+  uint64_t h = 0x6a09e667f3bcc908ull;
+  if (!m) return h;
+  for (const auto* side : {&m->k, &m->v})
+    for (const auto& mu : *side) h = fnv1a(mu.data(), sizeof(float) * mu.size(), h);
+  return h;
+}
+}  // namespace
 
 size_t KvCache::k_bytes() const {
   size_t b = 0;
@@ -201,7 +219,7 @@ int KvCache::share_prefix(const int32_t* tokens, int max_tokens) {
   uint64_t key = 0;
   std::shared_ptr<const SequenceMeans> m;
   for (int k = 0; (k + 1) * B <= std::min(max_tokens, capacity_); ++k) {
-    key = BlockPool::chain_hash(key, tokens + size_t(k) * B, B);
+    key = BlockPool::chain_hash(k == 1 ? key ^ means_key(m.get()) : key, tokens + size_t(k) * B, B);
     const int32_t b = pool_->lookup(key, tokens + size_t(k) * B, k == 0 ? &m : nullptr);
     if (b < 0) break;
     table_.push_back(b);
@@ -235,7 +253,7 @@ void KvCache::publish(const int32_t* tokens) {
   const auto m = means();
   uint64_t key = 0;
   for (int k = 0; k < full; ++k) {
-    key = BlockPool::chain_hash(key, tokens + size_t(k) * B, B);
+    key = BlockPool::chain_hash(k == 1 ? key ^ means_key(m.get()) : key, tokens + size_t(k) * B, B);
     pool_->publish(table_[k], key, tokens + size_t(k) * B, k == 0 ? m : nullptr);
   }
 }

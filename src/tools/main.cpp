@@ -18,6 +18,7 @@ constexpr const char* kVersion = "turbokv 0.1.0";
 const char* llama_alias(const std::string& a) {
   if (a == "-ctk") return "--cache-type-k";
   if (a == "-ctv") return "--cache-type-v";
+  if (a == "-np") return "--parallel";
   return nullptr;
 }
 
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   // No require_subcommand(): it would be reported before an unknown flag.
   tkv::register_kv_stats(app);
   tkv::register_cache(app);
+  tkv::register_serve(app);
   tkv::register_demo(app);
   tkv::register_bench_attn(app);
   tkv::register_codebook(app);

@@ -1,0 +1,354 @@
+#include "server/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "cache/cache_file.h"
+
+namespace tkv::server {
+
+bool Task::next(std::string& text) {
+  std::unique_lock<std::mutex> lk(mu);
+  cv.wait(lk, [&] { return done || !pending.empty(); });
+  text.swap(pending);
+  pending.clear();
+  return !text.empty() || !done;
+}
+
+Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const KvCacheOptions& co, const EngineOptions& opt) {
+  const ModelConfig& c = model.config();
+  if (opt.n_parallel < 1 || opt.n_parallel > 1024) return Status::Error("-np must be in 1..1024");
+  if (opt.ctx < 16) return Status::Error("the context (-c) must be at least 16 tokens");
+  if (opt.n_batch < 1) return Status::Error("the batch size (-b) must be at least 1");
+  KvCacheOptions o = co;
+  o.capacity = opt.ctx;
+  auto layout = KvLayout::create(c.n_layer, c.n_head_kv, c.head_dim, o);
+  if (!layout) return layout.status();
+  const int64_t n_blocks = BlockPool::blocks_for_budget(**layout, opt.block_tokens, opt.kv_budget);
+  const int64_t per_ctx = (opt.ctx + opt.block_tokens - 1) / opt.block_tokens;
+  if (n_blocks < per_ctx)
+    return Status::Error("--kv-budget of " + std::to_string(opt.kv_budget >> 20) + " MiB holds " +
+                         std::to_string(n_blocks) + " blocks of " + std::to_string(opt.block_tokens) +
+                         " tokens, fewer than one context of " + std::to_string(opt.ctx) + " tokens needs (" +
+                         std::to_string(per_ctx) + "); raise --kv-budget or lower -c");
+  auto pool = BlockPool::create(std::move(*layout), opt.block_tokens, n_blocks);
+  if (!pool) return pool.status();
+  auto e = std::unique_ptr<Engine>(new Engine(model));
+  e->opt_ = opt;
+  e->pool_ = std::move(*pool);
+  e->slots_.resize(opt.n_parallel);
+  for (int i = 0; i < opt.n_parallel; ++i) e->slots_[i].id = i;
+  e->m_.budget = opt.kv_budget;
+  e->m_.block_bytes = e->pool_->block_bytes();
+  e->thread_ = std::thread([p = e.get()] { p->loop(); });
+  return e;
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t Engine::contexts_that_fit() const {
+  return pool_->n_blocks() / ((opt_.ctx + pool_->block_tokens() - 1) / pool_->block_tokens());
+}
+
+std::shared_ptr<Task> Engine::submit(GenRequest req, Refusal* refusal) {
+  const int P = static_cast<int>(req.prompt.size());
+  auto refuse = [&](int status, std::string msg) {
+    if (refusal) *refusal = {status, std::move(msg)};
+    std::lock_guard<std::mutex> g(mu_);
+    ++m_.rejected;
+    return nullptr;
+  };
+  if (P == 0) return refuse(400, "the prompt is empty");
+  if (P >= opt_.ctx)
+    return refuse(400, "the prompt has " + std::to_string(P) + " tokens, the context holds " + std::to_string(opt_.ctx) +
+                           " (prompt and generated tokens together)");
+  for (int32_t t : req.prompt)
+    if (t < 0 || t >= model_.config().n_vocab)
+      return refuse(400, "prompt token id " + std::to_string(t) + " is outside the vocabulary (" +
+                             std::to_string(model_.config().n_vocab) + ")");
+  if (req.slot >= static_cast<int>(slots_.size()))
+    return refuse(400, "id_slot " + std::to_string(req.slot) + " does not exist (" + std::to_string(slots_.size()) +
+                           " slots)");
+  auto t = std::make_shared<Task>();
+  t->req = std::move(req);
+  t->prompt_tokens = P;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopping_) return refuse(503, "the server is shutting down");
+    if (static_cast<int>(queue_.size()) >= opt_.queue_limit) {
+      ++m_.rejected;
+      if (refusal) *refusal = {503, "the server is busy: " + std::to_string(queue_.size()) + " requests are waiting"};
+      return nullptr;
+    }
+    queue_.push_back(t);
+    ++m_.requests;
+  }
+  cv_.notify_all();
+  return t;
+}
+
+void Engine::drop_idle_caches_locked() {
+  for (Slot& s : slots_)
+    if (!s.task && s.cache) {
+      s.cache->publish(s.tokens.data());
+      s.cache.reset();
+      s.tokens.clear();
+    }
+}
+
+bool Engine::admit_locked(const std::shared_ptr<Task>& t) {
+  Slot* slot = nullptr;
+  if (t->req.slot >= 0) {
+    if (!slots_[t->req.slot].task) slot = &slots_[t->req.slot];
+  } else {
+    for (Slot& s : slots_)  // an idle slot, one without a kept cache first
+      if (!s.task && (!slot || (slot->cache && !s.cache))) slot = &s;
+  }
+  if (!slot) return false;
+  if (slot->cache) {  // its last sequence's full blocks stay shareable
+    slot->cache->publish(slot->tokens.data());
+    slot->cache.reset();
+  }
+  const GenRequest& r = t->req;
+  const int P = static_cast<int>(r.prompt.size());
+  const int want = r.max_tokens < 0 ? opt_.ctx : std::min(opt_.ctx, P + r.max_tokens);
+  auto made = KvCache::create_in(pool_, opt_.ctx);
+  if (!made) return false;
+  std::unique_ptr<KvCache> cache = std::move(*made);
+  // Whole shared blocks only, and the last prompt token is always evaluated
+  // (its logits start generation).
+  const int shared = cache->share_prefix(r.prompt.data(), P - 1);
+  Status s = cache->reserve(want);
+  if (!s.ok()) {
+    drop_idle_caches_locked();
+    s = cache->reserve(want);
+  }
+  if (!s.ok()) return false;  // waits for blocks
+  slot->task = t;
+  slot->cache = std::move(cache);
+  slot->tokens = r.prompt;
+  slot->sampler = std::make_unique<Sampler>(r.sampling);
+  slot->stream = std::make_unique<TextStream>(r.stop);
+  slot->prompt_done = shared;
+  slot->generated = 0;
+  slot->reserve_tokens = want;
+  t->cached_tokens = shared;
+  m_.prompt_tokens += P;
+  m_.prefix_hit_tokens += shared;
+  return true;
+}
+
+void Engine::finish(Slot& s, const std::string& reason, const std::string& error) {
+  const std::shared_ptr<Task> t = s.task;
+  {
+    std::lock_guard<std::mutex> g(t->mu);
+    if (s.stream) t->pending += s.stream->finish();
+    t->finish_reason = reason;
+    t->error = error;
+    t->completion_tokens = s.generated;
+    t->done = true;
+  }
+  t->cv.notify_all();
+  if (reason == "cancelled") ++m_.cancelled;
+  // The tokens the cache holds (the last sampled token was never fed).
+  s.tokens.resize(s.cache->n_tokens());
+  if (error.empty()) s.cache->publish(s.tokens.data());
+  if (!opt_.keep_slot_cache || !error.empty()) {
+    s.cache.reset();  // blocks back to the pool (published ones stay cached)
+    s.tokens.clear();
+  }
+  s.task.reset();
+  s.sampler.reset();
+  s.stream.reset();
+}
+
+void Engine::emit(Slot& s, int32_t token) {
+  const GenRequest& r = s.task->req;
+  if (std::find(r.end_tokens.begin(), r.end_tokens.end(), token) != r.end_tokens.end()) return finish(s, "stop");
+  ++s.generated;
+  ++m_.generated;
+  const Tokenizer& tok = model_.tokenizer();
+  const std::string text = s.stream->push(tok.is_control(token) ? std::string() : tok.piece(token));
+  if (!text.empty()) {
+    {
+      std::lock_guard<std::mutex> g(s.task->mu);
+      s.task->pending += text;
+      s.task->completion_tokens = s.generated;
+    }
+    s.task->cv.notify_all();
+  }
+  if (s.stream->stopped()) return finish(s, "stop");
+  if (r.max_tokens >= 0 && s.generated >= r.max_tokens) return finish(s, "length");
+  if (s.cache->n_tokens() + 1 > std::min(opt_.ctx, s.reserve_tokens)) return finish(s, "length");
+  s.tokens.push_back(token);
+}
+
+void Engine::loop() {
+  using clock = std::chrono::steady_clock;
+  const int n_vocab = model_.config().n_vocab;
+  std::vector<std::vector<float>> logits(slots_.size(), std::vector<float>(n_vocab));
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    for (auto it = queue_.begin(); it != queue_.end();) {  // clients gone while waiting
+      if ((*it)->cancelled) {
+        {
+          std::lock_guard<std::mutex> g((*it)->mu);
+          (*it)->finish_reason = "cancelled";
+          (*it)->done = true;
+        }
+        (*it)->cv.notify_all();
+        ++m_.cancelled;
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (stopping_) {
+      for (Slot& s : slots_)
+        if (s.task) finish(s, "error", "the server is shutting down");
+      for (auto& t : queue_) {
+        {
+          std::lock_guard<std::mutex> g(t->mu);
+          t->finish_reason = "error";
+          t->error = "the server is shutting down";
+          t->done = true;
+        }
+        t->cv.notify_all();
+      }
+      queue_.clear();
+      return;
+    }
+    while (!queue_.empty() && admit_locked(queue_.front())) queue_.pop_front();
+    for (Slot& s : slots_)
+      if (s.task && s.task->cancelled) finish(s, "cancelled");
+    // The step: every decoding sequence's next token, then whole prompt
+    // chunks while the step's token budget lasts (at least one).
+    std::vector<Model::BatchSeq> batch;
+    std::vector<Slot*> who;
+    int budget = opt_.step_tokens, prompt_rows = 0, decode_rows = 0;
+    for (Slot& s : slots_)
+      if (s.task && s.prompt_done == static_cast<int>(s.task->req.prompt.size())) {
+        const int pos = s.cache->n_tokens();
+        batch.push_back({s.cache.get(), &s.tokens[pos], 1, pos, logits[s.id].data()});
+        who.push_back(&s);
+        --budget;
+        ++decode_rows;
+      }
+    for (Slot& s : slots_) {
+      const int P = s.task ? static_cast<int>(s.task->req.prompt.size()) : 0;
+      if (!s.task || s.prompt_done == P) continue;
+      const int n = std::min(opt_.n_batch, P - s.prompt_done);
+      if (n > budget && prompt_rows > 0) continue;
+      const bool last = s.prompt_done + n == P;
+      batch.push_back({s.cache.get(), &s.tokens[s.prompt_done], n, s.prompt_done, last ? logits[s.id].data() : nullptr});
+      who.push_back(&s);
+      budget -= n;
+      prompt_rows += n;
+    }
+    if (batch.empty()) {
+      cv_.wait(lk);
+      continue;
+    }
+    m_.running = static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !!s.task; }));
+    m_.queued = static_cast<int>(queue_.size());
+    lk.unlock();
+    const auto t0 = clock::now();
+    const Status st = model_.forward_batch(batch, opt_.threads);
+    const double sec = std::chrono::duration<double>(clock::now() - t0).count();
+    lk.lock();
+    const double per_row = sec / (prompt_rows + decode_rows);
+    m_.prompt_seconds += per_row * prompt_rows;
+    m_.gen_seconds += per_row * decode_rows;
+    m_.prompt_evaluated += prompt_rows;
+    for (size_t i = 0; i < who.size(); ++i) {
+      Slot& s = *who[i];
+      if (!st.ok()) {
+        finish(s, "error", st.message());
+        continue;
+      }
+      const int P = static_cast<int>(s.task->req.prompt.size());
+      if (s.prompt_done < P) {
+        s.prompt_done += batch[i].n;
+        if (s.prompt_done < P) continue;
+        s.cache->publish(s.tokens.data());  // the prompt's full blocks, for requests that share them
+      }
+      const int32_t next = s.sampler->sample(logits[s.id].data(), n_vocab, s.tokens, static_cast<size_t>(P));
+      emit(s, next);
+    }
+    m_.running = static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !!s.task; }));
+    m_.queued = static_cast<int>(queue_.size());
+  }
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard<std::mutex> g(mu_);
+  EngineMetrics m = m_;
+  m.pool = pool_->stats();
+  m.idle_slot_blocks = 0;
+  for (const Slot& s : slots_)
+    if (!s.task && s.cache) m.idle_slot_blocks += static_cast<int64_t>(s.cache->block_table().size());
+  return m;
+}
+
+std::vector<SlotInfo> Engine::slots() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<SlotInfo> out;
+  for (const Slot& s : slots_) {
+    SlotInfo i;
+    i.id = s.id;
+    i.processing = !!s.task;
+    i.n_ctx = opt_.ctx;
+    i.n_prompt = s.task ? static_cast<int>(s.task->req.prompt.size()) : 0;
+    i.n_cached = s.task ? s.task->cached_tokens : 0;
+    i.n_decoded = s.generated;
+    i.n_tokens = s.cache ? s.cache->n_tokens() : 0;
+    out.push_back(i);
+  }
+  return out;
+}
+
+Status Engine::save_slot(int id, const std::string& path, int* n_tokens) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (id < 0 || id >= static_cast<int>(slots_.size())) return Status::Error("slot " + std::to_string(id) + " does not exist");
+  Slot& s = slots_[id];
+  if (s.task) return Status::Error("slot " + std::to_string(id) + " is processing a request");
+  if (!s.cache || s.cache->n_tokens() == 0) return Status::Error("slot " + std::to_string(id) + " holds no tokens");
+  *n_tokens = s.cache->n_tokens();
+  return save_cache_file(path, *s.cache, model_.fingerprint(), s.tokens);
+}
+
+Status Engine::restore_slot(int id, const std::string& path, int* n_tokens) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (id < 0 || id >= static_cast<int>(slots_.size())) return Status::Error("slot " + std::to_string(id) + " does not exist");
+  Slot& s = slots_[id];
+  if (s.task) return Status::Error("slot " + std::to_string(id) + " is processing a request");
+  if (s.cache) {
+    s.cache->publish(s.tokens.data());
+    s.cache.reset();
+  }
+  auto src = open_file_source(path);
+  if (!src) return src.status();
+  auto loaded = load_cache_file_into(**src, pool_, opt_.ctx, model_.fingerprint(), model_.config().n_vocab);
+  if (!loaded) {
+    drop_idle_caches_locked();
+    loaded = load_cache_file_into(**src, pool_, opt_.ctx, model_.fingerprint(), model_.config().n_vocab);
+  }
+  if (!loaded) return Status::Error("slot file " + path + ": " + loaded.error());
+  s.cache = std::move(loaded->cache);
+  s.tokens = std::move(loaded->tokens);
+  s.cache->publish(s.tokens.data());  // its full blocks serve the next request that starts with them
+  *n_tokens = s.cache->n_tokens();
+  return Status::Ok();
+}
+
+}  // namespace tkv::server

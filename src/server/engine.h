@@ -1,0 +1,138 @@
+// The serving engine behind `turbokv serve`: many sequences in one KV block
+// pool (cache/block_pool.h) within a memory budget, run together in batched
+// steps (Model::forward_batch) by one scheduler thread.
+//
+// A request is admitted, first come first served, when a slot is free and the
+// blocks for its prompt and max_tokens (capped by the context) can be taken;
+// otherwise it waits in a bounded queue. Its prompt first shares the longest
+// run of cached full blocks (prefix cache), then the rest is evaluated in
+// chunks of n_batch tokens from that block boundary; then one token per step.
+// Chunks are never split by the per-step budget, so a sequence's arithmetic
+// is the same whatever shares its steps: its greedy output equals a lone run
+// (`turbokv run`, same -b) token for token.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/block_pool.h"
+#include "cache/kv_cache.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "server/text_stream.h"
+#include "util/status.h"
+
+namespace tkv::server {
+
+struct EngineOptions {
+  int n_parallel = 4;      // slots: sequences running at once
+  int ctx = 4096;          // tokens per sequence (prompt + generated)
+  int n_batch = 512;       // prompt chunk (tokens per forward), as run -b
+  int step_tokens = 1024;  // tokens per step (decode tokens + whole prompt chunks; at least one chunk)
+  int threads = 1;
+  int queue_limit = 64;    // waiting requests beyond the slots; more are refused
+  int block_tokens = 256;
+  size_t kv_budget = 0;    // bytes for the block pool
+  bool keep_slot_cache = false;  // an idle slot keeps its last sequence (for /slots save)
+};
+
+struct GenRequest {
+  std::vector<int32_t> prompt;
+  SamplerOptions sampling;
+  int max_tokens = -1;  // -1: until the context is full
+  std::vector<std::string> stop;
+  std::vector<int32_t> end_tokens;  // end of generation (EOS, end of turn): not part of the text
+  int slot = -1;                    // a slot asked for (-1: any)
+};
+
+// A request in flight. The engine appends text as it is generated; the HTTP
+// side waits on it, and sets `cancelled` when its client has gone.
+struct Task {
+  GenRequest req;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string pending;  // text not yet taken by the reader
+  bool done = false;
+  std::string finish_reason;  // "stop", "length", or "error"
+  std::string error;
+  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  std::atomic<bool> cancelled{false};
+  // Waits for text or the end; returns false once done and drained.
+  bool next(std::string& text);
+};
+
+struct SlotInfo {
+  int id = 0;
+  bool processing = false;
+  int n_ctx = 0, n_prompt = 0, n_cached = 0, n_decoded = 0, n_tokens = 0;
+};
+
+struct EngineMetrics {
+  int running = 0, queued = 0;
+  int64_t requests = 0, rejected = 0, cancelled = 0;
+  int64_t prompt_tokens = 0, prompt_evaluated = 0, generated = 0, prefix_hit_tokens = 0;
+  double prompt_seconds = 0, gen_seconds = 0;
+  BlockPoolStats pool;
+  size_t block_bytes = 0, budget = 0;
+  int64_t idle_slot_blocks = 0;
+};
+
+class Engine {
+ public:
+  static Expected<std::unique_ptr<Engine>> create(const Model& model, const KvCacheOptions& co,
+                                                  const EngineOptions& opt);
+  ~Engine();
+  // Queues a request; an error (with an HTTP status) when it cannot be
+  // served: 400 prompt too long or empty, 503 queue full.
+  struct Refusal { int status; std::string message; };
+  std::shared_ptr<Task> submit(GenRequest req, Refusal* refusal);
+  void stop();
+
+  EngineMetrics metrics() const;
+  std::vector<SlotInfo> slots() const;
+  const BlockPool& pool() const { return *pool_; }
+  int tokens_per_block() const { return pool_->block_tokens(); }
+  // How many whole contexts fit in the pool.
+  int64_t contexts_that_fit() const;
+  // Slot files (cache/cache_file.h) of a slot's kept sequence.
+  Status save_slot(int id, const std::string& path, int* n_tokens);
+  Status restore_slot(int id, const std::string& path, int* n_tokens);
+
+ private:
+  struct Slot {
+    int id = 0;
+    std::shared_ptr<Task> task;
+    std::unique_ptr<KvCache> cache;  // running, or kept after the end (keep_slot_cache)
+    std::vector<int32_t> tokens;     // tokens in the cache, then the next token to feed
+    std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<TextStream> stream;
+    int prompt_done = 0;             // prompt tokens in the cache
+    int generated = 0;
+    int reserve_tokens = 0;
+  };
+  Engine(const Model& m) : model_(m) {}
+  void loop();
+  bool admit_locked(const std::shared_ptr<Task>& t);
+  void finish(Slot& s, const std::string& reason, const std::string& error = {});
+  void emit(Slot& s, int32_t token);
+  void drop_idle_caches_locked();
+  const Model& model_;
+  EngineOptions opt_;
+  std::shared_ptr<BlockPool> pool_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Task>> queue_;
+  std::vector<Slot> slots_;
+  bool stopping_ = false;
+  std::thread thread_;
+  EngineMetrics m_;
+};
+
+}  // namespace tkv::server

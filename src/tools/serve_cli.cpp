@@ -1,0 +1,162 @@
+// `turbokv serve -m MODEL [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX]
+// [-b N] [--kv-budget SIZE] [cache flags] [--api-key KEY] [--chat-template NAME]
+// [--slot-save-path DIR] [-t THREADS]`: an OpenAI-compatible server
+// (server/http_server.h) over a paged, compressed KV cache shared by
+// sequences within a memory budget (server/engine.h). Stops cleanly on
+// SIGINT/SIGTERM.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include "model/model.h"
+#include "server/engine.h"
+#include "server/http_server.h"
+#include "tools/kv_flags.h"
+#include "tools/subcommands.h"
+
+namespace tkv {
+
+// "8GiB", "512MiB", "4G", "1.5GB", "1048576" (bytes); binary units either way.
+Expected<size_t> parse_size(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) return Status::Error("'" + s + "' is not a size (e.g. 8GiB, 512MiB)");
+  double v = 0;
+  try {
+    v = std::stod(s.substr(0, i));
+  } catch (const std::exception&) {
+    return Status::Error("'" + s + "' is not a size (e.g. 8GiB, 512MiB)");
+  }
+  std::string u = s.substr(i);
+  for (auto& c : u) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mul = 0;
+  if (u.empty() || u == "b") mul = 1;
+  else if (u == "k" || u == "kb" || u == "kib") mul = 1024.0;
+  else if (u == "m" || u == "mb" || u == "mib") mul = 1024.0 * 1024;
+  else if (u == "g" || u == "gb" || u == "gib") mul = 1024.0 * 1024 * 1024;
+  else if (u == "t" || u == "tb" || u == "tib") mul = 1024.0 * 1024 * 1024 * 1024;
+  else return Status::Error("'" + s + "': unknown unit '" + s.substr(i) + "' (B, KiB, MiB, GiB, TiB)");
+  const double b = v * mul;
+  if (!(b >= 1) || b > 1e18) return Status::Error("'" + s + "' is not a usable size");
+  return static_cast<size_t>(b);
+}
+
+void register_serve(CLI::App& app) {
+  struct Opt {
+    std::string model, host = "127.0.0.1", api_key, chat_template, slot_path, budget, alias;
+    int port = 8080, np = 4, ctx = 0, batch = 512, threads = 0, queue = 64, step = 1024, block = 256;
+    CacheFlags cache{"tq4", "tq4"};
+  };
+  auto o = std::make_shared<Opt>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server over a shared, paged, compressed KV cache");
+  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", o->port, "port (0: any free one)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--parallel", o->np, "sequences generated at once (slots; -np)")->check(CLI::Range(1, 1024));
+  cmd->add_option("-c,--ctx-size", o->ctx, "tokens per sequence (0: the model's, at most 4096)")->check(CLI::Range(0, 1 << 22));
+  cmd->add_option("-b,--batch-size", o->batch, "prompt tokens per forward pass (as run -b)")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--kv-budget", o->budget, "KV memory for all sequences, e.g. 8GiB (default: half of the free memory)");
+  cmd->add_option("--step-tokens", o->step, "tokens per batched step (decode tokens + whole prompt chunks)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--queue", o->queue, "requests that may wait for a slot; more get 503")->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--block-size", o->block, "tokens per KV block (a power of two, 16..4096)")->check(CLI::Range(16, 4096));
+  cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  add_cache_flags(cmd, o->cache);
+  cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on every endpoint but /health");
+  cmd->add_option("--chat-template", o->chat_template, "chatml, llama3, llama2, mistral, gemma, phi3 or zephyr (default: from the model)");
+  cmd->add_option("--slot-save-path", o->slot_path, "directory for POST /slots/ID?action=save|restore");
+  cmd->add_option("-a,--alias", o->alias, "model name reported by /v1/models");
+  cmd->callback([o]() {
+    auto fail = [](const std::string& m) { fail_command("serve", m); };
+    // SIGINT/SIGTERM go to one waiting thread (below), not to whichever
+    // thread is running: blocked here, before any thread starts.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a dead server
+
+    auto m = Model::load(o->model);
+    if (!m) fail(m.error());
+    const Model& model = **m;
+    const ModelConfig& c = model.config();
+    KvCacheOptions co;
+    if (Status s = apply_cache_flags(o->cache, model, co); !s.ok()) fail(s.message());
+    server::EngineOptions eo;
+    eo.n_parallel = o->np;
+    eo.ctx = o->ctx > 0 ? o->ctx : std::min(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
+    eo.n_batch = o->batch;
+    eo.step_tokens = o->step;
+    eo.queue_limit = o->queue;
+    eo.block_tokens = o->block;
+    eo.threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    eo.keep_slot_cache = !o->slot_path.empty();
+    if (!o->budget.empty()) {
+      auto b = parse_size(o->budget);
+      if (!b) fail("--kv-budget: " + b.error());
+      eo.kv_budget = *b;
+    } else {
+      eo.kv_budget = static_cast<size_t>(0.5 * double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)));
+    }
+    if (!o->slot_path.empty() && !std::filesystem::is_directory(o->slot_path))
+      fail("--slot-save-path " + o->slot_path + " is not a directory");
+    server::HttpOptions ho;
+    ho.host = o->host;
+    ho.port = o->port;
+    ho.api_key = o->api_key;
+    ho.slot_save_path = o->slot_path;
+    ho.model_id = !o->alias.empty() ? o->alias : std::filesystem::path(o->model).filename().string();
+    if (!o->chat_template.empty()) {
+      auto t = server::chat_template_named(o->chat_template);
+      if (!t) fail("--chat-template: " + t.error());
+      ho.chat_template = *t;
+    } else {
+      ho.chat_template = server::detect_chat_template(model.file().get_string_or("tokenizer.chat_template", ""));
+    }
+    auto engine = server::Engine::create(model, co, eo);
+    if (!engine) fail(engine.error());
+    server::HttpServer http(model, **engine, ho);
+    auto port = http.bind();
+    if (!port) fail(port.error());
+
+    const auto& pool = (*engine)->pool();
+    std::fprintf(stderr, "model: %s (%s, %d layers, %d/%d heads, head dim %d, %.1f MiB weights)\n", ho.model_id.c_str(),
+                 c.arch.c_str(), c.n_layer, c.n_head, c.n_head_kv, c.head_dim, model.weight_bytes() / 1048576.0);
+    std::fprintf(stderr, "KV cache: K %s, V %s, %.1f bytes/token; budget %.1f MiB = %lld blocks of %d tokens (%.2f MiB each)\n",
+                 o->cache.k_label().c_str(), o->cache.v_label().c_str(), double(pool.layout().bytes_per_token()),
+                 eo.kv_budget / 1048576.0, static_cast<long long>(pool.n_blocks()), pool.block_tokens(),
+                 pool.block_bytes() / 1048576.0);
+    std::fprintf(stderr, "context: %d tokens per sequence, %d slots; the budget holds %lld tokens = %lld full contexts\n",
+                 eo.ctx, eo.n_parallel, static_cast<long long>(pool.n_blocks()) * pool.block_tokens(),
+                 static_cast<long long>((*engine)->contexts_that_fit()));
+    std::fprintf(stderr, "chat template: %s%s%s\n", ho.chat_template.name.c_str(),
+                 ho.chat_template.note.empty() ? "" : " - warning: ", ho.chat_template.note.c_str());
+    std::fprintf(stderr, "listening on http://%s:%d%s\n", o->host.c_str(), *port,
+                 o->api_key.empty() ? "" : " (API key required)");
+    std::fflush(stderr);
+
+    std::thread sig([&] {
+      int got = 0;
+      sigwait(&sigs, &got);
+      std::fprintf(stderr, "signal %d: stopping\n", got);
+      (*engine)->stop();
+      http.stop();
+    });
+    http.serve();
+    // Stopped by a signal (or the socket failed): wake the signal thread if needed.
+    pthread_kill(sig.native_handle(), SIGTERM);
+    sig.join();
+    (*engine)->stop();
+    std::fprintf(stderr, "stopped\n");
+  });
+}
+
+}  // namespace tkv
