@@ -189,7 +189,9 @@ void Engine::emit(Slot& s, int32_t token) {
   }
   if (s.stream->stopped()) return finish(s, "stop");
   if (r.max_tokens >= 0 && s.generated >= r.max_tokens) return finish(s, "length");
-  if (s.cache->n_tokens() + 1 > std::min(opt_.ctx, s.reserve_tokens)) return finish(s, "length");
+  // Prompt + generated tokens stay within the context (the last one is
+  // never fed, so the cache holds one fewer).
+  if (s.cache->n_tokens() + 1 >= std::min(opt_.ctx, s.reserve_tokens)) return finish(s, "length");
   s.tokens.push_back(token);
 }
 
@@ -259,8 +261,8 @@ void Engine::loop() {
       cv_.wait(lk);
       continue;
     }
-    m_.running = static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !!s.task; }));
-    m_.queued = static_cast<int>(queue_.size());
+    m_.peak_running = std::max<int>(
+        m_.peak_running, static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !!s.task; })));
     lk.unlock();
     const auto t0 = clock::now();
     const Status st = model_.forward_batch(batch, opt_.threads);
@@ -285,14 +287,14 @@ void Engine::loop() {
       const int32_t next = s.sampler->sample(logits[s.id].data(), n_vocab, s.tokens, static_cast<size_t>(P));
       emit(s, next);
     }
-    m_.running = static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !!s.task; }));
-    m_.queued = static_cast<int>(queue_.size());
   }
 }
 
 EngineMetrics Engine::metrics() const {
   std::lock_guard<std::mutex> g(mu_);
   EngineMetrics m = m_;
+  m.running = static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !!s.task; }));
+  m.queued = static_cast<int>(queue_.size());
   m.pool = pool_->stats();
   m.idle_slot_blocks = 0;
   for (const Slot& s : slots_)

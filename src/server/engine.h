@@ -76,6 +76,7 @@ struct SlotInfo {
 
 struct EngineMetrics {
   int running = 0, queued = 0;
+  int peak_running = 0;  // the most sequences that ran at once
   int64_t requests = 0, rejected = 0, cancelled = 0;
   int64_t prompt_tokens = 0, prompt_evaluated = 0, generated = 0, prefix_hit_tokens = 0;
   double prompt_seconds = 0, gen_seconds = 0;

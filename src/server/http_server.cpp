@@ -291,6 +291,7 @@ void HttpServer::routes() {
     std::ostringstream o;
     metric(o, "requests_running", "gauge", "Requests being generated.", m.running);
     metric(o, "requests_queued", "gauge", "Requests waiting for a slot or KV blocks.", m.queued);
+    metric(o, "requests_running_peak", "gauge", "The most requests generated at once.", m.peak_running);
     metric(o, "requests_total", "counter", "Requests accepted.", double(m.requests));
     metric(o, "requests_rejected_total", "counter", "Requests refused (bad prompt, queue full).", double(m.rejected));
     metric(o, "requests_cancelled_total", "counter", "Requests whose client went away.", double(m.cancelled));
