@@ -28,7 +28,7 @@ namespace tkv {
 void register_run(CLI::App& app) {
   struct Opt {
     std::string model, prompt = "Once upon a time";
-    int n = 64, ctx = 0, threads = 0;
+    int n = 64, ctx = 0, threads = 0, batch = 512;
     SamplerOptions s;
     bool no_display_prompt = false;
     CacheFlags cache{"tq4", "tq4"};
@@ -44,6 +44,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("-n,--n-predict", o->n, "tokens to generate")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-c,--ctx-size", o->ctx, "context (0: the model's, capped by free memory)")->check(CLI::Range(0, 1 << 22));
   cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("-b,--batch-size", o->batch, "prompt tokens per forward pass (as serve -b)")->check(CLI::Range(1, 1 << 16));
   add_cache_flags(cmd, o->cache);
   cmd->add_option("--seed", o->s.seed, "sampling seed");
   cmd->add_option("--temp", o->s.temperature, "temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
@@ -116,8 +117,8 @@ void register_run(CLI::App& app) {
     if (!o->no_display_prompt) std::cout << o->prompt << std::flush;
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
-    Status s = model.forward(prompt.data() + reused, static_cast<int>(prompt.size()) - reused, reused, *cache, threads,
-                             logits.data());
+    Status s = prefill(model, prompt.data() + reused, static_cast<int>(prompt.size()) - reused, reused, *cache, threads,
+                       o->batch, logits.data());
     if (!s.ok()) fail(s.message());
     const double t_prompt = std::chrono::duration<double>(clock::now() - t0).count();
     if (!o->prompt_cache.empty() && !o->prompt_cache_ro) {
