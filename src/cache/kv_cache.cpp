@@ -88,17 +88,12 @@ double KvCache::v_bits_per_value() const {
   return s / n_layer();
 }
 
-uint8_t* KvCache::k_row(int layer, int t, int h) {
+uint8_t* KvCache::row(int layer, int t, int h, bool v) {
   const BlockPool& P = *pool_;
-  const size_t rb = layout_->layer(layer).k_row;
-  return pool_->k_base(layer) + size_t(table_[t >> P.block_shift()]) * P.k_block_bytes(layer) +
-         (size_t(h) * P.block_tokens() + (t & (P.block_tokens() - 1))) * rb;
-}
-uint8_t* KvCache::v_row(int layer, int t, int h) {
-  const BlockPool& P = *pool_;
-  const size_t rb = layout_->layer(layer).v_row;
-  return pool_->v_base(layer) + size_t(table_[t >> P.block_shift()]) * P.v_block_bytes(layer) +
-         (size_t(h) * P.block_tokens() + (t & (P.block_tokens() - 1))) * rb;
+  const size_t rb = v ? layout_->layer(layer).v_row : layout_->layer(layer).k_row;
+  uint8_t* base = v ? pool_->v_base(layer) : pool_->k_base(layer);
+  const size_t bb = v ? P.v_block_bytes(layer) : P.k_block_bytes(layer);
+  return base + size_t(table_[t >> P.block_shift()]) * bb + (size_t(h) * P.block_tokens() + (t & (P.block_tokens() - 1))) * rb;
 }
 
 void KvCache::fix_mean(Seq& S, int n, const float* k, const float* v) {
@@ -320,34 +315,23 @@ size_t KvCache::staging_bytes() const {
   return b;
 }
 
-KvRows KvCache::k_rows(int layer) const {
+// K and V by one path: `v` picks the side.
+KvRows KvCache::rows(int layer, bool v) const {
   const Seq& S = seq_[layer];
   if (S.staging) {
     const size_t rb = layout_->f16().row_bytes();
-    return {&layout_->f16(), S.sk.data(), rb, rb * layout_->layer(layer).mean_rows};
+    return {&layout_->f16(), v ? S.sv.data() : S.sk.data(), rb, rb * layout_->layer(layer).mean_rows};
   }
   const LayerCodecs& L = layout_->layer(layer);
   const BlockPool& P = *pool_;
-  KvRows r{L.kp[0], P.k_base(layer), L.k_row, L.k_row * P.block_tokens(), L.kp.size() > 1 ? L.kp.data() : nullptr};
+  const auto& codecs = v ? L.vp : L.kp;
+  const size_t rb = v ? L.v_row : L.k_row;
+  KvRows r{codecs[0], v ? P.v_base(layer) : P.k_base(layer), rb, rb * P.block_tokens(),
+           codecs.size() > 1 ? codecs.data() : nullptr};
   r.blocks = table_.data();
   r.block_shift = P.block_shift();
-  r.block_bytes = P.k_block_bytes(layer);
-  r.end = P.k_end(layer);
-  return r;
-}
-KvRows KvCache::v_rows(int layer) const {
-  const Seq& S = seq_[layer];
-  if (S.staging) {
-    const size_t rb = layout_->f16().row_bytes();
-    return {&layout_->f16(), S.sv.data(), rb, rb * layout_->layer(layer).mean_rows};
-  }
-  const LayerCodecs& L = layout_->layer(layer);
-  const BlockPool& P = *pool_;
-  KvRows r{L.vp[0], P.v_base(layer), L.v_row, L.v_row * P.block_tokens(), L.vp.size() > 1 ? L.vp.data() : nullptr};
-  r.blocks = table_.data();
-  r.block_shift = P.block_shift();
-  r.block_bytes = P.v_block_bytes(layer);
-  r.end = P.v_end(layer);
+  r.block_bytes = v ? P.v_block_bytes(layer) : P.k_block_bytes(layer);
+  r.end = v ? P.v_end(layer) : P.k_end(layer);
   return r;
 }
 

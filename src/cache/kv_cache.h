@@ -34,8 +34,8 @@ class KvCache {
   // [n][n_kv_heads][head_dim]. Positions must be written in order. Blocks
   // are taken from the pool as needed (fails when it has none left).
   Status append(int layer, int pos, int n, const float* k, const float* v);
-  KvRows k_rows(int layer) const;
-  KvRows v_rows(int layer) const;
+  KvRows k_rows(int layer) const { return rows(layer, false); }
+  KvRows v_rows(int layer) const { return rows(layer, true); }
   const float* mu_k(int layer) const { return seq_[layer].centred ? seq_[layer].mu_k.data() : nullptr; }
   const float* mu_v(int layer) const { return seq_[layer].centred ? seq_[layer].mu_v.data() : nullptr; }
   // True while a layer still holds its first rows in the f16 staging area.
@@ -88,8 +88,8 @@ class KvCache {
   int n_kv_heads() const { return layout_->n_kv_heads(); }
   int head_dim() const { return layout_->head_dim(); }
   // Row (t, h) of a layer's K or V (not while staging).
-  uint8_t* k_row(int layer, int t, int h);
-  uint8_t* v_row(int layer, int t, int h);
+  uint8_t* k_row(int layer, int t, int h) { return row(layer, t, h, false); }
+  uint8_t* v_row(int layer, int t, int h) { return row(layer, t, h, true); }
 
  private:
   friend class CacheFileLoader;  // cache/cache_file.cpp restores rows in place
@@ -101,6 +101,8 @@ class KvCache {
     std::vector<uint8_t> sk, sv;  // f16 rows while staging, head-major with capacity mean_rows
     int written = 0;
   };
+  KvRows rows(int layer, bool v) const;
+  uint8_t* row(int layer, int t, int h, bool v);
   Status quantize_rows(int layer, int pos, int n, const float* k, const float* v);
   void fix_mean(Seq& S, int n, const float* k, const float* v);
   std::shared_ptr<const SequenceMeans> means() const;
