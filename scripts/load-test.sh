@@ -6,7 +6,7 @@
 # --slot-save-path idle slots keep nothing), then stops the server with SIGTERM
 # and checks that it exits 0 within 10 s. Exits non-zero on any failure.
 # Usage: scripts/load-test.sh [MODEL] [CLIENTS] [REQUESTS]
-#   env: TKV_SERVE_ARGS (default "-np 4 -c 1024 --kv-budget 64MiB -t 2"),
+#   env: TKV_SERVE_ARGS (default "-np 4 -c 1024 --kv-budget 64MiB -t 1"),
 #        TKV_LOADGEN_ARGS (extra loadgen flags, e.g. "--max-tokens 32"), TKV_PORTS (18100-18199)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ MODEL=${1:-../shared/models/ref-5m/ref-5m-f32.gguf}
 CLIENTS=${2:-64}
 REQUESTS=${3:-100}
 TKV_BIN=${TKV_BIN:-./build/turbokv}
-SERVE_ARGS=${TKV_SERVE_ARGS:--np 4 -c 1024 --kv-budget 64MiB -t 2}
+SERVE_ARGS=${TKV_SERVE_ARGS:--np 4 -c 1024 --kv-budget 64MiB -t 1}
 [ -x "$TKV_BIN" ] || { echo "no $TKV_BIN: build it first (cmake --build build --target turbokv)" >&2; exit 1; }
 [ -f "$MODEL" ] || { echo "no model $MODEL" >&2; exit 1; }
 . scripts/serve-lib.sh

@@ -18,7 +18,7 @@ fi
 . scripts/serve-lib.sh
 trap cleanup_server EXIT
 export TKV_API_KEY=tkv-test-$RANDOM$RANDOM
-start_server -m "$MODEL" -np 2 -c 512 --kv-budget 16MiB -t 2 --api-key "$TKV_API_KEY"
+start_server -m "$MODEL" -np 2 -c 512 --kv-budget 16MiB -t 1 --api-key "$TKV_API_KEY"
 export TKV_URL=$URL
 rc=0
 node scripts/openai-client-test.mjs || rc=1

@@ -97,7 +97,7 @@ class LoadgenTest : public Cli {
 
 TEST_F(LoadgenTest, ServerStaysConsistentUnderLoad) {
   if (!std::filesystem::exists(kModel)) GTEST_SKIP() << "no " << kModel;
-  ASSERT_NO_FATAL_FAILURE(start_server({"-np", "4", "-c", "512", "--kv-budget", "16MiB", "-t", "2"}));
+  ASSERT_NO_FATAL_FAILURE(start_server({"-np", "4", "-c", "512", "--kv-budget", "16MiB", "-t", "1"}));
   const std::string url = "http://127.0.0.1:" + std::to_string(port_);
 
   const CliResult r = run("loadgen --url " + url + " --clients 8 --requests 5 --max-tokens 8 --seed 7");
