@@ -120,7 +120,8 @@ await check('chat.completions.create stream include_usage', async () => {
   return `${chunks} chunks, ${reason}, usage ${JSON.stringify(usage)}`;
 });
 
-await check('wrong API key -> AuthenticationError', async () => {
+if (!process.env.TKV_API_KEY) console.log('skip wrong API key: TKV_API_KEY is not set (a server without --api-key)');
+else await check('wrong API key -> AuthenticationError', async () => {
   const bad = new OpenAI({ baseURL: `${url}/v1`, apiKey: `${apiKey}-wrong`, maxRetries: 0 });
   for (const call of [() => bad.models.list(), () => bad.chat.completions.create({ model, messages, max_tokens: 4 })]) {
     await assert.rejects(call, (e) => {

@@ -223,7 +223,7 @@ void run_loadgen(const LoadOpt& o) {
     if (!probe.is_valid()) fail("--url " + o.url + " is not a usable URL");
     probe.set_connection_timeout(5, 0);
     auto res = probe.Get("/health");
-    if (!res) fail("cannot reach " + o.url + "/health: " + httplib::to_string(res.error()));
+    if (!res) fail("cannot reach " + o.url + "/health (" + httplib::to_string(res.error()) + " error): is the server running?");
   }
   std::mutex mu;
   std::vector<double> latencies;
