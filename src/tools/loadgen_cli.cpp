@@ -6,6 +6,9 @@
 // and not, and checks every response completely (status, JSON shape, choices,
 // finish_reason, usage; for streams every SSE event, the [DONE] terminator and
 // the closing chunk). Prints throughput and latency; exits 1 on any error.
+// Generated tokens are summed from usage; a stream sent without
+// stream_options.include_usage (half of them) counts its text chunks instead,
+// a lower bound (a chunk holds one token or more).
 #include <httplib.h>
 
 #include <algorithm>
