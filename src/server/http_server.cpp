@@ -188,8 +188,8 @@ void HttpServer::routes() {
             std::string piece;
             while (task->next(piece)) {
               if (piece.empty()) continue;
-              if (!sink.write(sse(chunk_json(id, created, model_id, piece, "", chat, *first)).data(),
-                              sse(chunk_json(id, created, model_id, piece, "", chat, *first)).size())) {
+              const std::string event = sse(chunk_json(id, created, model_id, piece, "", chat, *first));
+              if (!sink.write(event.data(), event.size())) {
                 task->cancelled = true;  // the client has gone: free its blocks
                 return false;
               }

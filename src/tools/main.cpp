@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   tkv::register_cache(app);
   tkv::register_serve(app);
   tkv::register_bench_serve(app);
+  tkv::register_loadgen(app);
   tkv::register_demo(app);
   tkv::register_bench_attn(app);
   tkv::register_codebook(app);

@@ -38,5 +38,6 @@ void register_calibrate(CLI::App& app);    // calibrate_cli.cpp
 void register_cache(CLI::App& app);        // cache_cli.cpp
 void register_serve(CLI::App& app);        // serve_cli.cpp
 void register_bench_serve(CLI::App& app);  // bench_serve_cli.cpp
+void register_loadgen(CLI::App& app);      // loadgen_cli.cpp
 
 }  // namespace tkv
