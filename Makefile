@@ -24,13 +24,20 @@ demo: build
 # fuzz harness for a few seconds (so they cannot rot).
 test: test-fast test-asan test-fuzz
 
-test-fast: build
+test-fast: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS) --target turbokv tkv_tests
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
+# The sanitizer pass runs every test but the one that re-measures perplexity
+# across matmul cores and weight types (48 s in Release, 156 s under the
+# sanitizers): an accuracy check whose code paths the other tests cover; it
+# runs in the Release pass above.
+ASAN_ONLY_IN_RELEASE = Matmul.ReferenceModelPerplexityWithinPointZeroFivePercent
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKV_SANITIZE=ON -DTKV_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
-	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS)
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS) -E '^($(ASAN_ONLY_IN_RELEASE))$$'
 
 # Every libFuzzer harness (fuzz/*.cpp) for FUZZ_SECONDS each, from its seed
 # corpus; fails on a crash, leak, sanitizer report, timeout or out-of-memory.
