@@ -330,53 +330,6 @@ DecodeActs decode_acts(bool q8, const float* x, int64_t cols) {
   return a;
 }
 
-TKV_VNNI_ATTR float decode_row(uint32_t type, const uint8_t* row, int64_t nb, const DecodeActs& a) {
-  const bool q8 = type == 8;
-  const int64_t bb = q8 ? 34 : 18;
-  __m512 f = _mm512_setzero_ps();
-  int64_t j = 0;
-  for (; j + 2 <= nb; j += 2) {
-    const uint8_t* pa = row + j * bb;
-    const uint8_t* pb = pa + bb;
-    __m512i w;
-    uint16_t ha, hb;
-    std::memcpy(&ha, pa, 2);
-    std::memcpy(&hb, pb, 2);
-    __m256i h16;
-    if (q8) {
-      const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 2));
-      const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2));
-      w = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(wa), wb, 1), _mm512_set1_epi8(-128));
-      h16 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(ha))),
-                                    _mm_set1_epi16(static_cast<short>(hb)), 1);
-    } else {
-      const __m256i t = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa + 2))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 2)), 1);
-      const __m256i m4 = _mm256_set1_epi8(0x0F);
-      w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(t, m4)),
-                             _mm256_and_si256(_mm256_srli_epi16(t, 4), m4), 1);
-      h16 = _mm256_broadcastsi128_si256(
-          _mm_unpacklo_epi64(_mm_set1_epi16(static_cast<short>(ha)), _mm_set1_epi16(static_cast<short>(hb))));
-    }
-    const __m512i isum =
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(a.qp.data() + j * 32));
-    const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_loadu_ps(a.dx.data() + j * 8),
-                                     _mm512_loadu_ps(a.cs.data() + j * 8));
-    f = _mm512_fmadd_ps(_mm512_cvtph_ps(h16), t, f);
-  }
-  float tail = 0.0f;
-  for (; j < nb; ++j) {  // an odd last block
-    uint8_t u[32];
-    float d, m;
-    unpack_u8(type, row, j, u, &d, &m);
-    int32_t isum = 0;
-    for (int k = 0; k < 32; ++k) isum += u[k] * a.q[j * 32 + k];
-    tail += d * a.d[j] * static_cast<float>(isum) + m * a.s[j];
-  }
-  return _mm512_reduce_add_ps(f) + tail;
-}
-
 // decode_row for NT tokens at once, each with exactly decode_row's operations
 // in its order (so each token's bits equal decode_row's): the weights of a
 // block pair are unpacked once for all NT tokens, which halves the
@@ -408,10 +361,13 @@ GroupActs group_acts(const DecodeActs* const* a, int nt, int64_t nb) {
   return g;
 }
 
+// qp_all, dx_all, cs_all: the tokens' activations interleaved per block pair
+// (GroupActs; for one token, DecodeActs' own arrays); a: each token's, for an
+// odd last block.
 template <int NT>
-TKV_VNNI_ATTR void decode_row_tokens(uint32_t type, const uint8_t* row, int64_t nb, const GroupActs& g,
-                                     float* out, int64_t out_stride) {
-  const DecodeActs* const* a = g.a;
+TKV_VNNI_ATTR void decode_row_tokens(uint32_t type, const uint8_t* row, int64_t nb, const int8_t* qp_all,
+                                     const float* dx_all, const float* cs_all, const DecodeActs* const* a, float* out,
+                                     int64_t out_stride) {
   const bool q8 = type == 8;
   const int64_t bb = q8 ? 34 : 18;
   __m512 f[NT];
@@ -442,9 +398,9 @@ TKV_VNNI_ATTR void decode_row_tokens(uint32_t type, const uint8_t* row, int64_t 
           _mm_unpacklo_epi64(_mm_set1_epi16(static_cast<short>(ha)), _mm_set1_epi16(static_cast<short>(hb))));
     }
     const __m512 hs = _mm512_cvtph_ps(h16);
-    const int8_t* qp = g.qp.data() + (j / 2) * NT * 64;
-    const float* dx = g.dx.data() + (j / 2) * NT * 16;
-    const float* cs = g.cs.data() + (j / 2) * NT * 16;
+    const int8_t* qp = qp_all + (j / 2) * NT * 64;
+    const float* dx = dx_all + (j / 2) * NT * 16;
+    const float* cs = cs_all + (j / 2) * NT * 16;
     for (int t = 0; t < NT; ++t) {
       const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(qp + t * 64));
       const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_loadu_ps(dx + t * 16), _mm512_loadu_ps(cs + t * 16));
@@ -463,6 +419,15 @@ TKV_VNNI_ATTR void decode_row_tokens(uint32_t type, const uint8_t* row, int64_t 
     }
     out[t * out_stride] = _mm512_reduce_add_ps(f[t]) + tail;
   }
+}
+
+// One token: the same kernel, so a token decoded alone and in a group of up
+// to 8 gets the same bits (matmul_tokens).
+TKV_VNNI_ATTR float decode_row(uint32_t type, const uint8_t* row, int64_t nb, const DecodeActs& a) {
+  const DecodeActs* ap = &a;
+  float out = 0.0f;
+  decode_row_tokens<1>(type, row, nb, a.qp.data(), a.dx.data(), a.cs.data(), &ap, &out, 1);
+  return out;
 }
 
 }  // namespace
@@ -542,17 +507,19 @@ bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float
     const uint8_t* row = w.data + r * w.row_bytes;
     for (int t0 = 0; t0 < n_tok; t0 += 8) {  // 8 accumulators + the block's registers fit the 32 zmm
       const GroupActs& at = groups[t0 / 8];
+#define G at.qp.data(), at.dx.data(), at.cs.data(), at.a
       float* out = y + t0 * w.rows + r;
       switch (std::min(8, n_tok - t0)) {
-        case 1: decode_row_tokens<1>(w.type, row, nb, at, out, w.rows); break;
-        case 2: decode_row_tokens<2>(w.type, row, nb, at, out, w.rows); break;
-        case 3: decode_row_tokens<3>(w.type, row, nb, at, out, w.rows); break;
-        case 4: decode_row_tokens<4>(w.type, row, nb, at, out, w.rows); break;
-        case 5: decode_row_tokens<5>(w.type, row, nb, at, out, w.rows); break;
-        case 6: decode_row_tokens<6>(w.type, row, nb, at, out, w.rows); break;
-        case 7: decode_row_tokens<7>(w.type, row, nb, at, out, w.rows); break;
-        default: decode_row_tokens<8>(w.type, row, nb, at, out, w.rows); break;
+        case 1: decode_row_tokens<1>(w.type, row, nb, G, out, w.rows); break;
+        case 2: decode_row_tokens<2>(w.type, row, nb, G, out, w.rows); break;
+        case 3: decode_row_tokens<3>(w.type, row, nb, G, out, w.rows); break;
+        case 4: decode_row_tokens<4>(w.type, row, nb, G, out, w.rows); break;
+        case 5: decode_row_tokens<5>(w.type, row, nb, G, out, w.rows); break;
+        case 6: decode_row_tokens<6>(w.type, row, nb, G, out, w.rows); break;
+        case 7: decode_row_tokens<7>(w.type, row, nb, G, out, w.rows); break;
+        default: decode_row_tokens<8>(w.type, row, nb, G, out, w.rows); break;
       }
+#undef G
     }
   }
   return true;
