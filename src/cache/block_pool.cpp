@@ -93,6 +93,10 @@ int32_t BlockPool::allocate_locked() {
 void BlockPool::retain(int32_t b) {
   std::lock_guard<std::mutex> g(mu_);
   if (refs_[b] == 0 && !pub_[b]) return;  // a free block is allocate()'s to hand out (misuse; ignored)
+  take_locked(b);
+}
+
+void BlockPool::take_locked(int32_t b) {
   if (refs_[b]++ == 0) {  // a cached block taken back into use
     lru_.erase(pub_[b]->lru);
     ++in_use_;
@@ -171,10 +175,7 @@ int32_t BlockPool::lookup(uint64_t key, const int32_t* tokens, std::shared_ptr<c
   for (auto it = range.first; it != range.second; ++it) {
     const int32_t b = it->second;
     if (!std::equal(tokens, tokens + block_tokens_, pub_[b]->tokens.begin())) continue;
-    if (refs_[b]++ == 0) {
-      lru_.erase(pub_[b]->lru);
-      ++in_use_;
-    }
+    take_locked(b);
     if (means) *means = pub_[b]->means;
     return b;
   }

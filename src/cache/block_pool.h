@@ -99,6 +99,7 @@ class BlockPool {
   BlockPool() = default;
   void unpublish_locked(int32_t b);
   int32_t allocate_locked();
+  void take_locked(int32_t b);  // one more reference; a cached block leaves the LRU list
   std::shared_ptr<const KvLayout> layout_;
   int block_tokens_ = 0, shift_ = 0;
   int64_t n_blocks_ = 0;

@@ -97,13 +97,33 @@ std::shared_ptr<Task> Engine::submit(GenRequest req, Refusal* refusal) {
   return t;
 }
 
+// An idle slot's kept sequence goes back to the pool; its full blocks stay
+// shareable in the prefix cache.
+void Engine::drop_cache_locked(Slot& s) {
+  if (!s.cache) return;
+  s.cache->publish(s.tokens.data());
+  s.cache.reset();
+  s.tokens.clear();
+}
+
 void Engine::drop_idle_caches_locked() {
   for (Slot& s : slots_)
-    if (!s.task && s.cache) {
-      s.cache->publish(s.tokens.data());
-      s.cache.reset();
-      s.tokens.clear();
-    }
+    if (!s.task) drop_cache_locked(s);
+}
+
+int Engine::running_locked() const {
+  return static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !!s.task; }));
+}
+
+// Ends a request that never ran (its client left, or the server stops).
+void Engine::end_waiting(Task& t, const std::string& reason, const std::string& error) {
+  {
+    std::lock_guard<std::mutex> g(t.mu);
+    t.finish_reason = reason;
+    t.error = error;
+    t.done = true;
+  }
+  t.cv.notify_all();
 }
 
 bool Engine::admit_locked(const std::shared_ptr<Task>& t) {
@@ -115,10 +135,7 @@ bool Engine::admit_locked(const std::shared_ptr<Task>& t) {
       if (!s.task && (!slot || (slot->cache && !s.cache))) slot = &s;
   }
   if (!slot) return false;
-  if (slot->cache) {  // its last sequence's full blocks stay shareable
-    slot->cache->publish(slot->tokens.data());
-    slot->cache.reset();
-  }
+  drop_cache_locked(*slot);
   const GenRequest& r = t->req;
   const int P = static_cast<int>(r.prompt.size());
   const int want = r.max_tokens < 0 ? opt_.ctx : std::min(opt_.ctx, P + r.max_tokens);
@@ -203,12 +220,7 @@ void Engine::loop() {
   for (;;) {
     for (auto it = queue_.begin(); it != queue_.end();) {  // clients gone while waiting
       if ((*it)->cancelled) {
-        {
-          std::lock_guard<std::mutex> g((*it)->mu);
-          (*it)->finish_reason = "cancelled";
-          (*it)->done = true;
-        }
-        (*it)->cv.notify_all();
+        end_waiting(**it, "cancelled", "");
         ++m_.cancelled;
         it = queue_.erase(it);
       } else {
@@ -218,15 +230,7 @@ void Engine::loop() {
     if (stopping_) {
       for (Slot& s : slots_)
         if (s.task) finish(s, "error", "the server is shutting down");
-      for (auto& t : queue_) {
-        {
-          std::lock_guard<std::mutex> g(t->mu);
-          t->finish_reason = "error";
-          t->error = "the server is shutting down";
-          t->done = true;
-        }
-        t->cv.notify_all();
-      }
+      for (auto& t : queue_) end_waiting(*t, "error", "the server is shutting down");
       queue_.clear();
       return;
     }
@@ -261,8 +265,7 @@ void Engine::loop() {
       cv_.wait(lk);
       continue;
     }
-    m_.peak_running = std::max<int>(
-        m_.peak_running, static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !!s.task; })));
+    m_.peak_running = std::max(m_.peak_running, running_locked());
     lk.unlock();
     const auto t0 = clock::now();
     const Status st = model_.forward_batch(batch, opt_.threads);
@@ -293,7 +296,7 @@ void Engine::loop() {
 EngineMetrics Engine::metrics() const {
   std::lock_guard<std::mutex> g(mu_);
   EngineMetrics m = m_;
-  m.running = static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !!s.task; }));
+  m.running = running_locked();
   m.queued = static_cast<int>(queue_.size());
   m.pool = pool_->stats();
   m.idle_slot_blocks = 0;
@@ -334,10 +337,7 @@ Status Engine::restore_slot(int id, const std::string& path, int* n_tokens) {
   if (id < 0 || id >= static_cast<int>(slots_.size())) return Status::Error("slot " + std::to_string(id) + " does not exist");
   Slot& s = slots_[id];
   if (s.task) return Status::Error("slot " + std::to_string(id) + " is processing a request");
-  if (s.cache) {
-    s.cache->publish(s.tokens.data());
-    s.cache.reset();
-  }
+  drop_cache_locked(s);
   auto src = open_file_source(path);
   if (!src) return src.status();
   auto loaded = load_cache_file_into(**src, pool_, opt_.ctx, model_.fingerprint(), model_.config().n_vocab);

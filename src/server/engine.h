@@ -123,7 +123,10 @@ class Engine {
   bool admit_locked(const std::shared_ptr<Task>& t);
   void finish(Slot& s, const std::string& reason, const std::string& error = {});
   void emit(Slot& s, int32_t token);
+  void drop_cache_locked(Slot& s);
   void drop_idle_caches_locked();
+  int running_locked() const;
+  static void end_waiting(Task& t, const std::string& reason, const std::string& error);
   const Model& model_;
   EngineOptions opt_;
   std::shared_ptr<BlockPool> pool_;

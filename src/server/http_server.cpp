@@ -78,8 +78,6 @@ void HttpServer::routes() {
   httplib::Server& s = *svr_;
   // A worker per waiting or running request and some spare: handlers block
   // while their request is generated.
-  const EngineMetrics m0 = engine_.metrics();
-  (void)m0;
   const size_t workers = static_cast<size_t>(engine_.slots().size()) + 80;
   s.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   s.set_payload_max_length(opt_.max_body);
@@ -122,11 +120,12 @@ void HttpServer::routes() {
   s.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
     json j;
     j["model_path"] = opt_.model_id;
-    j["total_slots"] = engine_.slots().size();
+    const auto slots = engine_.slots();
+    j["total_slots"] = slots.size();
     j["chat_template"] = opt_.chat_template.name;
     j["chat_template_fallback"] = opt_.chat_template.fallback;
     if (!opt_.chat_template.note.empty()) j["warning"] = opt_.chat_template.note;
-    j["default_generation_settings"] = {{"n_ctx", engine_.slots().empty() ? 0 : engine_.slots()[0].n_ctx}};
+    j["default_generation_settings"] = {{"n_ctx", slots.empty() ? 0 : slots[0].n_ctx}};
     j["kv_blocks"] = engine_.pool().n_blocks();
     j["kv_block_tokens"] = engine_.tokens_per_block();
     res.set_content(j.dump(), "application/json");
