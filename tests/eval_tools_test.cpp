@@ -14,7 +14,7 @@
 #include "model/gen_model.h"
 #include "model/model.h"
 #include "tools/kv_dump.h"
-#include "tools/kv_file.h"
+#include "eval/kv_file.h"
 
 namespace tkv {
 namespace {

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <limits>
 
-#include "tools/kv_file.h"
+#include "eval/kv_file.h"
 #include "util/rng.h"
 
 namespace tkv {

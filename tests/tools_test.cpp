@@ -16,8 +16,8 @@
 #include "codec/codebook.h"
 #include "codec/format.h"
 #include "tools/demo.h"
-#include "tools/kv_file.h"
-#include "tools/kv_stats.h"
+#include "eval/kv_file.h"
+#include "eval/kv_stats.h"
 #include "tools/synthetic_kv.h"
 #include "test_cli.h"
 

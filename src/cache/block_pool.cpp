@@ -5,6 +5,7 @@
 #include <string>
 
 #include "util/hash.h"
+#include "util/memory.h"
 
 namespace tkv {
 
@@ -16,6 +17,14 @@ Expected<std::shared_ptr<BlockPool>> BlockPool::create(std::shared_ptr<const KvL
                          " tokens is not a power of two in [16, 4096]");
   if (n_blocks < 1 || n_blocks > (int64_t(1) << 30))
     return Status::Error("block pool: " + std::to_string(n_blocks) + " blocks (need 1 .. 2^30)");
+  // Checked before any buffer is made: the mappings are lazy, so an
+  // impossible size would only fail (or be killed) when the pages are touched.
+  const uint64_t need = uint64_t(layout->bytes_per_token()) * uint64_t(block_tokens) * uint64_t(n_blocks);
+  if (const uint64_t avail = available_memory(); need > avail)
+    return Status::Error("kv cache: " + std::to_string(n_blocks * block_tokens) + " tokens of " +
+                         std::to_string(layout->n_layer()) + " layers x " + std::to_string(layout->n_kv_heads()) +
+                         " KV heads need " + format_bytes(need) + ", more than the " + format_bytes(avail) +
+                         " of memory available (use a smaller context or KV budget, or a smaller cache format)");
   auto p = std::shared_ptr<BlockPool>(new BlockPool());
   p->layout_ = std::move(layout);
   p->block_tokens_ = block_tokens;

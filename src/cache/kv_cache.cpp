@@ -1,6 +1,8 @@
 #include "cache/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "util/hash.h"
@@ -253,6 +255,34 @@ void KvCache::publish(const int32_t* tokens) {
   }
 }
 
+// The rows as given, or a copy with every row that holds NaN or Inf zeroed
+// (the same for every format and for the staging area: it happens before
+// either sees a row).
+const float* KvCache::zero_nonfinite(int layer, int pos, int n, const float* x, bool v, std::vector<float>& copy) {
+  const int H = n_kv_heads(), d = head_dim();
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < H; ++h) {
+      const size_t at = (size_t(t) * H + h) * d;
+      const float* r = (copy.empty() ? x : copy.data()) + at;
+      bool finite = true;
+      for (int i = 0; i < d; ++i) finite &= std::isfinite(r[i]);
+      if (finite) continue;
+      if (copy.empty()) copy.assign(x, x + size_t(n) * H * d);
+      std::fill(copy.begin() + at, copy.begin() + at + d, 0.0f);
+      if (nonfinite_.rows++ == 0) {
+        nonfinite_.layer = layer;
+        nonfinite_.head = h;
+        nonfinite_.pos = pos + t;
+        nonfinite_.v = v;
+        std::fprintf(stderr,
+                     "warning: layer %d, KV head %d, position %d: the %s row has NaN or Inf; stored as zeros "
+                     "(later such rows are counted, not reported)\n",
+                     layer, h, pos + t, v ? "V" : "K");
+      }
+    }
+  return copy.empty() ? x : copy.data();
+}
+
 Status KvCache::append(int layer, int pos, int n, const float* k, const float* v) {
   if (layer < 0 || layer >= n_layer()) return Status::Error("kv cache: bad layer " + std::to_string(layer));
   Seq& S = seq_[layer];
@@ -260,6 +290,9 @@ Status KvCache::append(int layer, int pos, int n, const float* k, const float* v
                                              std::to_string(S.written) + ", got " + std::to_string(pos));
   if (n < 1) return Status::Error("kv cache: nothing to append");
   if (Status s = reserve(pos + n); !s.ok()) return s;
+  std::vector<float> k_copy, v_copy;
+  k = zero_nonfinite(layer, pos, n, k, false, k_copy);
+  v = zero_nonfinite(layer, pos, n, v, true, v_copy);
   const int H = n_kv_heads(), d = head_dim();
   const Codec& f16 = layout_->f16();
   const int M = layout_->layer(layer).mean_rows;

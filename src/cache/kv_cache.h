@@ -87,6 +87,17 @@ class KvCache {
   int n_layer() const { return layout_->n_layer(); }
   int n_kv_heads() const { return layout_->n_kv_heads(); }
   int head_dim() const { return layout_->head_dim(); }
+  // Non-finite rows (docs/ARCHITECTURE.md, "Non-finite values"): a K or V
+  // row with NaN or Inf is stored as zeros (its key then scores 0, its value
+  // adds nothing) so that it cannot poison the means, the other rows or the
+  // attention output of other tokens; append() counts them and prints one
+  // warning per cache naming the first (layer, head, position).
+  struct NonFinite {
+    int64_t rows = 0;  // K and V rows zeroed so far
+    int layer = -1, head = -1, pos = -1;
+    bool v = false;    // the first was a V row
+  };
+  const NonFinite& nonfinite() const { return nonfinite_; }
   // Row (t, h) of a layer's K or V (not while staging).
   uint8_t* k_row(int layer, int t, int h) { return row(layer, t, h, false); }
   uint8_t* v_row(int layer, int t, int h) { return row(layer, t, h, true); }
@@ -107,11 +118,13 @@ class KvCache {
   void fix_mean(Seq& S, int n, const float* k, const float* v);
   std::shared_ptr<const SequenceMeans> means() const;
   Status own_block(int index);  // copy-on-write before writing into a shared block
+  const float* zero_nonfinite(int layer, int pos, int n, const float* x, bool v, std::vector<float>& copy);
   std::shared_ptr<const KvLayout> layout_;
   std::shared_ptr<BlockPool> pool_;
   int capacity_ = 0;
   std::vector<int32_t> table_;
   std::vector<Seq> seq_;
+  NonFinite nonfinite_;
 };
 
 }  // namespace tkv

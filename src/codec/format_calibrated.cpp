@@ -63,7 +63,7 @@ class CalibratedCodec final : public Codec {
     const double s = n > 0 ? std::sqrt(ss / n) : 0.0;
     if (!(s < kUNormMax)) return Status::Error("row scale " + std::to_string(s) + " exceeds the tqc range (4.29e9)");
     const float sf = static_cast<float>(s);
-    const float inv = sf > 0.0f ? 1.0f / sf : 0.0f;
+    const float inv = recip_or_zero(sf);
     uint8_t codes[1024];
     auto enc = impl == Impl::kRef ? ref::encode_cells : simd::encode_cells;
     for (int pi = 0; pi < layout_.nparts; ++pi) {

@@ -66,7 +66,7 @@ class TurboCodec final : public Codec {
     if (norm >= kUNormMax)
       return Status::Error("norm " + std::to_string(norm) + " exceeds the tq norm range (4.29e9)");
     const float n = static_cast<float>(norm);
-    const float inv = n > 0.0f ? 1.0f / n : 0.0f;
+    const float inv = recip_or_zero(n);
     uint8_t codes[1024];
     auto enc = impl == Impl::kRef ? ref::encode_cells : simd::encode_cells;
     enc(y, k_, inv, hi_->boundaries_f.data(), static_cast<int>(hi_->boundaries_f.size()), codes);

@@ -68,7 +68,7 @@ void quantize_q8_0(const float* x, int nblocks, uint8_t* out) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float dl = amax / 127.0f;
-    const float id = dl != 0.0f ? 1.0f / dl : 0.0f;
+    const float id = recip_or_zero(dl);
     const uint16_t h = f32_to_f16(dl);
     std::memcpy(out, &h, 2);
     for (int j = 0; j < 32; ++j) out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
@@ -81,7 +81,7 @@ void quantize_q4_0(const float* x, int nblocks, uint8_t* out) {
     for (int j = 0; j < 32; ++j)
       if (amax < std::fabs(x[j])) { amax = std::fabs(x[j]); max = x[j]; }
     const float dl = max / -8.0f;
-    const float id = dl != 0.0f ? 1.0f / dl : 0.0f;
+    const float id = recip_or_zero(dl);
     const uint16_t h = f32_to_f16(dl);
     std::memcpy(out, &h, 2);
     for (int j = 0; j < 16; ++j) {

@@ -277,7 +277,7 @@ void QuantizeQ8_0(const float* x, int nblocks, uint8_t* out) {
     for (int j = 0; j < 32; j += N) m = hn::Max(m, hn::Abs(hn::LoadU(df, x + j)));
     const float amax = hn::GetLane(hn::MaxOfLanes(df, m));
     const float dl = amax / 127.0f;
-    const float id = dl != 0.0f ? 1.0f / dl : 0.0f;
+    const float id = recip_or_zero(dl);
     const uint16_t h = f32_to_f16(dl);
     std::memcpy(out, &h, 2);
     const auto vid = hn::Set(df, id);
@@ -303,7 +303,7 @@ void QuantizeQ4_0(const float* x, int nblocks, uint8_t* out) {
       for (int j = 0; j < 32; ++j)
         if (std::fabs(x[j]) == amax) { max = x[j]; break; }
     const float dl = max / -8.0f;
-    const float id = dl != 0.0f ? 1.0f / dl : 0.0f;
+    const float id = recip_or_zero(dl);
     const uint16_t h = f32_to_f16(dl);
     std::memcpy(out, &h, 2);
     const auto vid = hn::Set(df, id), half = hn::Set(df, 8.5f);

@@ -5,20 +5,12 @@
 #include <cstring>
 #include <fstream>
 
+#include "eval/kl_base.h"
 #include "util/hash.h"
 
 
 namespace tkv {
 namespace {
-
-constexpr uint32_t kKlMagic = 0x4C4B5654;  // "TVKL"
-constexpr uint32_t kKlVersion = 1;
-
-struct KlHeader {
-  uint32_t magic, version;
-  uint64_t model, text;
-  uint32_t n_ctx, n_vocab, chunks, per_chunk;
-};
 
 double percentile(std::vector<double>& v, double q) {
   if (v.empty()) return 0;
@@ -49,34 +41,40 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
   if (chunks < 1)
     return Status::Error("perplexity: the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " +
                          std::to_string(n_ctx));
-  const int first = n_ctx / 2, per_chunk = n_ctx - 1 - first;
+  const int first = n_ctx / 2, per_chunk = static_cast<int>(kl_scored_per_chunk(uint32_t(n_ctx)));
   const uint64_t thash = fnv1a(tokens.data(), tokens.size() * 4);
-  // KL base file: header, then the f32 log-probabilities of every scored
-  // position (exact, so a run compared with its own base gives KLD 0).
+  // KL base file (eval/kl_base.h): header, then the f32 log-probabilities of
+  // every scored position (exact, so a run compared with its own base gives
+  // KLD 0).
   std::ofstream kl_out;
   std::ifstream kl_in;
-  KlHeader hdr{kKlMagic, kKlVersion, model.fingerprint(), thash, uint32_t(n_ctx), uint32_t(V), uint32_t(chunks),
-               uint32_t(per_chunk)};
+  KlBaseHeader hdr;
+  hdr.model = model.fingerprint();
+  hdr.text = thash;
+  hdr.n_ctx = uint32_t(n_ctx);
+  hdr.n_vocab = uint32_t(V);
+  hdr.chunks = uint32_t(chunks);
+  hdr.per_chunk = uint32_t(per_chunk);
   if (!o.kl_base.empty()) {
     if (o.kl_write) {
       kl_out.open(o.kl_base, std::ios::binary);
       if (!kl_out) return Status::Error(o.kl_base + ": cannot create the KL base file");
       kl_out.write(reinterpret_cast<const char*>(&hdr), sizeof(hdr));
     } else {
-      kl_in.open(o.kl_base, std::ios::binary);
+      kl_in.open(o.kl_base, std::ios::binary | std::ios::ate);
       if (!kl_in) return Status::Error(o.kl_base + ": cannot open the KL base file");
-      KlHeader h{};
-      kl_in.read(reinterpret_cast<char*>(&h), sizeof(h));
-      if (!kl_in || h.magic != kKlMagic) return Status::Error(o.kl_base + ": not a turbokv KL base file");
-      if (h.version != kKlVersion)
-        return Status::Error(o.kl_base + ": KL base version " + std::to_string(h.version) + ", expected " + std::to_string(kKlVersion));
-      if (h.model != hdr.model) return Status::Error(o.kl_base + ": made with another model");
-      if (h.text != hdr.text) return Status::Error(o.kl_base + ": made with another text");
-      if (h.n_ctx != hdr.n_ctx || h.n_vocab != hdr.n_vocab)
-        return Status::Error(o.kl_base + ": made with -c " + std::to_string(h.n_ctx) + " and " + std::to_string(h.n_vocab) +
-                             " tokens of vocabulary; this run has -c " + std::to_string(n_ctx));
-      if (h.chunks < hdr.chunks)
-        return Status::Error(o.kl_base + ": has " + std::to_string(h.chunks) + " chunks, this run needs " + std::to_string(chunks));
+      const std::streamoff size = kl_in.tellg();
+      kl_in.seekg(0);
+      auto h = read_kl_header(kl_in, size < 0 ? 0 : uint64_t(size), o.kl_base);
+      if (!h) return h.status();
+      if (h->model != hdr.model) return Status::Error(o.kl_base + ": made with another model");
+      if (h->text != hdr.text) return Status::Error(o.kl_base + ": made with another text");
+      if (h->n_ctx != hdr.n_ctx || h->n_vocab != hdr.n_vocab)
+        return Status::Error(o.kl_base + ": made with -c " + std::to_string(h->n_ctx) + " and " + std::to_string(h->n_vocab) +
+                             " tokens of vocabulary; this run has -c " + std::to_string(n_ctx) + " and " +
+                             std::to_string(V));
+      if (h->chunks < hdr.chunks)
+        return Status::Error(o.kl_base + ": has " + std::to_string(h->chunks) + " chunks, this run needs " + std::to_string(chunks));
     }
   }
   KvCacheOptions co = o.cache;
@@ -114,6 +112,9 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
         } else {
           kl_in.read(reinterpret_cast<char*>(base.data()), sizeof(float) * V);
           if (!kl_in) return Status::Error(o.kl_base + ": truncated (fewer scored positions than this run)");
+          if (Status s = check_kl_row(base.data(), uint32_t(V), o.kl_base, uint64_t(ch) * per_chunk + (i - first));
+              !s.ok())
+            return s;
           double kl = 0;
           int top_b = 0, top_n = 0;
           for (int v = 0; v < V; ++v) {

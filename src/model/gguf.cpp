@@ -226,6 +226,17 @@ Expected<std::shared_ptr<File>> File::open(const std::string& path) {
   return f;
 }
 
+Expected<std::shared_ptr<File>> File::from_memory(const std::string& name, const uint8_t* data, size_t size) {
+  std::shared_ptr<File> f(new File());
+  f->path_ = name;
+  f->owned_.assign(data, data + size);
+  f->base_ = f->owned_.data();
+  f->size_ = size;
+  Status s = f->parse();
+  if (!s.ok()) return s;
+  return f;
+}
+
 File::~File() {
   if (mapped_) munmap(const_cast<uint8_t*>(base_), size_);
 }

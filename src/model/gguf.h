@@ -67,6 +67,9 @@ struct Tensor {
 class File {
  public:
   static Expected<std::shared_ptr<File>> open(const std::string& path);
+  // Parses a GGUF held in memory (a copy is kept); `name` stands for the path
+  // in error messages. The fuzz harness and tests read files this way.
+  static Expected<std::shared_ptr<File>> from_memory(const std::string& name, const uint8_t* data, size_t size);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -96,6 +99,7 @@ class File {
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
   bool mapped_ = false;
+  std::vector<uint8_t> owned_;  // from_memory's copy
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;

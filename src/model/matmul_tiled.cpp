@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/weight_blocks.h"
+#include "util/fp16.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "model/matmul_tiled.cpp"
@@ -142,7 +143,7 @@ void QuantizeActsQ8(const float* HWY_RESTRICT x, int64_t cols, int8_t* HWY_RESTR
     auto mx = hn::Zero(df);
     for (int64_t o = 0; o < 32; o += N) mx = hn::Max(mx, hn::Abs(hn::LoadU(df, xb + o)));
     const float amax = hn::GetLane(hn::MaxOfLanes(df, mx));
-    const float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+    const float db = amax / 127.0f, id = recip_or_zero(db);
     auto sum = hn::Zero(di);
     for (int64_t o = 0; o < 32; o += N) {
       auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + o), hn::Set(df, id)));
@@ -179,7 +180,7 @@ void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, 
     const float* xb = x + b * 32;
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    const float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+    const float db = amax / 127.0f, id = recip_or_zero(db);
     int sum = 0;
     for (int j = 0; j < 32; ++j) {
       const int v = std::clamp(static_cast<int>(std::nearbyint(xb[j] * id)), -127, 127);

@@ -37,9 +37,15 @@ void rope(float* v, int dims, int pos, const ModelConfig& c) {
 Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
   auto f = gguf::File::open(path);
   if (!f) return f.status();
+  return from_file(std::move(*f));
+}
+
+Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::File> file) {
+  if (!file) return Status::Error("model: no GGUF file");
+  const std::string& path = file->path();
   auto m = std::unique_ptr<Model>(new Model());
-  m->file_ = *f;
-  const gguf::File& g = **f;
+  m->file_ = std::move(file);
+  const gguf::File& g = *m->file_;
   auto arch = g.get_string("general.architecture");
   if (!arch) return arch.status();
   ModelConfig& c = m->cfg_;
@@ -93,6 +99,11 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& path) {
   };
   const gguf::Tensor* emb = g.tensor("token_embd.weight");
   if (!emb || emb->dims.size() != 2) return Status::Error(path + ": missing or malformed tensor 'token_embd.weight'");
+  // Checked before any table is sized by it (the largest vocabularies in use
+  // are ~262K tokens).
+  if (emb->dims[1] > kMaxVocab)
+    return Status::Error(path + ": token_embd.weight has " + std::to_string(emb->dims[1]) + " rows (tokens), more than " +
+                         std::to_string(kMaxVocab) + " supported");
   c.n_vocab = static_cast<int>(emb->dims[1]);
   auto tok = Tokenizer::from_gguf(g);
   if (!tok) return tok.status();
@@ -167,6 +178,21 @@ Status Model::forward(const int32_t* tokens, int n, int pos, KvCache& cache, int
 Status Model::forward_batch(const std::vector<BatchSeq>& seqs, int threads) const {
   return run(seqs, threads, false, {});
 }
+
+namespace {
+
+// NaN or Inf logits come from broken weights or an activation that overflowed;
+// sampling or scoring them would give garbage text or a NaN perplexity.
+Status check_logits(const float* lg, int n_vocab, int pos) {
+  for (int v = 0; v < n_vocab; ++v)
+    if (!std::isfinite(lg[v]))
+      return Status::Error("model: the logits of the token at position " + std::to_string(pos) + " are not finite (" +
+                           std::to_string(lg[v]) + " at vocabulary index " + std::to_string(v) +
+                           "): the model's weights are broken or an activation overflowed");
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status Model::run(const std::vector<BatchSeq>& seqs, int threads, bool all_logits, const KvObserver& observe) const {
   const ModelConfig& c = cfg_;
@@ -276,6 +302,9 @@ Status Model::run(const std::vector<BatchSeq>& seqs, int threads, bool all_logit
   if (all_logits) {  // every token of the one sequence (perplexity)
     for (int t = 0; t < n; ++t) rmsnorm(&x[size_t(t) * E], out_norm_, E, c.eps, &h[size_t(t) * E], wbuf);
     matmul(output_, h.data(), n, seqs[0].logits, threads);
+    for (int t = 0; t < n; ++t)
+      if (Status st = check_logits(seqs[0].logits + size_t(t) * c.n_vocab, c.n_vocab, seqs[0].pos + t); !st.ok())
+        return st;
     return Status::Ok();
   }
   // The last token of each sequence that wants logits, as one-token rows.
@@ -289,8 +318,13 @@ Status Model::run(const std::vector<BatchSeq>& seqs, int threads, bool all_logit
   }
   std::vector<float> lg(want.size() * size_t(c.n_vocab));
   matmul_tokens(output_, h.data(), static_cast<int>(want.size()), lg.data(), threads);
-  for (size_t j = 0; j < want.size(); ++j)
-    std::memcpy(seqs[want[j]].logits, &lg[j * c.n_vocab], sizeof(float) * c.n_vocab);
+  for (size_t j = 0; j < want.size(); ++j) {
+    const BatchSeq& s = seqs[want[j]];
+    std::memcpy(s.logits, &lg[j * c.n_vocab], sizeof(float) * c.n_vocab);
+    Status st = check_logits(s.logits, c.n_vocab, s.pos + s.n - 1);
+    if (s.nonfinite_logits) *s.nonfinite_logits = !st.ok();
+    else if (!st.ok()) return st;
+  }
   return Status::Ok();
 }
 

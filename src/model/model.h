@@ -32,6 +32,8 @@ struct ModelConfig {
 class Model {
  public:
   static Expected<std::unique_ptr<Model>> load(const std::string& path);
+  // Builds the model on a parsed GGUF (its path() names it in errors).
+  static Expected<std::unique_ptr<Model>> from_file(std::shared_ptr<const gguf::File> file);
 
   const ModelConfig& config() const { return cfg_; }
   const Tokenizer& tokenizer() const { return *tok_; }
@@ -44,6 +46,7 @@ class Model {
   // Runs n tokens at positions [pos, pos + n) through the model, writing them
   // to the cache; logits of the last token go to `logits` (n_vocab), or of
   // every token when `all_logits` ([n][n_vocab]).
+  // Logits with NaN or Inf are an error that names the position.
   // Called with each layer's K and V rows ([n][n_head_kv][head_dim], K after
   // RoPE, exactly what the cache stores) before they are written.
   using KvObserver = std::function<void(int layer, int pos, int n, const float* k, const float* v)>;
@@ -58,6 +61,10 @@ class Model {
     const int32_t* tokens = nullptr;
     int n = 0, pos = 0;
     float* logits = nullptr;
+    // Logits with NaN or Inf (broken weights, an overflowing activation) are
+    // an error of the whole call, or, when this is set, reported here (true)
+    // so that the other sequences of a server step go on.
+    bool* nonfinite_logits = nullptr;
   };
   // Runs several sequences in one pass (a server step). Each weight matrix is
   // read once for all the one-token (decode) sequences together and once per
@@ -74,7 +81,7 @@ class Model {
   };
   Status run(const std::vector<BatchSeq>& seqs, int threads, bool all_logits, const KvObserver& observe) const;
   ModelConfig cfg_;
-  std::shared_ptr<gguf::File> file_;
+  std::shared_ptr<const gguf::File> file_;
   std::unique_ptr<Tokenizer> tok_;
   Matrix tok_embd_, out_norm_, output_;
   std::vector<Layer> layers_;

@@ -29,7 +29,7 @@ void q_min(const float* x, uint8_t* blk, int bits) {
   put_half(blk, (hi - lo) / qmax);
   put_half(blk + 2, lo);
   const float d = get_half(blk), m = get_half(blk + 2);
-  const float id = d != 0 ? 1.0f / d : 0.0f;
+  const float id = recip_or_zero(d);
   int q[32];
   for (int j = 0; j < 32; ++j) q[j] = clampi(std::lround((x[j] - m) * id), 0, qmax);
   uint8_t* qs = blk + (bits == 5 ? 8 : 4);

@@ -93,6 +93,9 @@ Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
   if (!toks || toks->type != gguf::Type::kArray || toks->elem != gguf::Type::kString || toks->count == 0)
     return Status::Error(f.path() + ": tokenizer.ggml.tokens is missing or not an array of strings");
+  if (toks->count > uint64_t(kMaxVocab))
+    return Status::Error(f.path() + ": tokenizer.ggml.tokens has " + std::to_string(toks->count) +
+                         " tokens, more than the " + std::to_string(kMaxVocab) + " supported");
   const size_t n = toks->count;
   t.tokens_.reserve(n);
   for (auto s : toks->strings) t.tokens_.emplace_back(s);

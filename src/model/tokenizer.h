@@ -15,6 +15,10 @@
 
 namespace tkv {
 
+// Vocabularies larger than this are refused before any table is sized by
+// them (the largest in use hold ~262K tokens).
+constexpr int64_t kMaxVocab = int64_t(1) << 24;
+
 class Tokenizer {
  public:
   enum TokenType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };

@@ -241,11 +241,14 @@ void Engine::loop() {
     // chunks while the step's token budget lasts (at least one).
     std::vector<Model::BatchSeq> batch;
     std::vector<Slot*> who;
+    // A sequence whose logits come out NaN or Inf ends with an error; the
+    // others of the step go on (Model::BatchSeq::nonfinite_logits).
+    std::unique_ptr<bool[]> bad(new bool[slots_.size()]());
     int budget = opt_.step_tokens, prompt_rows = 0, decode_rows = 0;
     for (Slot& s : slots_)
       if (s.task && s.prompt_done == static_cast<int>(s.task->req.prompt.size())) {
         const int pos = s.cache->n_tokens();
-        batch.push_back({s.cache.get(), &s.tokens[pos], 1, pos, logits[s.id].data()});
+        batch.push_back({s.cache.get(), &s.tokens[pos], 1, pos, logits[s.id].data(), &bad[s.id]});
         who.push_back(&s);
         --budget;
         ++decode_rows;
@@ -256,7 +259,8 @@ void Engine::loop() {
       const int n = std::min(opt_.n_batch, P - s.prompt_done);
       if (n > budget && prompt_rows > 0) continue;
       const bool last = s.prompt_done + n == P;
-      batch.push_back({s.cache.get(), &s.tokens[s.prompt_done], n, s.prompt_done, last ? logits[s.id].data() : nullptr});
+      batch.push_back(
+          {s.cache.get(), &s.tokens[s.prompt_done], n, s.prompt_done, last ? logits[s.id].data() : nullptr, &bad[s.id]});
       who.push_back(&s);
       budget -= n;
       prompt_rows += n;
@@ -279,6 +283,11 @@ void Engine::loop() {
       Slot& s = *who[i];
       if (!st.ok()) {
         finish(s, "error", st.message());
+        continue;
+      }
+      if (bad[s.id]) {
+        finish(s, "error", "the model's logits at position " + std::to_string(batch[i].pos + batch[i].n - 1) +
+                               " are NaN or Inf (broken weights or an overflowing activation)");
         continue;
       }
       const int P = static_cast<int>(s.task->req.prompt.size());

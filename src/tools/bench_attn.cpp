@@ -22,7 +22,7 @@
 #include "codec/format.h"
 #include "tools/arg_lists.h"
 #include "tools/json_text.h"
-#include "tools/kv_file.h"
+#include "eval/kv_file.h"
 #include "tools/subcommands.h"
 #include "util/bandwidth.h"
 #include "util/fma_peak.h"

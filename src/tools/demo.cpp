@@ -12,7 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "tools/kv_file.h"
+#include "eval/kv_file.h"
 #include "cache/kv_cache.h"
 #include "eval/calibrate.h"
 #include "eval/perplexity.h"

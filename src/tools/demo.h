@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/kv_stats.h"
+#include "eval/kv_stats.h"
 #include "util/status.h"
 
 namespace tkv {

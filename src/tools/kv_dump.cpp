@@ -4,7 +4,7 @@
 #include <map>
 
 #include "cache/kv_cache.h"
-#include "tools/kv_file.h"
+#include "eval/kv_file.h"
 
 namespace tkv {
 

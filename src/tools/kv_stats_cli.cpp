@@ -7,7 +7,7 @@
 
 #include "codec/format.h"
 #include "tools/json_text.h"
-#include "tools/kv_stats.h"
+#include "eval/kv_stats.h"
 #include "tools/subcommands.h"
 #include "tools/synthetic_kv.h"
 

@@ -20,6 +20,7 @@
 #include "server/http_server.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
+#include "util/memory.h"
 
 namespace tkv {
 
@@ -62,7 +63,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--parallel", o->np, "sequences generated at once (slots; -np)")->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx-size", o->ctx, "tokens per sequence (0: the model's, at most 4096)")->check(CLI::Range(0, 1 << 22));
   cmd->add_option("-b,--batch-size", o->batch, "prompt tokens per forward pass (as run -b)")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--kv-budget", o->budget, "KV memory for all sequences, e.g. 8GiB (default: half of the free memory)");
+  cmd->add_option("--kv-budget", o->budget, "KV memory for all sequences, e.g. 8GiB (default: half of the available memory)");
   cmd->add_option("--step-tokens", o->step, "tokens per batched step (decode tokens + whole prompt chunks)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--queue", o->queue, "requests that may wait for a slot; more get 503")->check(CLI::Range(0, 1 << 20));
@@ -104,7 +105,7 @@ void register_serve(CLI::App& app) {
       if (!b) fail("--kv-budget: " + b.error());
       eo.kv_budget = *b;
     } else {
-      eo.kv_budget = static_cast<size_t>(0.5 * double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)));
+      eo.kv_budget = static_cast<size_t>(0.5 * double(available_memory()));
     }
     if (!o->slot_path.empty() && !std::filesystem::is_directory(o->slot_path))
       fail("--slot-save-path " + o->slot_path + " is not a directory");

@@ -12,7 +12,7 @@
 #pragma once
 #include <cstdint>
 
-#include "tools/kv_file.h"
+#include "eval/kv_file.h"
 
 namespace tkv {
 

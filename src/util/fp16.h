@@ -2,6 +2,7 @@
 // the f16 format), bf16, and the unsigned e6m10 float used for tq norms.
 // All are bit-exact, round-to-nearest-even, and identical on every platform.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -10,6 +11,16 @@
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "turbokv formats are little-endian");
 
 namespace tkv {
+
+// 1/d, or 0 when d is 0 or so small (|d| < 2^-128, subnormal) that 1/d
+// overflows: a scale's inverse. Every value of such a block or row then codes
+// as 0, where inf would have made 0 * inf = NaN codes (a block of subnormals
+// in a KV file found this; ggml's q8_0/q4_0 arithmetic, which this matches
+// everywhere else, has the same hole).
+inline float recip_or_zero(float d) {
+  const float r = d != 0.0f ? 1.0f / d : 0.0f;
+  return std::isfinite(r) ? r : 0.0f;
+}
 
 inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }

@@ -1,4 +1,4 @@
-#include "tools/kv_file.h"
+#include "eval/kv_file.h"
 
 #include <bit>
 #include <cerrno>
@@ -37,21 +37,12 @@ Status check_dim(const std::string& path, const char* field, uint32_t v, uint32_
   return Status::Ok();
 }
 
-}  // namespace
-
-Expected<KvFile> read_kv_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return Status::Error(path + ": cannot open KV file (" + std::strerror(errno) + ")");
-  const std::streamoff size = in.tellg();
-  if (size < 0) return Status::Error(path + ": cannot determine the file size");
-  in.seekg(0);
-  if (static_cast<uint64_t>(size) < kKvFileHeaderBytes)
+// The header checks shared by the file and memory readers: magic, every
+// dimension, and that `size` is exactly header + values. Sizes nothing.
+Expected<KvFile> parse_kv_header(const std::string& path, const unsigned char* h, uint64_t size) {
+  if (size < kKvFileHeaderBytes)
     return Status::Error(path + ": truncated header: file has " + std::to_string(size) +
                          " bytes, expected at least " + std::to_string(kKvFileHeaderBytes));
-  unsigned char h[kKvFileHeaderBytes];
-  if (!in.read(reinterpret_cast<char*>(h), sizeof h))
-    return Status::Error(path + ": read error in the header");
-
   const uint32_t magic = load_le32(h);
   if (magic != kKvFileMagic) {
     char buf[96];
@@ -81,14 +72,40 @@ Expected<KvFile> read_kv_file(const std::string& path) {
                          " float32) implies " + implied);
   }
   const uint64_t want = static_cast<uint64_t>(want_ld);
-  if (want != static_cast<uint64_t>(size))
+  if (want != size)
     return Status::Error(path + ": file has " + std::to_string(size) + " bytes, header (" + dims +
                          " float32) implies exactly " + std::to_string(want) + " (trailing data)");
+  return kv;
+}
 
-  kv.data.resize(kv.values());
-  if (!in.read(reinterpret_cast<char*>(kv.data.data()), static_cast<std::streamsize>(kv.values() * 4)))
+}  // namespace
+
+Expected<KvFile> read_kv_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return Status::Error(path + ": cannot open KV file (" + std::strerror(errno) + ")");
+  const std::streamoff size = in.tellg();
+  if (size < 0) return Status::Error(path + ": cannot determine the file size");
+  in.seekg(0);
+  unsigned char h[kKvFileHeaderBytes] = {};
+  if (static_cast<uint64_t>(size) >= kKvFileHeaderBytes && !in.read(reinterpret_cast<char*>(h), sizeof h))
+    return Status::Error(path + ": read error in the header");
+  auto kv = parse_kv_header(path, h, static_cast<uint64_t>(size));
+  if (!kv) return kv;
+  kv->data.resize(kv->values());
+  if (!in.read(reinterpret_cast<char*>(kv->data.data()), static_cast<std::streamsize>(kv->values() * 4)))
     return Status::Error(path + ": read error in the data (file shrank while reading?)");
-  floats_from_le(kv.data);
+  floats_from_le(kv->data);
+  return kv;
+}
+
+Expected<KvFile> parse_kv_file(const std::string& name, const uint8_t* data, size_t size) {
+  unsigned char h[kKvFileHeaderBytes] = {};
+  if (size >= kKvFileHeaderBytes) std::memcpy(h, data, kKvFileHeaderBytes);
+  auto kv = parse_kv_header(name, h, size);
+  if (!kv) return kv;
+  kv->data.resize(kv->values());
+  std::memcpy(kv->data.data(), data + kKvFileHeaderBytes, kv->values() * 4);
+  floats_from_le(kv->data);
   return kv;
 }
 

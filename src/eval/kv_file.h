@@ -35,6 +35,8 @@ struct KvFile {
 // length is exactly header + values; errors name the file, the field and what
 // was expected. NaN and Inf values load: the codec reports them by row.
 Expected<KvFile> read_kv_file(const std::string& path);
+// The same checks on a file held in memory (`name` stands for the path).
+Expected<KvFile> parse_kv_file(const std::string& name, const uint8_t* data, size_t size);
 // Fails if data.size() does not match the dimensions or the write fails.
 Status write_kv_file(const std::string& path, const KvFile& kv);
 

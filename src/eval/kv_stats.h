@@ -11,7 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "codec/rotation.h"
-#include "tools/kv_file.h"
+#include "eval/kv_file.h"
 #include "util/status.h"
 
 namespace tkv {

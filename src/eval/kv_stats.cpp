@@ -1,4 +1,4 @@
-#include "tools/kv_stats.h"
+#include "eval/kv_stats.h"
 
 #include "codec/calibrated.h"
 
