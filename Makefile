@@ -4,6 +4,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?= 0
 CMAKE_FLAGS ?=
 
 .PHONY: all deps build demo test test-fast test-asan test-fuzz fuzz bench clean
@@ -39,13 +40,14 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS) -E '^($(ASAN_ONLY_IN_RELEASE))$$'
 
-# Every libFuzzer harness (fuzz/*.cpp) for FUZZ_SECONDS each, from its seed
-# corpus; fails on a crash, leak, sanitizer report, timeout or out-of-memory.
+# Every libFuzzer harness (fuzz/*.cpp) for FUZZ_SECONDS each (or FUZZ_RUNS
+# inputs, if set, whichever comes first), from its seed corpus; fails on a
+# crash, leak, sanitizer report, timeout or out-of-memory.
 fuzz:
 	@scripts/install-deps.sh fuzz
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKV_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j$(JOBS)
-	@scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+	@scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_RUNS)
 
 test-fuzz:
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=5

@@ -14,6 +14,7 @@
 #include "codec/format.h"
 #include "util/rng.h"
 #include "util/simd_targets.h"
+#include "shared_data.h"
 
 namespace tkv {
 namespace {
@@ -222,14 +223,46 @@ TEST(Attention, PrefillTilesWithCausalOffsets) {
       c.seed = n_q * 100 + offset;
       check_case(c);
     }
-  // Offsets that leave early queries with nothing to see output zeros.
+  // Four queries over three rows with the mask: query 3 sees all three.
   Case c;
   c.fk = c.fv = "f16";
   c.n_q = 4;
   c.n_kv = 3;
-  c.causal = -2;  // negative: no mask; use a real mask below
   c.causal = 0;
   check_case(c);
+}
+
+// A query with no row to see (an empty cache: n_kv = 0, which is the only way
+// the mask can hide every row, since causal_offset >= 0 shows query i rows
+// 0..offset + i) outputs zeros, not NaN from 0/0, in the reference and the
+// SIMD path, with or without row means (the mean of nothing is not added).
+TEST(Attention, QueriesWithNothingToSeeOutputZeros) {
+  for (const char* fmt : {"f16", "q8_0", "tq4"})
+    for (bool with_mu : {false, true})
+      for (int causal : {-1, 0, 5}) {
+        SCOPED_TRACE(std::string(fmt) + " mu=" + std::to_string(with_mu) + " causal=" + std::to_string(causal));
+        const int d = 64, H = 2, gqa = 2, n_q = 3;
+        auto codec = *make_codec(fmt, d);
+        std::vector<float> q(size_t(n_q) * H * gqa * d, 0.5f), mu(size_t(H) * d, 1.0f);
+        std::vector<uint8_t> rows(64);  // never read
+        AttentionArgs a;
+        a.q = q.data();
+        a.n_q = n_q;
+        a.n_q_heads = H * gqa;
+        a.n_kv = 0;
+        a.n_kv_heads = H;
+        a.d = d;
+        a.k = {codec.get(), rows.data(), 0, 0};
+        a.v = {codec.get(), rows.data(), 0, 0};
+        a.causal_offset = causal;
+        if (with_mu) a.mu_k = a.mu_v = mu.data();
+        for (int ref = 0; ref < 2; ++ref) {
+          std::vector<float> out(q.size(), std::nanf(""));
+          a.out = out.data();
+          ASSERT_TRUE((ref ? attention_ref(a) : attention(a)).ok());
+          for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 0.0f) << (ref ? "ref" : "simd") << " element " << i;
+        }
+      }
 }
 
 TEST(Attention, F32MatchesFloat64To1e5) {
@@ -370,6 +403,8 @@ TEST(Attention, BadArgumentsAreErrors) {
 
 // Real Qwen3.5 keys/values: attention-output error per format for random queries.
 TEST(Attention, RealDataErrorPerFormat) {
+  TKV_NEED_SHARED("data/kv/qwen3.5-0.8b/layer3_keys.bin", "data/kv/qwen3.5-0.8b/layer3_values.bin",
+                  "data/kv/qwen3.5-0.8b/layer7_keys.bin", "data/kv/qwen3.5-0.8b/layer7_values.bin");
   const std::string dir = std::string(TKV_SHARED_DIR) + "/data/kv/qwen3.5-0.8b/";
   auto load = [](const std::string& path, std::vector<float>& x, uint32_t* hdr) {
     std::ifstream f(path, std::ios::binary);
@@ -383,8 +418,7 @@ TEST(Attention, RealDataErrorPerFormat) {
     std::vector<float> kf, vf;
     uint32_t hk[5], hv[5];
     const std::string kp = dir + "layer" + std::to_string(layer) + "_keys.bin";
-    if (!load(kp, kf, hk) || !load(dir + "layer" + std::to_string(layer) + "_values.bin", vf, hv))
-      GTEST_SKIP() << "missing " << kp;
+    ASSERT_TRUE(load(kp, kf, hk) && load(dir + "layer" + std::to_string(layer) + "_values.bin", vf, hv)) << kp;
     const int H = hk[2], T = hk[3], d = hk[4];
     // [head][token][dim] -> [token][head][dim]
     std::vector<float> K(kf.size()), V(vf.size());
@@ -411,7 +445,15 @@ TEST(Attention, RealDataErrorPerFormat) {
     auto exact = attention_f64(c, q.data(), K, V);
     std::printf("layer %d attention-output relative error (%d queries x %d heads, %d tokens):\n", layer, nq,
                 H * gqa, T);
-    for (const char* f : {"f16", "q8_0", "q4_0", "q4_0r", "tq2", "tq2.5", "tq3", "tq3.5", "tq4", "tq4.5", "tq2-nc", "tq3-nc", "tq4-nc", "tq4.5-nc", "tq2-ip", "tq3-ip", "tq4-ip", "tq4.5-ip"}) {
+    // Each format's bound: 1.25x the larger of its two layers' errors as
+    // measured on 2026-12-01 (the data and queries are fixed, and every SIMD
+    // target gives the same bits), so a codec that gets worse fails here.
+    const std::vector<std::pair<const char*, double>> bounds = {
+        {"f16", 2e-5},      {"q8_0", 0.0022},   {"q4_0", 0.031},    {"q4_0r", 0.022},   {"tq2", 0.203},
+        {"tq2.5", 0.174},   {"tq3", 0.080},     {"tq3.5", 0.073},   {"tq4", 0.0332},    {"tq4.5", 0.0296},
+        {"tq2-nc", 0.163},  {"tq3-nc", 0.0707}, {"tq4-nc", 0.0304}, {"tq4.5-nc", 0.0276}, {"tq2-ip", 0.155},
+        {"tq3-ip", 0.0682}, {"tq4-ip", 0.0298}, {"tq4.5-ip", 0.0273}};
+    for (const auto& [f, bound] : bounds) {
       auto ck = *make_codec(f, d), cv = *make_codec(f, d);
       std::vector<uint8_t> kq(size_t(T) * H * ck->row_bytes()), vq(kq.size());
       ASSERT_TRUE(ck->quantize(K.data(), size_t(T) * H, kq.data()).ok());
@@ -430,8 +472,8 @@ TEST(Attention, RealDataErrorPerFormat) {
       ASSERT_TRUE(attention(a).ok());
       double e = 0, n = 0;
       for (size_t i = 0; i < out.size(); ++i) { e += std::pow(out[i] - exact[i], 2); n += exact[i] * exact[i]; }
-      std::printf("  %-6s %6.3f bits/value  rel err %.5f\n", f, ck->bits_per_value(), std::sqrt(e / n));
-      EXPECT_LT(std::sqrt(e / n), 0.5) << f;
+      std::printf("  %-6s %6.3f bits/value  rel err %.6f\n", f, ck->bits_per_value(), std::sqrt(e / n));
+      EXPECT_LT(std::sqrt(e / n), bound) << f;
     }
   }
 }

@@ -127,15 +127,26 @@ TEST(Sampler, GreedyTopKAndSeeds) {
     const int32_t x = m.sample(logits.data(), 5, {});
     EXPECT_TRUE(x == 1 || x == 2) << x;
   }
-  // top-p 0.5: the best token alone carries more than half.
-  std::vector<float> peaked = {5.0f, 0.0f, 0.0f};
+  // top-p keeps the fewest most likely tokens whose probability reaches p
+  // (llama.cpp's rule), then renormalises. Probabilities 0.4, 0.3, 0.2, 0.1
+  // (listed out of order): p = 0.65 keeps tokens 3 and 1 (0.4 + 0.3), drawn
+  // 4:3; p = 0.35 keeps token 3 alone. Without the cut, tokens 0 and 2 would
+  // come up in 30 % of 4000 draws.
+  const std::vector<float> quarter = {std::log(0.2f), std::log(0.3f), std::log(0.1f), std::log(0.4f)};
   SamplerOptions tp;
   tp.temperature = 1.0f;
   tp.top_k = 0;
-  tp.top_p = 0.5f;
   tp.min_p = 0.0f;
+  tp.seed = 7;
+  tp.top_p = 0.65f;
   Sampler p(tp);
-  for (int i = 0; i < 50; ++i) EXPECT_EQ(p.sample(peaked.data(), 3, {}), 0);
+  int count[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 4000; ++i) ++count[p.sample(quarter.data(), 4, {})];
+  EXPECT_EQ(count[0] + count[2], 0) << count[0] << " " << count[2];
+  EXPECT_NEAR(count[3] / 4000.0, 4.0 / 7.0, 0.03) << count[3];
+  tp.top_p = 0.35f;
+  Sampler p1(tp);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(p1.sample(quarter.data(), 4, {}), 3);
   // Repetition penalty turns greedy away from a repeated token.
   SamplerOptions rp;
   rp.temperature = 0;

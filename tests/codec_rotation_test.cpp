@@ -10,6 +10,7 @@
 #include "codec/rotation.h"
 #include "util/rng.h"
 #include "util/simd_targets.h"
+#include "shared_data.h"
 
 namespace tkv {
 namespace {
@@ -140,10 +141,11 @@ TEST(Rotation, RejectsUnsupportedDims) {
 // tokens span a low-dimensional subspace; that is not something a fixed
 // rotation can or needs to change (the codec sees one vector at a time).
 TEST(Rotation, RealKeysAndValuesLookLikeSphereCoordinates) {
+  TKV_NEED_SHARED("data/kv/qwen3.5-0.8b/layer3_keys.bin", "data/kv/qwen3.5-0.8b/layer7_keys.bin", "data/kv/qwen3.5-0.8b/layer3_values.bin", "data/kv/qwen3.5-0.8b/layer7_values.bin");
   for (const char* file : {"layer3_keys.bin", "layer7_keys.bin", "layer3_values.bin", "layer7_values.bin"}) {
     const std::string path = std::string(TKV_SHARED_DIR) + "/data/kv/qwen3.5-0.8b/" + file;
     std::ifstream f(path, std::ios::binary);
-    if (!f) GTEST_SKIP() << "missing " << path;
+    ASSERT_TRUE(f) << path;
     uint32_t hdr[5];
     f.read(reinterpret_cast<char*>(hdr), 20);
     const int heads = hdr[2], tokens = hdr[3], d = hdr[4];

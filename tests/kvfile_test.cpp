@@ -13,6 +13,7 @@
 
 #include "eval/kv_file.h"
 #include "util/rng.h"
+#include "shared_data.h"
 
 namespace tkv {
 namespace {
@@ -180,9 +181,9 @@ RC_GTEST_PROP(KvFileProperty, RoundTripAndEveryPrefixRejected, ()) {
 }
 
 TEST(KvFileReal, QwenFilesLoadWithTheDocumentedHeader) {
+  TKV_NEED_SHARED("data/kv/qwen3.5-0.8b/layer3_keys.bin", "data/kv/qwen3.5-0.8b/layer7_keys.bin", "data/kv/qwen3.5-0.8b/layer3_values.bin", "data/kv/qwen3.5-0.8b/layer7_values.bin");
   for (const char* name : {"layer3_keys.bin", "layer3_values.bin", "layer7_keys.bin", "layer7_values.bin"}) {
     const std::string p = std::string(TKV_SHARED_DIR) + "/data/kv/qwen3.5-0.8b/" + name;
-    if (!fs::exists(p)) GTEST_SKIP() << "missing " << p;
     auto kv = read_kv_file(p);
     ASSERT_TRUE(kv.ok()) << kv.error();
     EXPECT_EQ(kv->kv_heads, 2u);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "test_cli.h"
+#include "shared_data.h"
 
 extern char** environ;
 
@@ -96,7 +97,7 @@ class LoadgenTest : public Cli {
 };
 
 TEST_F(LoadgenTest, ServerStaysConsistentUnderLoad) {
-  if (!std::filesystem::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+  TKV_NEED_SHARED(kModel);
   ASSERT_NO_FATAL_FAILURE(start_server({"-np", "4", "-c", "512", "--kv-budget", "16MiB", "-t", "1"}));
   const std::string url = "http://127.0.0.1:" + std::to_string(port_);
 
@@ -122,7 +123,7 @@ TEST_F(LoadgenTest, ServerStaysConsistentUnderLoad) {
 }
 
 TEST_F(LoadgenTest, CountsErrorsAndRejectsBadFlags) {
-  if (!std::filesystem::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+  TKV_NEED_SHARED(kModel);
   // A server with an API key: loadgen without it gets 401 on every request.
   ASSERT_NO_FATAL_FAILURE(start_server({"-np", "2", "-c", "256", "--kv-budget", "8MiB", "-t", "1", "--api-key", "k"}));
   const std::string url = "http://127.0.0.1:" + std::to_string(port_);

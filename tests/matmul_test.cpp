@@ -22,6 +22,7 @@
 #include "util/fp16.h"
 #include "util/rng.h"
 #include "util/simd_targets.h"
+#include "shared_data.h"
 
 namespace tkv {
 namespace {
@@ -311,15 +312,16 @@ TEST(Matmul, CoreNamesParse) {
 TEST(Matmul, ReferenceModelPerplexityWithinPointZeroFivePercent) {
   const std::string dir = std::string(TKV_SHARED_DIR);
   const std::string text_path = dir + "/data/text/wikitext-2-raw-test.txt";
+  TKV_NEED_SHARED(text_path, "models/ref-5m/ref-5m-f32.gguf", "models/ref-5m/ref-5m-f16.gguf",
+                  "models/ref-5m/llama-quantized/ref-5m-Q8_0.gguf", "models/ref-5m/llama-quantized/ref-5m-Q4_0.gguf",
+                  "models/ref-5m/llama-quantized/ref-5m-Q4_K_M.gguf");
   std::ifstream tf(text_path, std::ios::binary);
-  if (!tf) GTEST_SKIP() << "missing " << text_path;
   std::stringstream ss;
   ss << tf.rdbuf();
   const std::string text = normalize_newlines(ss.str());
   for (const char* file : {"ref-5m-f32.gguf", "ref-5m-f16.gguf", "llama-quantized/ref-5m-Q8_0.gguf",
                            "llama-quantized/ref-5m-Q4_0.gguf", "llama-quantized/ref-5m-Q4_K_M.gguf"}) {
     const std::string path = dir + "/models/ref-5m/" + file;
-    if (!std::ifstream(path)) GTEST_SKIP() << "missing " << path;
     auto m = Model::load(path);
     ASSERT_TRUE(m.ok()) << m.error();
     PerplexityOptions o;
@@ -346,9 +348,9 @@ TEST(Matmul, ReferenceModelPerplexityWithinPointZeroFivePercent) {
 // f32 tiles, the generated tokens through the row core, as F32/F16 decode
 // keeps it).
 TEST(Matmul, ReferenceModelGreedyTextIdenticalOnF32AndF16) {
+  TKV_NEED_SHARED("models/ref-5m/ref-5m-f32.gguf", "models/ref-5m/ref-5m-f16.gguf");
   for (const char* file : {"ref-5m-f32.gguf", "ref-5m-f16.gguf"}) {
     const std::string path = std::string(TKV_SHARED_DIR) + "/models/ref-5m/" + file;
-    if (!std::ifstream(path)) GTEST_SKIP() << "missing " << path;
     auto m = Model::load(path);
     ASSERT_TRUE(m.ok()) << m.error();
     const ModelConfig& c = (*m)->config();

@@ -3,6 +3,7 @@
 // model, truncation and corruption are clear errors), caches built from a
 // policy or a preset (exact byte accounting, a forward pass runs).
 #include <gtest/gtest.h>
+#include <sstream>
 
 #include <cmath>
 #include <cstdio>
@@ -162,15 +163,43 @@ TEST(Policy, CachesFromPoliciesAndPresetsRunAndCountBytesExactly) {
   EXPECT_EQ((*other)->k_rows(1).head(1)->row_bytes(), (*cache)->k_rows(1).head(1)->row_bytes());
   // A policy for another shape is refused.
   EXPECT_FALSE(KvCache::create(c.n_layer + 1, c.n_head_kv, c.head_dim, co).ok());
-  // Presets: per-layer plain formats, boundary layers wider.
+  // Presets: the per-layer formats of README's table (first and last layer
+  // one step wider), and 90 tokens so that the 64 staged rows are coded and
+  // later rows go straight to the preset's formats.
+  std::ifstream readme(std::string(TKV_SOURCE_DIR) + "/README.md");
+  const std::string rd{std::istreambuf_iterator<char>(readme), {}};
+  std::vector<int32_t> long_toks;
+  while (long_toks.size() < 90) long_toks.insert(long_toks.end(), toks.begin(), toks.end());
+  long_toks.resize(90);
   for (const char* p : {"quality", "balanced", "compact"}) {
+    SCOPED_TRACE(p);
+    // "| quality | tq5-ip | tq4.5-ip | tq6-ip | tq5-ip | ..."
+    const size_t row = rd.find(std::string("\n| ") + p + " | ");
+    ASSERT_NE(row, std::string::npos) << "README has no preset table row for " << p;
+    std::vector<std::string> cells;
+    std::stringstream line(rd.substr(row + 3, rd.find('\n', row + 1) - row - 3));
+    for (std::string cell; std::getline(line, cell, '|');) {
+      cell.erase(0, cell.find_first_not_of(' '));
+      cell.erase(cell.find_last_not_of(' ') + 1);
+      cells.push_back(cell);
+    }
+    ASSERT_GE(cells.size(), 5u);
     KvCacheOptions po;
-    po.capacity = 50;
+    po.capacity = 100;
     ASSERT_TRUE(apply_kv_preset(p, c.n_layer, po).ok());
     auto pc = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, po);
-    ASSERT_TRUE(pc.ok()) << p << ": " << pc.error();
-    EXPECT_NE((*pc)->type_k(0), (*pc)->type_k(1)) << p;
-    ASSERT_TRUE(fx.model->forward(toks.data(), int(toks.size()), 0, **pc, 1, logits.data()).ok());
+    ASSERT_TRUE(pc.ok()) << pc.error();
+    for (int l = 0; l < c.n_layer; ++l) {
+      const bool edge = l == 0 || l == c.n_layer - 1;
+      EXPECT_EQ((*pc)->type_k(l), cells[edge ? 3 : 1]) << "layer " << l;
+      EXPECT_EQ((*pc)->type_v(l), cells[edge ? 4 : 2]) << "layer " << l;
+    }
+    ASSERT_TRUE(fx.model->forward(long_toks.data(), 60, 0, **pc, 1, logits.data()).ok());
+    for (int l = 0; l < c.n_layer; ++l) EXPECT_TRUE((*pc)->staging(l)) << "60 of the 64 mean rows: still staged";
+    ASSERT_TRUE(fx.model->forward(long_toks.data() + 60, 30, 60, **pc, 1, logits.data()).ok());
+    for (int l = 0; l < c.n_layer; ++l) EXPECT_FALSE((*pc)->staging(l)) << "layer " << l;
+    EXPECT_EQ((*pc)->n_tokens(), 90);
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
   }
   KvCacheOptions bad;
   EXPECT_FALSE(apply_kv_preset("tiny", 3, bad).ok());

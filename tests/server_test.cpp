@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/gen_model.h"
 #include "model/model.h"
 #include "server/engine.h"
 #include "server/http_server.h"
@@ -39,17 +41,18 @@ struct TestServer {
   std::unique_ptr<server::HttpServer> http;
   std::thread thread;
   int port = 0;
-  TestServer(server::EngineOptions eo, server::HttpOptions ho = {}, const std::string& fmt = "tq4") {
+  TestServer(server::EngineOptions eo, server::HttpOptions ho = {}, const std::string& fmt = "tq4",
+             const Model& model = ref_model()) {
     KvCacheOptions co;
     co.type_k = co.type_v = fmt;
     if (eo.kv_budget == 0) eo.kv_budget = size_t(64) << 20;
     if (eo.threads <= 0) eo.threads = 2;
-    auto e = server::Engine::create(ref_model(), co, eo);
+    auto e = server::Engine::create(model, co, eo);
     EXPECT_TRUE(e.ok()) << e.error();
     engine = std::move(*e);
     ho.port = 0;
     ho.model_id = "ref-5m";
-    http = std::make_unique<server::HttpServer>(ref_model(), *engine, ho);
+    http = std::make_unique<server::HttpServer>(model, *engine, ho);
     auto p = http->bind();
     EXPECT_TRUE(p.ok()) << p.error();
     port = *p;
@@ -128,6 +131,43 @@ std::string wiki_words(size_t n_chars) {
 }
 
 class ServerCli : public Cli {};
+
+// A model whose logits are NaN (a NaN norm weight): each request gets a 500
+// that says so, in full and streamed, and the server goes on serving.
+TEST_F(ServerCli, NaNLogitsEndTheRequestWithAnErrorNotText) {
+  GenModelOptions g;
+  g.layers = 1;
+  ASSERT_TRUE(generate_model(g, nullptr, path("nan.gguf")).ok());
+  {
+    auto f = gguf::File::open(path("nan.gguf"));
+    ASSERT_TRUE(f.ok());
+    const uint64_t at = (*f)->data_offset() + (*f)->tensor("output_norm.weight")->offset;
+    f->reset();
+    std::fstream io(path("nan.gguf"), std::ios::binary | std::ios::in | std::ios::out);
+    io.seekp(static_cast<std::streamoff>(at));
+    const float nan = std::nanf("");
+    io.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  auto m = Model::load(path("nan.gguf"));
+  ASSERT_TRUE(m.ok()) << m.error();
+  TestServer s({}, {}, "tq4", **m);
+  for (int i = 0; i < 2; ++i) {
+    const json r = s.post("/v1/completions", completion("hello", 4), 500);
+    ASSERT_TRUE(r.is_object());
+    EXPECT_NE(r["error"]["message"].get<std::string>().find("NaN or Inf"), std::string::npos) << r.dump();
+  }
+  json body = completion("hello", 4);
+  body["stream"] = true;
+  auto c = s.client();
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_NE(r->body.find("NaN or Inf"), std::string::npos) << r->body;
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(s.metric("requests_running"), 0);
+  EXPECT_EQ(s.metric("kv_blocks_used"), 0);
+}
 
 TEST_F(ServerCli, GreedyCompletionEqualsRunAndStreamsTheSameText) {
   server::EngineOptions eo;

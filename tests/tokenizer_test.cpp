@@ -10,6 +10,7 @@
 #include "model/gguf.h"
 #include "model/pretokenize.h"
 #include "model/tokenizer.h"
+#include "shared_data.h"
 
 namespace tkv {
 namespace {
@@ -53,7 +54,7 @@ std::vector<std::vector<int32_t>> read_expected(const std::string& path) {
 
 void check_vocab(const std::string& name) {
   const std::string base = std::string(TKV_SHARED_DIR) + "/data/tokenizer/ggml-vocab-" + name + ".gguf";
-  if (!std::ifstream(base)) GTEST_SKIP() << "missing " << base;
+  TKV_NEED_SHARED(base, base + ".inp", base + ".out");
   auto f = gguf::File::open(base);
   ASSERT_TRUE(f.ok()) << f.error();
   auto tok = Tokenizer::from_gguf(**f);
@@ -80,7 +81,7 @@ TEST(Tokenizer, FalconMatchesLlamaCppSuite) { check_vocab("falcon"); }
 
 TEST(Tokenizer, BosAndSpecialTokens) {
   const std::string path = std::string(TKV_SHARED_DIR) + "/data/tokenizer/ggml-vocab-llama-spm.gguf";
-  if (!std::ifstream(path)) GTEST_SKIP() << "missing " << path;
+  TKV_NEED_SHARED(path);
   auto f = gguf::File::open(path);
   auto tok = Tokenizer::from_gguf(**f);
   ASSERT_TRUE(tok.ok());

@@ -20,6 +20,7 @@
 #include "eval/kv_stats.h"
 #include "tools/synthetic_kv.h"
 #include "test_cli.h"
+#include "shared_data.h"
 
 namespace tkv {
 namespace {
@@ -365,12 +366,9 @@ TEST_F(Cli, DemoRunsAndGivesVerdicts) {
   EXPECT_NE(r.out.find("  tq4: "), std::string::npos);
   // With shared/ (model, essays, WikiText): generation on every cache, the
   // calibrated policy, and a measured KLD per line.
-  if (fs::exists(std::string(TKV_SHARED_DIR) + "/models/ref-5m/ref-5m-f32.gguf") &&
-      fs::exists(std::string(TKV_SHARED_DIR) + "/data/text/wikitext-2-raw-test.txt") &&
-      fs::exists(std::string(TKV_SHARED_DIR) + "/data/niah/paul-graham-essays")) {
-    EXPECT_NE(r.out.find("  tqc4  KV"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("KLD 0.00000"), std::string::npos) << r.out;  // f16 against f32
-  }
+  TKV_NEED_SHARED("models/ref-5m/ref-5m-f32.gguf", "data/text/wikitext-2-raw-test.txt", "data/niah/paul-graham-essays");
+  EXPECT_NE(r.out.find("  tqc4  KV"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KLD 0.00000"), std::string::npos) << r.out;  // f16 against f32
 }
 
 TEST_F(Cli, CalibratePolicyAndPresetFlags) {
@@ -389,9 +387,11 @@ TEST_F(Cli, CalibratePolicyAndPresetFlags) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("Final estimate: PPL"), std::string::npos);
   EXPECT_NE(r.err.find("policy"), std::string::npos) << r.err;
-  r = run("run -m '" + path("m.gguf") + "' -p hello -n 4 --kv-preset compact");
+  // 80 tokens: past the 64 staged rows, so the preset's coded rows are read.
+  r = run("run -m '" + path("m.gguf") + "' -p hello -n 80 --kv-preset compact");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("preset compact"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("generation: 80 tokens"), std::string::npos) << r.err;
   // niah names what the cache stores and its bits per value from the policy, not from -ctk/-ctv.
   fs::create_directories(path("hay"));
   std::ofstream(path("hay/a.txt")) << text;
@@ -450,9 +450,9 @@ TEST_F(Cli, KvStatsCalibratedReportsTqcOnTheSecondHalf) {
 // ---- real Qwen3.5-0.8B keys (shared/) ----------------------------------------
 
 TEST(KvStatsReal, TurboBeatsLlamaQ4InRateDistortionOnQwenKeys) {
+  TKV_NEED_SHARED("data/kv/qwen3.5-0.8b/layer3_keys.bin", "data/kv/qwen3.5-0.8b/layer7_keys.bin");
   for (const char* name : {"layer3_keys.bin", "layer7_keys.bin"}) {
     const std::string p = std::string(TKV_SHARED_DIR) + "/data/kv/qwen3.5-0.8b/" + name;
-    if (!fs::exists(p)) GTEST_SKIP() << "missing " << p;
     auto kv = read_kv_file(p);
     ASSERT_TRUE(kv.ok()) << kv.error();
     KvStatsOptions opt;
