@@ -2,7 +2,9 @@
 // round trips, MSE against the Lloyd-Max optimum, edge cases and errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <cstring>
 
 #include "codec/codebook.h"
@@ -88,6 +90,63 @@ TEST(Formats, TurboMseWithinTwoPercentOfLloydMaxForEveryDim) {
       EXPECT_NEAR(err / opt, 1.0, tol) << "tq" << b << " d=" << d;
     }
   }
+}
+
+}  // namespace
+}  // namespace tkv
+
+namespace tkv {
+namespace {
+
+// What the norm suffixes promise (docs/FORMATS.md §4): -nc stores the scale
+// that makes the decoded row's norm equal the input's, -ip the one that makes
+// the decoded row's component along the input equal the input (<x̂, x> =
+// ||x||²). Both hold to the rounding of the stored e6m10 scale (half an ulp:
+// 2^-11 relative). Plain tq rows miss both by far more, so neither property
+// holds by accident.
+TEST(Formats, NormCorrectionKeepsTheNormAndIpKeepsTheComponentAlongX) {
+  Rng rng(20261201);
+  const double scale_rounding = std::ldexp(1.0, -11) + 2e-6;
+  for (int d : {64, 80, 128})
+    for (int bits : {2, 3, 4}) {
+      SCOPED_TRACE("d=" + std::to_string(d) + " bits=" + std::to_string(bits));
+      const int n = 200;
+      std::vector<float> x(size_t(n) * d);
+      for (int r = 0; r < n; ++r)
+        for (int i = 0; i < d; ++i)  // rows of mixed scale, some with an outlier channel
+          x[size_t(r) * d + i] = static_cast<float>(rng.gaussian() * (1 + r % 5) * (i == r % d && r % 3 == 0 ? 8 : 1));
+      double plain_norm_dev = 0, plain_ip_dev = 0;
+      for (const char* suffix : {"", "-nc", "-ip"}) {
+        auto c = make_codec("tq" + std::to_string(bits) + suffix, d);
+        ASSERT_TRUE(c.ok()) << c.error();
+        std::vector<uint8_t> q(size_t(n) * (*c)->row_bytes());
+        ASSERT_TRUE((*c)->quantize(x.data(), n, q.data()).ok());
+        std::vector<float> y(x.size());
+        (*c)->dequantize(q.data(), n, y.data());
+        double max_norm_dev = 0, max_ip_dev = 0;
+        for (int r = 0; r < n; ++r) {
+          double xx = 0, yy = 0, xy = 0;
+          for (int i = 0; i < d; ++i) {
+            const double a = x[size_t(r) * d + i], b = y[size_t(r) * d + i];
+            xx += a * a;
+            yy += b * b;
+            xy += a * b;
+          }
+          max_norm_dev = std::max(max_norm_dev, std::fabs(std::sqrt(yy / xx) - 1.0));
+          max_ip_dev = std::max(max_ip_dev, std::fabs(xy / xx - 1.0));
+        }
+        if (std::string(suffix).empty()) {
+          plain_norm_dev = max_norm_dev;
+          plain_ip_dev = max_ip_dev;
+        } else if (std::string(suffix) == "-nc") {
+          EXPECT_LE(max_norm_dev, scale_rounding);
+        } else {
+          EXPECT_LE(max_ip_dev, scale_rounding);
+        }
+      }
+      EXPECT_GT(plain_norm_dev, 20 * scale_rounding);
+      EXPECT_GT(plain_ip_dev, 20 * scale_rounding);
+    }
 }
 
 }  // namespace

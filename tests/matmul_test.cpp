@@ -326,7 +326,7 @@ TEST(Matmul, ReferenceModelPerplexityWithinPointZeroFivePercent) {
     ASSERT_TRUE(m.ok()) << m.error();
     PerplexityOptions o;
     o.n_ctx = 512;
-    o.max_chunks = 6;
+    o.max_chunks = 3;  // a relative check; absolute ones: external_reference_test.cpp
     o.threads = 2;
     o.cache.type_k = o.cache.type_v = "f32";
     double ppl[2];

@@ -2,6 +2,7 @@
 // KL divergence against its own base, and against a coarse cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -106,6 +107,88 @@ TEST(Perplexity, KlAgainstOwnBaseIsZeroAndPositiveForTq2) {
   ASSERT_FALSE(other_text.ok());
   EXPECT_NE(other_text.error().find("another text"), std::string::npos) << other_text.error();
   std::remove(o.kl_base.c_str());
+}
+
+// The KL statistics against a computation of their own: every scored
+// position's logits under an f32 cache (the base) and a tq2 cache, log-softmax
+// in double, KL(base || tq2), its mean and standard error (two-pass variance),
+// the 99th percentile and median (linear interpolation between order
+// statistics, llama.cpp's definition), the change in the correct token's
+// probability and how often the argmax agrees.
+TEST(Perplexity, KlStatisticsEqualAnIndependentComputation) {
+  Fixture f;
+  PerplexityOptions o;
+  o.n_ctx = 32;
+  o.cache.type_k = o.cache.type_v = "f32";
+  o.kl_base = testing::TempDir() + "tkv_ppl_base2.kl";
+  o.kl_write = true;
+  const std::string text = normalize_newlines(f.text);
+  ASSERT_TRUE(perplexity(*f.model, text, o).ok());
+  o.kl_write = false;
+  o.cache.type_k = o.cache.type_v = "tq2";
+  o.cache.mean_tokens = 8;
+  auto r = perplexity(*f.model, text, o);
+  ASSERT_TRUE(r.ok()) << r.error();
+  std::remove(o.kl_base.c_str());
+
+  const auto toks = f.model->tokenizer().encode(text, true);
+  const ModelConfig& c = f.model->config();
+  const int n = 32, V = c.n_vocab, chunks = static_cast<int>(toks.size() / n);
+  auto log_softmax = [&](const float* row) {
+    double mx = row[0];
+    for (int v = 1; v < V; ++v) mx = std::max(mx, double(row[v]));
+    double sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+    std::vector<double> lp(V);
+    for (int v = 0; v < V; ++v) lp[v] = row[v] - mx - std::log(sum);
+    return lp;
+  };
+  std::vector<double> kl, dp;
+  int same = 0;
+  for (int ch = 0; ch < chunks; ++ch) {
+    std::vector<int32_t> t(toks.begin() + ch * n, toks.begin() + (ch + 1) * n);
+    t[0] = f.model->tokenizer().bos();
+    std::vector<float> lb(size_t(n) * V), lq(size_t(n) * V);
+    for (int side = 0; side < 2; ++side) {
+      KvCacheOptions co;
+      co.type_k = co.type_v = side ? "tq2" : "f32";
+      co.mean_tokens = 8;
+      co.capacity = n;
+      auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+      ASSERT_TRUE(f.model->forward(t.data(), n, 0, **cache, 1, (side ? lq : lb).data(), true).ok());
+    }
+    for (int i = n / 2; i < n - 1; ++i) {
+      const auto pb = log_softmax(&lb[size_t(i) * V]), pq = log_softmax(&lq[size_t(i) * V]);
+      double k = 0;
+      for (int v = 0; v < V; ++v) k += std::exp(pb[v]) * (pb[v] - pq[v]);
+      kl.push_back(k);
+      dp.push_back(std::exp(pq[t[i + 1]]) - std::exp(pb[t[i + 1]]));
+      same += std::max_element(pb.begin(), pb.end()) - pb.begin() == std::max_element(pq.begin(), pq.end()) - pq.begin();
+    }
+  }
+  const double m = static_cast<double>(kl.size());
+  ASSERT_EQ(r->scored, static_cast<int64_t>(kl.size()));
+  double mean = 0, var = 0, dmean = 0;
+  for (double x : kl) mean += x / m;
+  for (double x : kl) var += (x - mean) * (x - mean) / (m - 1);
+  for (double x : dp) dmean += x / m;
+  std::vector<double> sorted = kl;
+  std::sort(sorted.begin(), sorted.end());
+  auto pct = [&](double q) {
+    const double pos = q * (m - 1);
+    const size_t i = static_cast<size_t>(pos);
+    return i + 1 < sorted.size() ? sorted[i] + (pos - i) * (sorted[i + 1] - sorted[i]) : sorted[i];
+  };
+  ASSERT_GT(mean, 1e-4);  // tq2 is coarse enough that every figure is far from 0
+  // The engine stores the base as f32 log-probabilities: agreement to ~1e-5 relative.
+  EXPECT_NEAR(r->kl.mean / mean, 1.0, 1e-4);
+  EXPECT_NEAR(r->kl.mean_err / std::sqrt(var / m), 1.0, 1e-3);
+  EXPECT_NEAR(r->kl.p99 / pct(0.99), 1.0, 1e-3);
+  EXPECT_NEAR(r->kl.median / pct(0.5), 1.0, 1e-3);
+  EXPECT_NEAR(r->kl.max / sorted.back(), 1.0, 1e-4);
+  EXPECT_NEAR(r->kl.dp_mean, dmean, 1e-6);
+  EXPECT_NEAR(r->kl.same_top, 100.0 * same / m, 1e-9);
+  EXPECT_LT(r->kl.same_top, 100.0);
 }
 
 TEST(Perplexity, TooShortTextIsAnError) {

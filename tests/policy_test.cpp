@@ -3,6 +3,8 @@
 // model, truncation and corruption are clear errors), caches built from a
 // policy or a preset (exact byte accounting, a forward pass runs).
 #include <gtest/gtest.h>
+#include <limits>
+#include <algorithm>
 #include <sstream>
 
 #include <cmath>
@@ -77,6 +79,36 @@ TEST(Policy, CalibrationIsDeterministicAndMeetsTheBudget) {
     EXPECT_GT(e.kld.front(), e.kld.back()) << "layer " << e.layer;
     for (double k : e.kld) EXPECT_GE(k, -1e-9);
   }
+  // The dynamic programme's choice against brute force over every assignment
+  // of widths to the 6 entries (W^6 of them): the least total sensitivity
+  // whose half-bit units fit the budget is what calibrate chose.
+  const size_t W = rep.widths.size(), E = rep.entries.size();
+  ASSERT_LE(W, 12u);
+  const long units_budget = static_cast<long>(std::floor(o.budget * 2 * E + 1e-9));
+  double brute = std::numeric_limits<double>::infinity();
+  std::vector<size_t> choice(E, 0);
+  for (;;) {
+    long units = 0;
+    double kld = 0;
+    for (size_t e = 0; e < E; ++e) {
+      units += std::lround(rep.widths[choice[e]] * 2);
+      kld += rep.entries[e].kld[choice[e]];
+    }
+    if (units <= units_budget) brute = std::min(brute, kld);
+    size_t e = 0;
+    while (e < E && ++choice[e] == W) choice[e++] = 0;
+    if (e == E) break;
+  }
+  EXPECT_NEAR(rep.total_kld, brute, 1e-12 * (1 + brute));
+  double chosen = 0, bits = 0;
+  for (const auto& e : rep.entries) {
+    const size_t wi = std::find(rep.widths.begin(), rep.widths.end(), e.bits) - rep.widths.begin();
+    ASSERT_LT(wi, W);
+    chosen += e.kld[wi];
+    bits += e.bits;
+  }
+  EXPECT_NEAR(chosen, brute, 1e-12 * (1 + brute));
+  EXPECT_LE(bits / E, o.budget + 1e-9);
   std::remove(pa.c_str());
   std::remove(pb.c_str());
 }

@@ -449,9 +449,11 @@ TEST_F(Cli, KvStatsCalibratedReportsTqcOnTheSecondHalf) {
 
 // ---- real Qwen3.5-0.8B keys (shared/) ----------------------------------------
 
-TEST(KvStatsReal, TurboBeatsLlamaQ4InRateDistortionOnQwenKeys) {
-  TKV_NEED_SHARED("data/kv/qwen3.5-0.8b/layer3_keys.bin", "data/kv/qwen3.5-0.8b/layer7_keys.bin");
-  for (const char* name : {"layer3_keys.bin", "layer7_keys.bin"}) {
+TEST(KvStatsReal, TurboBeatsLlamaQ4InRateDistortionOnQwenKeysAndValues) {
+  // All four files RESULTS §1 credits: keys and values of layers 3 and 7.
+  TKV_NEED_SHARED("data/kv/qwen3.5-0.8b/layer3_keys.bin", "data/kv/qwen3.5-0.8b/layer7_keys.bin",
+                  "data/kv/qwen3.5-0.8b/layer3_values.bin", "data/kv/qwen3.5-0.8b/layer7_values.bin");
+  for (const char* name : {"layer3_keys.bin", "layer7_keys.bin", "layer3_values.bin", "layer7_values.bin"}) {
     const std::string p = std::string(TKV_SHARED_DIR) + "/data/kv/qwen3.5-0.8b/" + name;
     auto kv = read_kv_file(p);
     ASSERT_TRUE(kv.ok()) << kv.error();
