@@ -210,11 +210,13 @@ TEST(Gguf, RealTinyLlamaLoads) {
 TEST(Gguf, RealVocabAndModelFilesLoad) {
   TKV_NEED_SHARED("data/tokenizer/ggml-vocab-llama-spm.gguf", "data/tokenizer/ggml-vocab-gpt-2.gguf",
                   "data/tokenizer/ggml-vocab-starcoder.gguf", "data/tokenizer/ggml-vocab-falcon.gguf",
-                  "data/tokenizer/ggml-vocab-phi-3.gguf", "models/ref-5m/ref-5m-f16.gguf");
+                  "data/tokenizer/ggml-vocab-phi-3.gguf", "data/tokenizer/ggml-vocab-deepseek-llm.gguf",
+                  "models/ref-5m/ref-5m-f16.gguf");
   const std::string dir = std::string(TKV_SHARED_DIR);
   for (const char* rel : {"/data/tokenizer/ggml-vocab-llama-spm.gguf", "/data/tokenizer/ggml-vocab-gpt-2.gguf",
                           "/data/tokenizer/ggml-vocab-starcoder.gguf", "/data/tokenizer/ggml-vocab-falcon.gguf",
-                          "/data/tokenizer/ggml-vocab-phi-3.gguf", "/models/ref-5m/ref-5m-f16.gguf"}) {
+                          "/data/tokenizer/ggml-vocab-phi-3.gguf", "/data/tokenizer/ggml-vocab-deepseek-llm.gguf",
+                          "/models/ref-5m/ref-5m-f16.gguf"}) {
     const std::string path = dir + rel;
     auto f = File::open(path);
     ASSERT_TRUE(f.ok()) << f.error();

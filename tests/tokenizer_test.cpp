@@ -2,6 +2,8 @@
 // every case encodes to the expected ids and decodes back to its text.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -78,6 +80,7 @@ TEST(Tokenizer, Phi3MatchesLlamaCppSuite) { check_vocab("phi-3"); }
 TEST(Tokenizer, Gpt2MatchesLlamaCppSuite) { check_vocab("gpt-2"); }
 TEST(Tokenizer, StarcoderMatchesLlamaCppSuite) { check_vocab("starcoder"); }
 TEST(Tokenizer, FalconMatchesLlamaCppSuite) { check_vocab("falcon"); }
+TEST(Tokenizer, DeepseekLlmMatchesLlamaCppSuite) { check_vocab("deepseek-llm"); }
 
 TEST(Tokenizer, BosAndSpecialTokens) {
   const std::string path = std::string(TKV_SHARED_DIR) + "/data/tokenizer/ggml-vocab-llama-spm.gguf";
@@ -107,6 +110,35 @@ TEST(Tokenizer, UnsupportedModelIsAClearError) {
 }
 
 // Pre-tokenizers without a vocabulary suite here: the splits of the regexes.
+// The splits of the published pre-tokenizer regexes (GPT-2, Llama 3, Qwen2,
+// and DeepSeek LLM's six applied in turn), computed by Python's `regex` module (scripts/gen-pretokenize-cases.py wrote the fixture from the
+// suites' inputs, WikiText-2 lines and mixed-script strings): an
+// implementation independent of our hand-written splitters.
+TEST(Tokenizer, PreTokenizersSplitAsTheRegexesDoInAnotherEngine) {
+  std::ifstream in(std::string(TKV_SOURCE_DIR) + "/tests/data/pretokenize_cases.json", std::ios::binary);
+  ASSERT_TRUE(in) << "tests/data/pretokenize_cases.json";
+  const auto j = nlohmann::json::parse(in);
+  const auto& cases = j.at("cases");
+  ASSERT_GT(cases.size(), 300u);
+  for (const auto& [key, kind] : {std::pair<const char*, PreTokenizer>{"gpt2", PreTokenizer::kGpt2},
+                                  {"llama3", PreTokenizer::kLlama3}, {"qwen2", PreTokenizer::kQwen2},
+                                  {"deepseek_llm", PreTokenizer::kDeepseekLlm}}) {
+    int bad = 0;
+    for (const auto& c : cases) {
+      const std::string text = c.at("text");
+      const auto want = c.at(key).get<std::vector<std::string>>();
+      const auto got = pre_tokenize(text, kind);
+      if (got != want && ++bad <= 5) {
+        std::string g, w;
+        for (const auto& p : got) g += "[" + p + "]";
+        for (const auto& p : want) w += "[" + p + "]";
+        ADD_FAILURE() << key << ": '" << text << "'\n  ours:  " << g << "\n  regex: " << w;
+      }
+    }
+    EXPECT_EQ(bad, 0) << key << ": " << bad << " of " << cases.size() << " texts split differently";
+  }
+}
+
 TEST(Tokenizer, Llama3AndQwen2PreTokenizerSplits) {
   using V = std::vector<std::string>;
   EXPECT_EQ(pre_tokenize("Hello world's 12345 !!\n\n  x", PreTokenizer::kLlama3),

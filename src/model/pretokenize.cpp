@@ -173,6 +173,94 @@ void split_runs(const Cpts& c, Span s, std::vector<Span>& out, Pred in_class, si
   if (s.end > prev) out.push_back({prev, s.end});
 }
 
+// A regex applied as llama.cpp's unicode_regex_split applies it: every match
+// becomes a piece and so does every gap between matches. `match(p, s)`
+// returns the end of the leftmost-longest match starting at p, or p when
+// none starts there.
+template <class Match>
+void split_matches(Span s, std::vector<Span>& out, Match match) {
+  size_t prev = s.begin, pos = s.begin;
+  while (pos < s.end) {
+    const size_t e = match(pos, s);
+    if (e == pos) { ++pos; continue; }
+    if (pos > prev) out.push_back({prev, pos});
+    out.push_back({pos, e});
+    prev = pos = e;
+  }
+  if (s.end > prev) out.push_back({prev, s.end});
+}
+
+struct CpRange { uint32_t lo, hi; };
+template <size_t N>
+bool in_ranges(const CpRange (&r)[N], uint32_t x) {
+  for (const CpRange& c : r)
+    if (x >= c.lo && x <= c.hi) return true;
+  return false;
+}
+
+// DeepSeek LLM's classes, as its regexes list them (llama.cpp runs these with
+// std::wregex, whose \s in the classic locale is ASCII whitespace only).
+constexpr CpRange kDsLetters[] = {
+    {0x41, 0x5A},       {0x61, 0x7A},       {0xB5, 0xB5},       {0xC0, 0xD6},       {0xD8, 0xF6},
+    {0xF8, 0x1BA},      {0x1BC, 0x1BF},     {0x1C4, 0x293},     {0x295, 0x2AF},     {0x370, 0x373},
+    {0x376, 0x377},     {0x37B, 0x37D},     {0x37F, 0x37F},     {0x386, 0x386},     {0x388, 0x38A},
+    {0x38C, 0x38C},     {0x38E, 0x3A1},     {0x3A3, 0x3F5},     {0x3F7, 0x481},     {0x48A, 0x52F},
+    {0x531, 0x556},     {0x10A0, 0x10C5},   {0x13A0, 0x13F5},   {0x13F8, 0x13FD},   {0x1C90, 0x1CBA},
+    {0x1CBD, 0x1CBF},   {0x1D00, 0x1D2B},   {0x1D6B, 0x1D77},   {0x1D79, 0x1D9A},   {0x1E00, 0x1F15},
+    {0x1F18, 0x1F1D},   {0x1F20, 0x1F45},   {0x1F48, 0x1F4D},   {0x1F50, 0x1F57},   {0x1F59, 0x1F59},
+    {0x1F5B, 0x1F5B},   {0x1F5D, 0x1F5D},   {0x1F5F, 0x1F7D},   {0x1F80, 0x1FB4},   {0x1FB6, 0x1FBC},
+    {0x1FBE, 0x1FBE},   {0x1FC2, 0x1FC4},   {0x1FC6, 0x1FCC},   {0x1FD0, 0x1FD3},   {0x1FD6, 0x1FDB},
+    {0x1FE0, 0x1FEC},   {0x1FF2, 0x1FF4},   {0x1FF6, 0x1FFC},   {0x2102, 0x2102},   {0x2107, 0x2107},
+    {0x210A, 0x2113},   {0x2115, 0x2115},   {0x2119, 0x211D},   {0x2124, 0x2124},   {0x2126, 0x2126},
+    {0x2128, 0x2128},   {0x212A, 0x212D},   {0x212F, 0x2134},   {0x2139, 0x2139},   {0x213C, 0x213F},
+    {0x2145, 0x2149},   {0x214E, 0x214E},   {0x2183, 0x2184},   {0x2C00, 0x2C7B},   {0x2C7E, 0x2CE4},
+    {0x2CEB, 0x2CEE},   {0x2CF2, 0x2CF3},   {0xA640, 0xA66D},   {0xA680, 0xA69B},   {0xA722, 0xA76F},
+    {0xA771, 0xA787},   {0xA78B, 0xA78E},   {0xAB70, 0xABBF},   {0xFB00, 0xFB06},   {0xFB13, 0xFB17},
+    {0xFF21, 0xFF3A},   {0xFF41, 0xFF5A},   {0x10400, 0x1044F}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB},
+    {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2}, {0x118A0, 0x118DF}, {0x1E900, 0x1E943}};
+constexpr CpRange kDsPunct[] = {{0x21, 0x2F},     {0x3A, 0x7E},     {0xFF01, 0xFF0F},
+                                {0xFF1A, 0xFF5E}, {0x2018, 0x201F}, {0x3000, 0x3002}};
+constexpr CpRange kDsCjk[] = {{0x4E00, 0x9FA5}, {0x800, 0x4E00}, {0xAC00, 0xD7FF}};
+
+bool ascii_space(uint32_t x) { return x == ' ' || (x >= '\t' && x <= '\r'); }
+
+// DeepSeek LLM: [\r\n] | \s?[letters]+ | \s?[punct]+ | \s+$ | [CJK]+ | \p{N}+,
+// each applied to the pieces the previous ones left.
+void split_deepseek_llm(const Cpts& c, std::vector<Span>& spans, std::vector<Span>& next) {
+  auto apply = [&](auto&& match) {
+    next.clear();
+    for (const Span& s : spans) split_matches(s, next, match);
+    spans.swap(next);
+  };
+  apply([&](size_t p, Span) { return c[p] == '\r' || c[p] == '\n' ? p + 1 : p; });
+  // \s?[class]+: a space is taken only when a class character follows it.
+  auto space_then_run = [&](const auto& in_class) {
+    return [&c, in_class](size_t p, Span s) {
+      size_t q = p;
+      if (ascii_space(c[q]) && q + 1 < s.end && in_class(c[q + 1])) ++q;
+      if (!in_class(c[q])) return p;
+      while (q < s.end && in_class(c[q])) ++q;
+      return q;
+    };
+  };
+  apply(space_then_run([](uint32_t x) { return in_ranges(kDsLetters, x); }));
+  apply(space_then_run([](uint32_t x) { return in_ranges(kDsPunct, x); }));
+  apply([&](size_t p, Span s) {  // \s+$: the piece's trailing run of spaces
+    size_t t = s.end;
+    while (t > s.begin && ascii_space(c[t - 1])) --t;
+    return p >= t && p < s.end ? s.end : p;
+  });
+  auto run_of = [&](const auto& in_class) {
+    return [&c, in_class](size_t p, Span s) {
+      size_t q = p;
+      while (q < s.end && in_class(c[q])) ++q;
+      return q;
+    };
+  };
+  apply(run_of([](uint32_t x) { return in_ranges(kDsCjk, x); }));
+  apply(run_of([](uint32_t x) { return flags_of(x).number; }));
+}
+
 }  // namespace
 
 std::vector<uint32_t> utf8_to_cpts(std::string_view s) {
@@ -232,6 +320,8 @@ bool pre_tokenizer_from_name(std::string_view n, PreTokenizer& out) {
     out = PreTokenizer::kStarcoder;
   } else if (n == "falcon") {
     out = PreTokenizer::kFalcon;
+  } else if (n == "deepseek-llm") {
+    out = PreTokenizer::kDeepseekLlm;
   } else {
     return false;
   }
@@ -270,6 +360,9 @@ std::vector<std::string> pre_tokenize(std::string_view text, PreTokenizer kind) 
       apply([&](Span s, std::vector<Span>& o) { split_runs(c, s, o, falcon_class, 0); });
       apply([&](Span s, std::vector<Span>& o) { split_gpt2(c, s, o); });
       apply([&](Span s, std::vector<Span>& o) { split_runs(c, s, o, ascii_digit, 3); });
+      break;
+    case PreTokenizer::kDeepseekLlm:
+      split_deepseek_llm(c, spans, next);
       break;
   }
   std::vector<std::string> out;

@@ -1,5 +1,5 @@
 // Byte-level BPE pre-tokenizers: llama.cpp's splitting rules for the regexes
-// of GPT-2, Llama 3, Qwen2, StarCoder and Falcon, hand-written over Unicode
+// of GPT-2, Llama 3, Qwen2, StarCoder, Falcon and DeepSeek LLM, hand-written over Unicode
 // code points (categories from ICU), as llama.cpp's unicode.cpp does.
 #pragma once
 #include <cstdint>
@@ -9,7 +9,7 @@
 
 namespace tkv {
 
-enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kStarcoder, kFalcon };
+enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kStarcoder, kFalcon, kDeepseekLlm };
 
 // Maps tokenizer.ggml.pre to a pre-tokenizer; false if unknown.
 bool pre_tokenizer_from_name(std::string_view name, PreTokenizer& out);

@@ -73,7 +73,7 @@ Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
     const std::string pre = f.get_string_or("tokenizer.ggml.pre", "default");
     if (!pre_tokenizer_from_name(pre, t.pre_))
       return Status::Error(f.path() + ": pre-tokenizer '" + pre +
-                           "' is not supported (default, gpt-2, llama-bpe, qwen2, starcoder, falcon and aliases)");
+                           "' is not supported (default, gpt-2, llama-bpe, qwen2, starcoder, falcon, deepseek-llm and aliases)");
     const gguf::Value* merges = f.find("tokenizer.ggml.merges");
     if (!merges || merges->type != gguf::Type::kArray || merges->elem != gguf::Type::kString)
       return Status::Error(f.path() + ": a gpt2 tokenizer needs tokenizer.ggml.merges (array of strings)");
