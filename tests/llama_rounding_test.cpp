@@ -107,6 +107,15 @@ void expect_ggml_bytes(const char* format, const std::vector<float>& x, void (*r
   const size_t block = std::string(format) == "q4_0" ? 18 : 34;
   want.resize(x.size() / 32 * block);
   for (size_t b = 0; b < x.size() / 32; ++b) ref(&x[b * 32], &want[b * block]);
+  {  // the scalar reference, the specification the SIMD kernels follow
+    auto c = make_codec(format, d);
+    ASSERT_TRUE(c.ok());
+    std::vector<uint8_t> got((*c)->row_bytes() * rows);
+    ASSERT_TRUE((*c)->quantize(x.data(), rows, got.data(), Impl::kRef).ok());
+    int diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) diff += got[i] != want[i];
+    EXPECT_EQ(diff, 0) << format << " reference: bytes differ from ggml's arithmetic";
+  }
   TargetGuard guard;
   for (const auto& t : simd_targets()) {
     simd_force_target(t.bit);
