@@ -298,15 +298,19 @@ TKV_VNNI_ATTR void tile_i8_vnni(const PackedPanel& p, int64_t nb, const Quantize
 namespace {
 
 // One token's activations in the decode kernel's order: per pair of blocks
-// (2p, 2p + 1) 64 codes and 16 lanes of scales. Q8_0 lanes 0-7 hold block
-// 2p, 8-15 block 2p + 1 (the natural order); Q4_0 vectors are [low nibbles
-// of both blocks | high nibbles of both], so lanes 0-3 and 8-11 hold block 2p
-// and the codes are permuted to match. cs = -c s / 8 per lane, summing to the
-// block's offset term -c d_w s over its 8 lanes once multiplied by d_w
-// (c = 128 for Q8_0 codes q + 128, 8 for Q4_0).
+// (2p, 2p + 1) 64 codes and 4 scales {dx(2p), dx(2p+1), cs(2p), cs(2p+1)},
+// which the kernel spreads over the 16 lanes of its sums: Q8_0 lanes 0-7
+// hold block 2p, 8-15 block 2p + 1 (the natural order); Q4_0 vectors are
+// [low nibbles of both blocks | high nibbles of both], so lanes 0-3 and 8-11
+// hold block 2p and the codes are permuted to match. cs = -c s / 8 per lane,
+// summing to the block's offset term -c d_w s over its 8 lanes once
+// multiplied by d_w (c = 128 for Q8_0 codes q + 128, 8 for Q4_0). Four
+// floats, not the 32 lanes themselves: a group of 8 tokens then reads 80
+// bytes per block pair and token instead of 192 (which did not stay in L1
+// for 4096-wide rows), and the lanes hold the same values, so the same bits.
 struct DecodeActs {
   std::vector<int8_t> q, qp;
-  std::vector<float> d, s, dx, cs;
+  std::vector<float> d, s, sc;
 };
 
 DecodeActs decode_acts(bool q8, const float* x, int64_t cols) {
@@ -317,17 +321,19 @@ DecodeActs decode_acts(bool q8, const float* x, int64_t cols) {
   a.s.resize(nb);
   quantize_activations_q8_simd(x, cols, a.q.data(), a.d.data(), a.s.data());
   a.qp = a.q;
-  a.dx.resize(nb * 8);
-  a.cs.resize(nb * 8);
+  a.sc.resize(nb / 2 * 4);
   const float c = q8 ? 128.0f : 8.0f;
-  for (int64_t j = 0; j + 2 <= nb; j += 2)
-    for (int l = 0; l < 16; ++l) {
-      const int64_t b = j + (q8 ? l / 8 : (l / 4) % 2);
-      a.dx[j * 8 + l] = a.d[b];
-      a.cs[j * 8 + l] = -c * a.s[b] / 8.0f;
-      if (!q8)
-        for (int k = 0; k < 4; ++k) a.qp[j * 32 + 4 * l + k] = a.q[b * 32 + (l >= 8 ? 16 : 0) + 4 * (l % 4) + k];
+  for (int64_t j = 0; j + 2 <= nb; j += 2) {
+    for (int h = 0; h < 2; ++h) {
+      a.sc[j * 2 + h] = a.d[j + h];
+      a.sc[j * 2 + 2 + h] = -c * a.s[j + h] / 8.0f;
     }
+    if (!q8)
+      for (int l = 0; l < 16; ++l) {
+        const int64_t b = j + (l / 4) % 2;
+        for (int k = 0; k < 4; ++k) a.qp[j * 32 + 4 * l + k] = a.q[b * 32 + (l >= 8 ? 16 : 0) + 4 * (l % 4) + k];
+      }
+  }
   return a;
 }
 
@@ -337,11 +343,11 @@ DecodeActs decode_acts(bool q8, const float* x, int64_t cols) {
 // instructions per token of a server's batched decode step (the one-token
 // kernel is compute-bound, not memory-bound, from ~4 streams on).
 // The activations of up to 8 tokens interleaved per block pair ([pair][token]
-// 64 codes, 16 dx, 16 cs), so the kernel reads them from one base pointer
+// 64 codes, 4 scales), so the kernel reads them from one base pointer
 // (eight tokens' separate pointers spilled: perf showed the moves on top).
 struct GroupActs {
   std::vector<int8_t> qp;
-  std::vector<float> dx, cs;
+  std::vector<float> sc;
   const DecodeActs* a[8];
 };
 
@@ -349,77 +355,97 @@ GroupActs group_acts(const DecodeActs* const* a, int nt, int64_t nb) {
   GroupActs g;
   const int64_t pairs = nb / 2;
   g.qp.resize(pairs * nt * 64);
-  g.dx.resize(pairs * nt * 16);
-  g.cs.resize(pairs * nt * 16);
+  g.sc.resize(pairs * nt * 4);
   for (int t = 0; t < nt; ++t) {
     g.a[t] = a[t];
     for (int64_t p = 0; p < pairs; ++p) {
       std::memcpy(&g.qp[(p * nt + t) * 64], a[t]->qp.data() + p * 64, 64);
-      std::memcpy(&g.dx[(p * nt + t) * 16], a[t]->dx.data() + p * 16, 64);
-      std::memcpy(&g.cs[(p * nt + t) * 16], a[t]->cs.data() + p * 16, 64);
+      std::memcpy(&g.sc[(p * nt + t) * 4], a[t]->sc.data() + p * 4, 16);
     }
   }
   return g;
 }
 
-// qp_all, dx_all, cs_all: the tokens' activations interleaved per block pair
-// (GroupActs; for one token, DecodeActs' own arrays); a: each token's, for an
-// odd last block.
-template <int NT>
-TKV_VNNI_ATTR void decode_row_tokens(uint32_t type, const uint8_t* row, int64_t nb, const int8_t* qp_all,
-                                     const float* dx_all, const float* cs_all, const DecodeActs* const* a, float* out,
-                                     int64_t out_stride) {
+// One block pair of a Q8_0 / Q4_0 row as the kernel's 64 unsigned codes
+// (lane order of DecodeActs) and the two weight scales spread to match.
+TKV_VNNI_ATTR inline void unpack_pair(bool q8, const uint8_t* pa, int64_t bb, __m512i& w, __m512& hs) {
+  const uint8_t* pb = pa + bb;
+  uint16_t ha, hb;
+  std::memcpy(&ha, pa, 2);
+  std::memcpy(&hb, pb, 2);
+  __m256i h16;
+  if (q8) {
+    const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 2));
+    const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2));
+    w = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(wa), wb, 1), _mm512_set1_epi8(-128));
+    h16 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(ha))),
+                                  _mm_set1_epi16(static_cast<short>(hb)), 1);
+  } else {
+    const __m256i t = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa + 2))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 2)), 1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(t, m4)),
+                           _mm256_and_si256(_mm256_srli_epi16(t, 4), m4), 1);
+    h16 = _mm256_broadcastsi128_si256(
+        _mm_unpacklo_epi64(_mm_set1_epi16(static_cast<short>(ha)), _mm_set1_epi16(static_cast<short>(hb))));
+  }
+  hs = _mm512_cvtph_ps(h16);
+}
+
+// NR rows x NT tokens: qp_all, sc_all are the tokens' activations
+// interleaved per block pair (GroupActs; for one token, DecodeActs' own
+// arrays); a: each token's, for an odd last block. Every (row, token) lane
+// does exactly the one-row one-token operations in their order, so its bits
+// do not depend on NR or NT; sharing is of loads only: a row's block pair is
+// unpacked once for all NT tokens, and a token's codes and spread scales are
+// loaded once for all NR rows (8 tokens of one row at a time read 80 bytes
+// of activations per 64 weights; two rows halve that, which a 16-stream
+// server step is bound by).
+template <int NR, int NT>
+TKV_VNNI_ATTR void decode_rows_tokens(uint32_t type, const uint8_t* rows, int64_t row_bytes, int64_t nb,
+                                      const int8_t* qp_all, const float* sc_all, const DecodeActs* const* a,
+                                      float* out, int64_t out_stride) {
   const bool q8 = type == 8;
   const int64_t bb = q8 ? 34 : 18;
-  __m512 f[NT];
-  for (int t = 0; t < NT; ++t) f[t] = _mm512_setzero_ps();
+  __m512 f[NR][NT];
+  for (int r = 0; r < NR; ++r)
+    for (int t = 0; t < NT; ++t) f[r][t] = _mm512_setzero_ps();
+  // Lanes of {dx(a), dx(b), cs(a), cs(b)} per lane of the sums (see DecodeActs).
+  const __m512i idx_d = q8 ? _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+                           : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+  const __m512i idx_c = _mm512_add_epi32(idx_d, _mm512_set1_epi32(2));
   int64_t j = 0;
   for (; j + 2 <= nb; j += 2) {
-    const uint8_t* pa = row + j * bb;
-    const uint8_t* pb = pa + bb;
-    __m512i w;
-    uint16_t ha, hb;
-    std::memcpy(&ha, pa, 2);
-    std::memcpy(&hb, pb, 2);
-    __m256i h16;
-    if (q8) {
-      const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 2));
-      const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2));
-      w = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(wa), wb, 1), _mm512_set1_epi8(-128));
-      h16 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(ha))),
-                                    _mm_set1_epi16(static_cast<short>(hb)), 1);
-    } else {
-      const __m256i t = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa + 2))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 2)), 1);
-      const __m256i m4 = _mm256_set1_epi8(0x0F);
-      w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(t, m4)),
-                             _mm256_and_si256(_mm256_srli_epi16(t, 4), m4), 1);
-      h16 = _mm256_broadcastsi128_si256(
-          _mm_unpacklo_epi64(_mm_set1_epi16(static_cast<short>(ha)), _mm_set1_epi16(static_cast<short>(hb))));
-    }
-    const __m512 hs = _mm512_cvtph_ps(h16);
+    __m512i w[NR];
+    __m512 hs[NR];
+    for (int r = 0; r < NR; ++r) unpack_pair(q8, rows + r * row_bytes + j * bb, bb, w[r], hs[r]);
     const int8_t* qp = qp_all + (j / 2) * NT * 64;
-    const float* dx = dx_all + (j / 2) * NT * 16;
-    const float* cs = cs_all + (j / 2) * NT * 16;
+    const float* sc = sc_all + (j / 2) * NT * 4;
     for (int t = 0; t < NT; ++t) {
-      const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(qp + t * 64));
-      const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_loadu_ps(dx + t * 16), _mm512_loadu_ps(cs + t * 16));
-      f[t] = _mm512_fmadd_ps(hs, v, f[t]);
+      const __m512i q = _mm512_loadu_si512(qp + t * 64);
+      const __m512 s4 = _mm512_castps128_ps512(_mm_loadu_ps(sc + t * 4));
+      const __m512 dx = _mm512_permutexvar_ps(idx_d, s4), cs = _mm512_permutexvar_ps(idx_c, s4);
+      for (int r = 0; r < NR; ++r) {
+        const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], q);
+        const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dx, cs);
+        f[r][t] = _mm512_fmadd_ps(hs[r], v, f[r][t]);
+      }
     }
   }
-  for (int t = 0; t < NT; ++t) {
-    float tail = 0.0f;
-    for (int64_t k0 = j; k0 < nb; ++k0) {  // an odd last block
-      uint8_t u[32];
-      float d, m;
-      unpack_u8(type, row, k0, u, &d, &m);
-      int32_t isum = 0;
-      for (int k = 0; k < 32; ++k) isum += u[k] * a[t]->q[k0 * 32 + k];
-      tail += d * a[t]->d[k0] * static_cast<float>(isum) + m * a[t]->s[k0];
+  for (int r = 0; r < NR; ++r)
+    for (int t = 0; t < NT; ++t) {
+      float tail = 0.0f;
+      for (int64_t k0 = j; k0 < nb; ++k0) {  // an odd last block
+        uint8_t u[32];
+        float d, m;
+        unpack_u8(type, rows + r * row_bytes, k0, u, &d, &m);
+        int32_t isum = 0;
+        for (int k = 0; k < 32; ++k) isum += u[k] * a[t]->q[k0 * 32 + k];
+        tail += d * a[t]->d[k0] * static_cast<float>(isum) + m * a[t]->s[k0];
+      }
+      out[r + t * out_stride] = _mm512_reduce_add_ps(f[r][t]) + tail;
     }
-    out[t * out_stride] = _mm512_reduce_add_ps(f[t]) + tail;
-  }
 }
 
 // One token: the same kernel, so a token decoded alone and in a group of up
@@ -427,7 +453,7 @@ TKV_VNNI_ATTR void decode_row_tokens(uint32_t type, const uint8_t* row, int64_t 
 TKV_VNNI_ATTR float decode_row(uint32_t type, const uint8_t* row, int64_t nb, const DecodeActs& a) {
   const DecodeActs* ap = &a;
   float out = 0.0f;
-  decode_row_tokens<1>(type, row, nb, a.qp.data(), a.dx.data(), a.cs.data(), &ap, &out, 1);
+  decode_rows_tokens<1, 1>(type, row, 0, nb, a.qp.data(), a.sc.data(), &ap, &out, 1);
   return out;
 }
 
@@ -503,24 +529,32 @@ bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float
   for (const auto& x : acts) ap.push_back(&x);
   std::vector<GroupActs> groups;
   for (int t0 = 0; t0 < n_tok; t0 += 8) groups.push_back(group_acts(ap.data() + t0, std::min(8, n_tok - t0), nb));
+  // Pairs of rows (an odd last row alone) x groups of up to 8 tokens.
+  const int64_t pairs_of_rows = (w.rows + 1) / 2;
 #pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
-  for (int64_t r = 0; r < w.rows; ++r) {
+  for (int64_t rp = 0; rp < pairs_of_rows; ++rp) {
+    const int64_t r = rp * 2;
     const uint8_t* row = w.data + r * w.row_bytes;
-    for (int t0 = 0; t0 < n_tok; t0 += 8) {  // 8 accumulators + the block's registers fit the 32 zmm
+    const bool two = r + 1 < w.rows;
+    for (int t0 = 0; t0 < n_tok; t0 += 8) {  // 2 x 8 accumulators + the pairs' registers fit the 32 zmm
       const GroupActs& at = groups[t0 / 8];
-#define G at.qp.data(), at.dx.data(), at.cs.data(), at.a
       float* out = y + t0 * w.rows + r;
+#define TKV_CASE(NT)                                                                                         \
+  case NT:                                                                                                   \
+    if (two) decode_rows_tokens<2, NT>(w.type, row, w.row_bytes, nb, at.qp.data(), at.sc.data(), at.a, out, w.rows); \
+    else decode_rows_tokens<1, NT>(w.type, row, w.row_bytes, nb, at.qp.data(), at.sc.data(), at.a, out, w.rows);     \
+    break;
       switch (std::min(8, n_tok - t0)) {
-        case 1: decode_row_tokens<1>(w.type, row, nb, G, out, w.rows); break;
-        case 2: decode_row_tokens<2>(w.type, row, nb, G, out, w.rows); break;
-        case 3: decode_row_tokens<3>(w.type, row, nb, G, out, w.rows); break;
-        case 4: decode_row_tokens<4>(w.type, row, nb, G, out, w.rows); break;
-        case 5: decode_row_tokens<5>(w.type, row, nb, G, out, w.rows); break;
-        case 6: decode_row_tokens<6>(w.type, row, nb, G, out, w.rows); break;
-        case 7: decode_row_tokens<7>(w.type, row, nb, G, out, w.rows); break;
-        default: decode_row_tokens<8>(w.type, row, nb, G, out, w.rows); break;
+        TKV_CASE(1)
+        TKV_CASE(2)
+        TKV_CASE(3)
+        TKV_CASE(4)
+        TKV_CASE(5)
+        TKV_CASE(6)
+        TKV_CASE(7)
+        default: TKV_CASE(8)
       }
-#undef G
+#undef TKV_CASE
     }
   }
   return true;
