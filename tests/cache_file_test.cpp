@@ -5,6 +5,8 @@
 // truncation, flipped byte, absurd field and mismatch is refused with its own
 // message; an interrupted write leaves the previous file intact.
 #include <gtest/gtest.h>
+#include <string>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -47,11 +49,11 @@ struct Models {
     o.head_dim = 64;
     o.ffn = 160;
     o.weight_scale = 3.0f;
-    path = testing::TempDir() + "tkv_cachefile_model.gguf";
+    path = testing::TempDir() + std::to_string(getpid()) + "_tkv_cachefile_model.gguf";
     EXPECT_TRUE(generate_model(o, nullptr, path).ok());
     model = std::move(*Model::load(path));
     o.seed = 9;
-    other_path = testing::TempDir() + "tkv_cachefile_other.gguf";
+    other_path = testing::TempDir() + std::to_string(getpid()) + "_tkv_cachefile_other.gguf";
     EXPECT_TRUE(generate_model(o, nullptr, other_path).ok());
     other = std::move(*Model::load(other_path));
   }

@@ -1,5 +1,6 @@
 // kv-dump and bench end to end on a model the test writes.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -27,7 +28,7 @@ std::string tiny_model() {
   o.kv_heads = 2;
   o.head_dim = 32;
   o.ffn = 96;
-  const std::string path = testing::TempDir() + "tkv_eval_model.gguf";
+  const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_eval_model.gguf";
   EXPECT_TRUE(generate_model(o, nullptr, path).ok());
   return path;
 }
@@ -44,7 +45,7 @@ std::string run_cmd(const std::string& cmd, int* rc) {
 TEST(KvDump, WritesEachLayersKeysAndValues) {
   auto m = Model::load(tiny_model());
   ASSERT_TRUE(m.ok());
-  const std::string dir = testing::TempDir() + "tkv_dump";
+  const std::string dir = testing::TempDir() + std::to_string(getpid()) + "_tkv_dump";
   ASSERT_TRUE(kv_dump(**m, "the cat sat on the mat", {0, 1}, 12, dir, 1).ok());
   auto k = read_kv_file(dir + "/layer1_keys.bin");
   ASSERT_TRUE(k.ok()) << k.error();

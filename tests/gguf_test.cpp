@@ -2,6 +2,7 @@
 // at every offset, absurd counts, wrong types, offsets past the end), each of
 // which must give a clean error naming what was wrong.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -18,7 +19,7 @@
 namespace tkv::gguf {
 namespace {
 
-std::string temp_path(const std::string& name) { return testing::TempDir() + "tkv_gguf_" + name; }
+std::string temp_path(const std::string& name) { return testing::TempDir() + std::to_string(getpid()) + "_tkv_gguf_" + name; }
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
   std::ofstream f(path, std::ios::binary);

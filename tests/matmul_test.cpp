@@ -216,6 +216,29 @@ TEST(Matmul, Int8DecodeWithinTheActivationQuantizationBound) {
   }
 }
 
+// The Q8_0 decode kernel (rows in lanes) against its scalar specification,
+// bit for bit: row counts around the 16 lanes, block counts odd and even,
+// groups of 1..8 tokens and more than one group; codes over the full int8
+// range (-128 included, which ggml never writes but a file may hold).
+TEST(Matmul, Q8DecodeRowsEqualItsScalarSpecBitForBit) {
+  if (!int8_core_available()) GTEST_SKIP() << "no AVX512-VNNI on this CPU: decode keeps the row core";
+  const auto& q8 = *std::find_if(std::begin(kTypes), std::end(kTypes), [](const auto& t) { return t.id == 8; });
+  uint64_t seed = 900;
+  for (int64_t rows : {1, 7, 15, 16, 17, 33, 100})
+    for (int64_t cols : {32, 96, 256, 2048})
+      for (int n_tok : {1, 2, 5, 8, 9, 16}) {
+        TestMatrix tm = make_matrix(q8, rows, cols, seed++);
+        Rng rng(seed++);
+        for (size_t i = 0; i < tm.bytes.size(); ++i)  // codes anywhere in -128..127 (scales stay)
+          if (i % 34 >= 2 && rng.below(8) == 0) tm.bytes[i] = static_cast<uint8_t>(rng.below(256));
+        const auto x = make_acts(n_tok, cols, seed++);
+        std::vector<float> y(static_cast<size_t>(n_tok * rows), -1.0f), ref(y.size());
+        ASSERT_TRUE(decode_q8_rows(tm.m, x.data(), n_tok, y.data(), 2));
+        decode_q8_rows_ref(tm.m, x.data(), n_tok, ref.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), 4 * y.size())) << rows << "x" << cols << " tokens " << n_tok;
+      }
+}
+
 TEST(Matmul, Int8KernelEqualsItsScalarSpecBitForBit) {
   if (!int8_core_available()) GTEST_SKIP() << "no AVX512-VNNI on this CPU: the int8 core falls back to the f32 tiles";
   uint64_t seed = 300;

@@ -2,6 +2,7 @@
 // llama / qwen2 / qwen3 models that the test writes itself (F32, F16, Q8_0,
 // Q4_0 weights); and the reference model's greedy continuation.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -164,7 +165,7 @@ void check_against_reference(const std::string& arch, const std::string& type, d
   o.head_dim = block == 256 ? 64 : 16;
   o.ffn = block == 256 ? 512 : 96;
   o.seed = 7;
-  const std::string path = testing::TempDir() + "tkv_model_" + arch + "_" + type + ".gguf";
+  const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_model_" + arch + "_" + type + ".gguf";
   ASSERT_TRUE(generate_model(o, nullptr, path).ok());
   auto m = Model::load(path);
   ASSERT_TRUE(m.ok()) << m.error();
@@ -249,8 +250,8 @@ TEST(Model, WeightBlocksRoundTripWithinTheirStep) {
 TEST(Model, BadModelsAreClearErrors) {
   GenModelOptions o;
   o.arch = "gpt2";
-  EXPECT_FALSE(generate_model(o, nullptr, testing::TempDir() + "x.gguf").ok());
-  auto m = Model::load(testing::TempDir() + "no-such-model.gguf");
+  EXPECT_FALSE(generate_model(o, nullptr, testing::TempDir() + std::to_string(getpid()) + "_x.gguf").ok());
+  auto m = Model::load(testing::TempDir() + std::to_string(getpid()) + "_no-such-model.gguf");
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().find("no-such-model"), std::string::npos);
   // A tokenizer-only file has no weights: the missing tensor is named.

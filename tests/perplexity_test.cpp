@@ -1,6 +1,7 @@
 // Perplexity against an independent computation on a model the test writes;
 // KL divergence against its own base, and against a coarse cache.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -26,7 +27,7 @@ struct Fixture {
     o.head_dim = 32;
     o.ffn = 96;
     o.weight_scale = 3.0f;  // peakier predictions than the default init
-    path = testing::TempDir() + "tkv_ppl_model.gguf";
+    path = testing::TempDir() + std::to_string(getpid()) + "_tkv_ppl_model.gguf";
     EXPECT_TRUE(generate_model(o, nullptr, path).ok());
     model = std::move(*Model::load(path));
     for (int i = 0; i < 40; ++i) text += "the cat sat on the mat, then " + std::to_string(i * 7) + " dogs ran.\r\n";
@@ -83,7 +84,7 @@ TEST(Perplexity, KlAgainstOwnBaseIsZeroAndPositiveForTq2) {
   PerplexityOptions o;
   o.n_ctx = 32;
   o.cache.type_k = o.cache.type_v = "f32";
-  o.kl_base = testing::TempDir() + "tkv_ppl_base.kl";
+  o.kl_base = testing::TempDir() + std::to_string(getpid()) + "_tkv_ppl_base.kl";
   o.kl_write = true;
   const std::string text = normalize_newlines(f.text);
   ASSERT_TRUE(perplexity(*f.model, text, o).ok());
@@ -120,7 +121,7 @@ TEST(Perplexity, KlStatisticsEqualAnIndependentComputation) {
   PerplexityOptions o;
   o.n_ctx = 32;
   o.cache.type_k = o.cache.type_v = "f32";
-  o.kl_base = testing::TempDir() + "tkv_ppl_base2.kl";
+  o.kl_base = testing::TempDir() + std::to_string(getpid()) + "_tkv_ppl_base2.kl";
   o.kl_write = true;
   const std::string text = normalize_newlines(f.text);
   ASSERT_TRUE(perplexity(*f.model, text, o).ok());

@@ -3,6 +3,7 @@
 // model, truncation and corruption are clear errors), caches built from a
 // policy or a preset (exact byte accounting, a forward pass runs).
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <limits>
 #include <algorithm>
 #include <sstream>
@@ -32,11 +33,11 @@ struct Fixture {
     o.head_dim = 32;
     o.ffn = 96;
     o.weight_scale = 3.0f;
-    path = testing::TempDir() + "tkv_policy_model.gguf";
+    path = testing::TempDir() + std::to_string(getpid()) + "_tkv_policy_model.gguf";
     EXPECT_TRUE(generate_model(o, nullptr, path).ok());
     model = std::move(*Model::load(path));
     o.seed = 2;
-    other_path = testing::TempDir() + "tkv_policy_other.gguf";
+    other_path = testing::TempDir() + std::to_string(getpid()) + "_tkv_policy_other.gguf";
     EXPECT_TRUE(generate_model(o, nullptr, other_path).ok());
     other = std::move(*Model::load(other_path));
     for (int i = 0; i < 60; ++i) text += "the cat sat on the mat, then " + std::to_string(i * 7) + " dogs ran.\n";
@@ -64,7 +65,7 @@ TEST(Policy, CalibrationIsDeterministicAndMeetsTheBudget) {
   ASSERT_TRUE(a.ok()) << a.error();
   auto b = calibrate(*fx.model, fx.text, o);
   ASSERT_TRUE(b.ok());
-  const std::string pa = testing::TempDir() + "tkv_a.tkvp", pb = testing::TempDir() + "tkv_b.tkvp";
+  const std::string pa = testing::TempDir() + std::to_string(getpid()) + "_tkv_a.tkvp", pb = testing::TempDir() + std::to_string(getpid()) + "_tkv_b.tkvp";
   ASSERT_TRUE(write_kv_policy(pa, *a).ok());
   ASSERT_TRUE(write_kv_policy(pb, *b).ok());
   EXPECT_EQ(slurp(pa), slurp(pb)) << "same text and seed must give the same policy";
@@ -121,7 +122,7 @@ TEST(Policy, FileRoundTripsAndIsBoundToItsModel) {
   o.bits = 4.5;
   auto pol = calibrate(*fx.model, fx.text, o);
   ASSERT_TRUE(pol.ok()) << pol.error();
-  const std::string p = testing::TempDir() + "tkv_rt.tkvp";
+  const std::string p = testing::TempDir() + std::to_string(getpid()) + "_tkv_rt.tkvp";
   ASSERT_TRUE(write_kv_policy(p, *pol).ok());
   auto back = read_kv_policy(p, fx.model->fingerprint());
   ASSERT_TRUE(back.ok()) << back.error();
@@ -137,7 +138,7 @@ TEST(Policy, FileRoundTripsAndIsBoundToItsModel) {
   EXPECT_NE(wrong.error().find("another model"), std::string::npos) << wrong.error();
   // Truncated anywhere, or one byte flipped: a clear error, never garbage.
   const std::string bytes = slurp(p);
-  const std::string q = testing::TempDir() + "tkv_bad.tkvp";
+  const std::string q = testing::TempDir() + std::to_string(getpid()) + "_tkv_bad.tkvp";
   for (size_t cut : {size_t(0), size_t(5), size_t(30), bytes.size() / 2, bytes.size() - 1}) {
     std::ofstream(q, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(cut));
     auto r = read_kv_policy(q);
@@ -151,7 +152,7 @@ TEST(Policy, FileRoundTripsAndIsBoundToItsModel) {
     auto r = read_kv_policy(q);
     ASSERT_FALSE(r.ok()) << "flip at " << at;
   }
-  EXPECT_FALSE(read_kv_policy(testing::TempDir() + "no_such.tkvp").ok());
+  EXPECT_FALSE(read_kv_policy(testing::TempDir() + std::to_string(getpid()) + "_no_such.tkvp").ok());
   // A model file passed by mistake: refused by its magic, not read in.
   auto gguf = read_kv_policy(fx.path);
   ASSERT_FALSE(gguf.ok());

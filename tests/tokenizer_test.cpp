@@ -1,6 +1,7 @@
 // Tokenizers against llama.cpp's own test suites (../shared/data/tokenizer):
 // every case encodes to the expected ids and decodes back to its text.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -100,7 +101,7 @@ TEST(Tokenizer, UnsupportedModelIsAClearError) {
   gguf::Writer w;
   w.add_string("tokenizer.ggml.model", "rwkv");
   w.add_string_array("tokenizer.ggml.tokens", {"a", "b"});
-  const std::string path = testing::TempDir() + "tkv_rwkv_vocab.gguf";
+  const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_rwkv_vocab.gguf";
   ASSERT_TRUE(w.write(path).ok());
   auto f = gguf::File::open(path);
   ASSERT_TRUE(f.ok());

@@ -507,7 +507,8 @@ bool matmul_int8(const Matrix& w, const float* x, int n_tok, float* y, int threa
 }
 
 bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) {
-  if ((w.type != 8 && w.type != 2) || w.cols % 32 != 0 || !int8_core_available()) return false;
+  if (w.type == 8) return decode_q8_rows(w, x, 1, y, threads);
+  if (w.type != 2 || w.cols % 32 != 0 || !int8_core_available()) return false;
 #ifdef TKV_VNNI
   const DecodeActs a = decode_acts(w.type == 8, x, w.cols);
   const int64_t nb = w.cols / 32;
@@ -520,7 +521,8 @@ bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) 
 }
 
 bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
-  if ((w.type != 8 && w.type != 2) || w.cols % 32 != 0 || !int8_core_available()) return false;
+  if (w.type == 8) return decode_q8_rows(w, x, n_tok, y, threads);
+  if (w.type != 2 || w.cols % 32 != 0 || !int8_core_available()) return false;
 #ifdef TKV_VNNI
   std::vector<DecodeActs> acts;
   for (int t = 0; t < n_tok; ++t) acts.push_back(decode_acts(w.type == 8, x + t * w.cols, w.cols));

@@ -21,10 +21,20 @@ void matmul_tiled_f32(const Matrix& w, const float* x, int n_tok, float* y, int 
 // forced SIMD target cannot run the kernel.
 bool matmul_int8(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 bool int8_core_available();
-// Decode (one token) with int8 activations for Q8_0 and Q4_0: rows streamed
-// straight from their blocks, two blocks per vpdpbusd, scales applied per
-// lane. False (nothing written) for other types or without the kernel.
+// Decode (one token) with int8 activations for Q8_0 and Q4_0: Q8_0 by
+// decode_q8_rows (below); Q4_0 rows streamed straight from their blocks, two
+// blocks per vpdpbusd, scales applied per lane. False (nothing written) for
+// other types or without the kernel.
 bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads);
+// Q8_0 decode with rows in lanes (decode_q8_rows.cpp) for one token or a
+// group: 16 rows per vector, each block's int32 dots completed before one
+// scale step, so scales cost 3 operations per 512 weights per token; every
+// token's bits are decode_q8_rows_ref's for it alone. False for other types
+// or without AVX512-VNNI.
+bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+// Its scalar specification: per row and token, f = fma(float(dot_b), d_w(b) * d_x(b), f)
+// over the blocks in order, dot_b the exact integer dot of the block's codes.
+void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y);
 // The decode kernel for n_tok tokens at once (matmul_tokens): each row is
 // read from memory once and dotted with every token's activations by the
 // one-token code, so each token's result is bit-identical to
