@@ -30,12 +30,15 @@ test-fast: deps
 	@cmake --build $(BUILD) -j$(JOBS) --target turbokv tkv_tests
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
-# The sanitizer pass runs every test but the ones that re-measure perplexity
-# over thousands of tokens (across matmul cores, and against llama.cpp's and
-# the float64 figures: 40 s in Release together, minutes under the
-# sanitizers): accuracy checks whose code paths the other tests cover; they
-# run in the Release pass above.
-ASAN_ONLY_IN_RELEASE = Matmul.ReferenceModelPerplexityWithinPointZeroFivePercent|ExternalReference.PerplexityOfEveryLlamaQuantizedFileWithinPointTwoPercentOfLlamaCpp|ExternalReference.ReferenceModelWikiTextPerplexityEqualsTheFloat64Figure
+# The sanitizer pass runs every test but these, which run in the Release pass
+# above: the ones that re-measure perplexity over thousands of tokens (across
+# matmul cores, and against llama.cpp's and the float64 figures: 40 s in
+# Release together, minutes under the sanitizers), the codebooks' Monte Carlo
+# checks (arithmetic on vectors the tests make, 32 s under the sanitizers),
+# and the demo (70 s under the sanitizers: the other CLI tests drive the same
+# code). Accuracy and end-to-end checks whose code paths the other tests
+# cover under the sanitizers.
+ASAN_ONLY_IN_RELEASE = Matmul.ReferenceModelPerplexityWithinPointZeroFivePercent|ExternalReference.PerplexityOfEveryLlamaQuantizedFileWithinPointTwoPercentOfLlamaCpp|ExternalReference.ReferenceModelWikiTextPerplexityEqualsTheFloat64Figure|Codebook.D64AndD256MonteCarloAgreesWithIntegration|Codebook.D128MonteCarloOver200kUnitVectors|Cli.DemoRunsAndGivesVerdicts
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKV_SANITIZE=ON -DTKV_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)

@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <sys/socket.h>
+
 #include <httplib.h>
 
 #include <atomic>
@@ -68,6 +70,11 @@ Expected<int> HttpServer::bind() {
     port = -1;
   }
   if (port < 0) return Status::Error("cannot listen on " + opt_.host + ":" + std::to_string(opt_.port) + " (in use, or not an address of this machine)");
+  // cpp-httplib 0.11 listens with a backlog of 5: 64 clients connecting at
+  // once overflowed it and a few connections were reset before their request
+  // was read (loadgen: 4 of 6400 "transport: Read"). Listening again on the
+  // bound socket raises the backlog.
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
   return port;
 }
 
@@ -80,6 +87,10 @@ void HttpServer::routes() {
   // while their request is generated.
   const size_t workers = static_cast<size_t>(engine_.slots().size()) + 80;
   s.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  s.set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = static_cast<int>(sock);
+  });
   s.set_payload_max_length(opt_.max_body);
   s.set_read_timeout(30, 0);
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {

@@ -43,6 +43,7 @@ class HttpServer {
   Engine& engine_;
   HttpOptions opt_;
   std::unique_ptr<httplib::Server> svr_;
+  int listen_fd_ = -1;  // the listening socket, to raise its backlog after bind
 };
 
 }  // namespace tkv::server
