@@ -21,6 +21,7 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "shared_data.h"
+#include "util/fp16.h"
 
 namespace tkv {
 namespace {
@@ -53,9 +54,10 @@ std::map<std::string, double> llama_cpp_ppl_table() {
 }
 
 // llama.cpp's llama-perplexity -c 512 --chunks 10 -ctk f16 -ctv f16 on each
-// weight type that llama.cpp's llama-quantize wrote; ours keeps activations
-// in f32 where llama.cpp quantizes them to 8 bits, hence 0.2 %, and a wrong
-// block layout lands far away.
+// weight type that llama.cpp's llama-quantize wrote. Both quantize
+// activations to 8 bits for quantized weights (turbokv on its int8 core where
+// the CPU has AVX512-VNNI, f32 tiles elsewhere), in different orders and
+// roundings, hence 0.2 %; a wrong block layout lands far away.
 TEST(ExternalReference, PerplexityOfEveryLlamaQuantizedFileWithinPointTwoPercentOfLlamaCpp) {
   TKV_NEED_SHARED("models/ref-5m/README.md", "data/text/wikitext-2-raw-test.txt", "models/ref-5m/ref-5m-f16.gguf");
   const auto table = llama_cpp_ppl_table();
@@ -134,6 +136,18 @@ TEST(ExternalReference, GreedyTextOnLlamaCppQ8_0EqualsF16ForTheFirstTokens) {
   while (same < seqs[0].size() && seqs[0][same] == seqs[1][same]) ++same;
   std::printf("Q8_0 and f16 greedy texts agree on the first %zu of %zu tokens\n", same, seqs[0].size());
   EXPECT_GE(same, size_t(7 + 12));
+  // And the Q8_0 text against the README's (the float64 reference's) tokens.
+  const std::string readme = slurp(shared_path("models/ref-5m/README.md"));
+  const size_t at = readme.find("token ids (BOS first): [");
+  ASSERT_NE(at, std::string::npos);
+  std::vector<int32_t> want;
+  std::istringstream ids(readme.substr(at + 24, readme.find(']', at) - at - 24));
+  for (std::string id; std::getline(ids, id, ',');) want.push_back(std::stoi(id));
+  ASSERT_EQ(want.size(), seqs[1].size());
+  size_t ref_same = 0;
+  while (ref_same < want.size() && want[ref_same] == seqs[1][ref_same]) ++ref_same;
+  std::printf("Q8_0 greedy text and the README's agree on the first %zu tokens\n", ref_same);
+  EXPECT_GE(ref_same, size_t(7 + 12));
 }
 
 // q4_0 / q8_0 byte for byte with llama.cpp: the Q4_0 and Q8_0 weight blocks
@@ -166,6 +180,19 @@ TEST(ExternalReference, KvQ4_0AndQ8_0RequantizeLlamaCppBlocksToTheSameBytes) {
       for (size_t r = 0; r < rows; ++r) {
         const uint8_t* blk = t.data + r * row_bytes;
         (*c)->dequantize(blk, 1, x.data());
+        // The decoding against ggml's layout written out here (a permutation
+        // shared by our quantizer and decoder would survive the round trip
+        // below, not this): q8_0 x = d q[j]; q4_0 element j < 16 is the low
+        // nibble of byte j, j >= 16 the high nibble of byte j - 16, minus 8.
+        for (int j = 0; j < cols; ++j) {
+          const uint8_t* b = blk + (j / 32) * want->block_bytes;
+          uint16_t h;
+          std::memcpy(&h, b, 2);
+          const int k = j % 32;
+          const int q = fmt == "q8_0" ? static_cast<int8_t>(b[2 + k])
+                                      : (k < 16 ? (b[2 + k] & 15) : (b[2 + k - 16] >> 4)) - 8;
+          ASSERT_EQ(x[j], f16_to_f32(h) * static_cast<float>(q)) << t.name << " row " << r << " element " << j;
+        }
         ASSERT_TRUE((*c)->quantize(x.data(), 1, ref.data(), Impl::kRef).ok());
         ASSERT_TRUE((*c)->quantize(x.data(), 1, simd.data(), Impl::kSimd).ok());
         ASSERT_EQ(std::memcmp(ref.data(), blk, row_bytes), 0) << t.name << " row " << r << " (reference)";

@@ -245,6 +245,46 @@ TEST(NonFinite, NaNLogitsAreAnErrorOrFlaggedPerSequence) {
   std::remove(temp("good.gguf").c_str());
 }
 
+// One sequence with NaN logits in a batched step: only it is flagged, and
+// the healthy sequence beside it gets the bits it gets alone (a NaN row of
+// the token embedding poisons exactly the sequences that contain that token).
+TEST(NonFinite, OneBadSequenceInAStepLeavesTheOthersBitForBit) {
+  const std::string path = make_model(temp("nan_row.gguf"));
+  const int32_t bad_token = 77;
+  {
+    auto f = gguf::File::open(path);
+    ASSERT_TRUE(f.ok());
+    const gguf::Tensor* t = (*f)->tensor("token_embd.weight");
+    ASSERT_NE(t, nullptr);
+    ASSERT_EQ(t->type, 0u);  // F32: row 77 starts at 77 * dim floats
+    const uint64_t at = (*f)->data_offset() + t->offset + uint64_t(bad_token) * t->dims[0] * 4;
+    f->reset();
+    std::fstream io(path, std::ios::binary | std::ios::in | std::ios::out);
+    io.seekp(static_cast<std::streamoff>(at));
+    io.write(reinterpret_cast<const char*>(&kNaN), 4);
+  }
+  auto m = Model::load(path);
+  ASSERT_TRUE(m.ok()) << m.error();
+  const ModelConfig& c = (*m)->config();
+  KvCacheOptions o;
+  o.capacity = 64;
+  auto fresh = [&] { return std::move(*KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, o)); };
+  // The bad token last: earlier ones only see its (zeroed) K and V rows.
+  const int32_t good[3] = {1, 40, 50}, poisoned[3] = {1, 50, bad_token};
+  std::vector<float> alone(c.n_vocab), lg(c.n_vocab), lb(c.n_vocab);
+  auto ca = fresh();
+  ASSERT_TRUE((*m)->forward(good, 3, 0, *ca, 1, alone.data()).ok());
+  auto cg = fresh(), cb = fresh();
+  bool flag_g = true, flag_b = false;
+  ASSERT_TRUE((*m)->forward_batch({{cg.get(), good, 3, 0, lg.data(), &flag_g}, {cb.get(), poisoned, 3, 0, lb.data(), &flag_b}}, 1).ok());
+  EXPECT_FALSE(flag_g);
+  EXPECT_TRUE(flag_b);
+  EXPECT_TRUE(same_bits(alone, lg));
+  EXPECT_GT(cb->nonfinite().rows, 0);
+  EXPECT_EQ(cg->nonfinite().rows, 0);
+  std::remove(path.c_str());
+}
+
 class HardeningCli : public Cli {};
 
 TEST_F(HardeningCli, NaNWeightsAreAClearErrorInRunAndPerplexity) {
@@ -271,7 +311,7 @@ TEST_F(HardeningCli, AContextThatDoesNotFitIsAnErrorNamingTheNumbers) {
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("4194304 tokens"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("need 2.0 GiB, more than the 1.0 GiB of memory available"), std::string::npos) << r.err;
-  r = run("serve -m '" + m + "' --port 0 --kv-budget 3GiB");
+  r = run("serve -m '" + m + "' --port 0 --kv-budget 3GiB");  // (refused before it listens)
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("of memory available"), std::string::npos) << r.err;
   unsetenv("TKV_AVAILABLE_MEMORY");

@@ -306,8 +306,9 @@ TEST(Matmul, TokensGiveEachTokenTheBitsOfOneTokenAlone) {
   TargetGuard guard;
   for (const auto& target : simd_targets()) {
     simd_force_target(target.bit);
-    for (const auto& t : kTypes) {
-      const int64_t rows = 97, cols = cols_for(t, 512);
+    for (const auto& t : kTypes)
+      for (int64_t want_cols : {512, 32 * 9}) {  // an even and an odd number of blocks (Q4_0's tail block)
+      const int64_t rows = 97, cols = cols_for(t, want_cols);
       const TestMatrix tm = make_matrix(t, rows, cols, seed++);
       for (int n_tok : {2, 3, 4, 7, 16}) {
         const auto x = make_acts(n_tok, cols, seed++);
@@ -316,10 +317,10 @@ TEST(Matmul, TokensGiveEachTokenTheBitsOfOneTokenAlone) {
         for (int i = 0; i < n_tok; ++i) {
           matmul(tm.m, x.data() + i * cols, 1, one.data(), 1);
           EXPECT_EQ(0, std::memcmp(one.data(), y.data() + i * rows, 4 * rows))
-              << t.name << " token " << i << " of " << n_tok << " target " << target.name;
+              << t.name << " " << cols << " columns, token " << i << " of " << n_tok << " target " << target.name;
         }
       }
-    }
+      }
   }
 }
 

@@ -1,5 +1,6 @@
 // Runs the turbokv binary of this build in a temporary directory per test
-// (stdout and stderr captured), for the CLI tests.
+// (stdout and stderr captured), for the CLI tests; a command that hangs is
+// stopped after 300 s (exit status 124) instead of holding the suite.
 #pragma once
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -34,7 +35,7 @@ class Cli : public ::testing::Test {
   }
   CliResult run(const std::string& args) const {
     const std::string cmd =
-        std::string("'") + TKV_BINARY + "' " + args + " >'" + path("stdout") + "' 2>'" + path("stderr") + "'";
+        std::string("timeout 300 '") + TKV_BINARY + "' " + args + " >'" + path("stdout") + "' 2>'" + path("stderr") + "'";
     const int status = std::system(cmd.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(path("stdout")), slurp(path("stderr"))};
   }

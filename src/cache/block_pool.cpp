@@ -19,7 +19,10 @@ Expected<std::shared_ptr<BlockPool>> BlockPool::create(std::shared_ptr<const KvL
     return Status::Error("block pool: " + std::to_string(n_blocks) + " blocks (need 1 .. 2^30)");
   // Checked before any buffer is made: the mappings are lazy, so an
   // impossible size would only fail (or be killed) when the pages are touched.
-  const uint64_t need = uint64_t(layout->bytes_per_token()) * uint64_t(block_tokens) * uint64_t(n_blocks);
+  uint64_t need = 0;
+  if (__builtin_mul_overflow(uint64_t(layout->bytes_per_token()) * uint64_t(block_tokens), uint64_t(n_blocks), &need))
+    return Status::Error("block pool: " + std::to_string(n_blocks) + " blocks of " + std::to_string(block_tokens) +
+                         " tokens overflow 64 bits of bytes");
   if (const uint64_t avail = available_memory(); need > avail)
     return Status::Error("kv cache: " + std::to_string(n_blocks * block_tokens) + " tokens of " +
                          std::to_string(layout->n_layer()) + " layers x " + std::to_string(layout->n_kv_heads()) +

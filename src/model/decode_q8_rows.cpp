@@ -71,13 +71,15 @@ float f16_scale(const uint8_t* block) {
 #ifdef TKV_Q8R_VNNI
 // GCC 12 reports the intrinsics' own undefined upper halves
 // (_mm512_castsi256_si512, the unpacks) as maybe uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // 16 rows (row r at base + r * rb; rows past the matrix repeat the last one
 // and are not stored) x NT tokens.
 template <int NT>
-TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, int64_t nb, const Q8Acts* const* a,
-                                float* out, int64_t out_stride) {
+TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool more, int64_t nb,
+                                const Q8Acts* const* a, float* out, int64_t out_stride) {
   const uint8_t* row[16];
   for (int r = 0; r < 16; ++r) row[r] = base + std::min(r, nrows - 1) * rb;
   // Qword indices that gather [u.lane j, v.lane j, u.lane j+2, v.lane j+2].
@@ -91,8 +93,10 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, int6
     // the hardware prefetchers serve poorly (one stream: 22-23 tokens/s on
     // the 1 GB model without this, 28-36 with it); the next group's region
     // is asked for in address order meanwhile, 16 x 34 bytes per block.
-    const uint8_t* pf = base + 16 * rb + b * 16 * kQ8Block;
-    for (int l = 0; l < 16 * kQ8Block; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
+    if (more) {  // (the last group has no next region)
+      const uint8_t* pf = base + 16 * rb + b * 16 * kQ8Block;
+      for (int l = 0; l < 16 * kQ8Block; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
+    }
     // z[i] = [row i codes | row i + 8 codes] (8 dwords each), as u8 (+128).
     __m512i z[8];
     for (int i = 0; i < 8; ++i)
@@ -147,7 +151,9 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, int6
     for (int r = 0; r < nrows; ++r) out[tk * out_stride + r] = o[r];
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 }  // namespace
@@ -188,14 +194,14 @@ bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int th
       const Q8Acts* const* at = ap.data() + t0;
       float* out = y + int64_t(t0) * w.rows + r0;
       switch (std::min(8, n_tok - t0)) {
-        case 1: rows16_tokens<1>(base, w.row_bytes, nr, nb, at, out, w.rows); break;
-        case 2: rows16_tokens<2>(base, w.row_bytes, nr, nb, at, out, w.rows); break;
-        case 3: rows16_tokens<3>(base, w.row_bytes, nr, nb, at, out, w.rows); break;
-        case 4: rows16_tokens<4>(base, w.row_bytes, nr, nb, at, out, w.rows); break;
-        case 5: rows16_tokens<5>(base, w.row_bytes, nr, nb, at, out, w.rows); break;
-        case 6: rows16_tokens<6>(base, w.row_bytes, nr, nb, at, out, w.rows); break;
-        case 7: rows16_tokens<7>(base, w.row_bytes, nr, nb, at, out, w.rows); break;
-        default: rows16_tokens<8>(base, w.row_bytes, nr, nb, at, out, w.rows); break;
+        case 1: rows16_tokens<1>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 2: rows16_tokens<2>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 3: rows16_tokens<3>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 4: rows16_tokens<4>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 5: rows16_tokens<5>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 6: rows16_tokens<6>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 7: rows16_tokens<7>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        default: rows16_tokens<8>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
       }
     }
   }

@@ -64,12 +64,28 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
     if (!v) return v.status();
     *dst = *v;
   }
-  c.n_head_kv = static_cast<int>(g.get_uint_or(c.arch + ".attention.head_count_kv", c.n_head));
-  c.head_dim = static_cast<int>(g.get_uint_or(c.arch + ".attention.key_length", c.n_embd / c.n_head));
-  c.n_ctx_train = static_cast<int>(g.get_uint_or(c.arch + ".context_length", 2048));
+  // Optional counts, checked as read (a wrapped int could pass the checks below).
+  auto optional = [&](const std::string& key, uint64_t fallback, uint64_t lo, uint64_t hi) -> Expected<int> {
+    const uint64_t v = g.get_uint_or(c.arch + "." + key, fallback);
+    if (v < lo || v > hi)
+      return Status::Error(path + ": " + c.arch + "." + key + " = " + std::to_string(v) + " is out of range (" +
+                           std::to_string(lo) + ".." + std::to_string(hi) + ")");
+    return static_cast<int>(v);
+  };
+  auto hkv = optional("attention.head_count_kv", c.n_head, 1, uint64_t(c.n_head));
+  if (!hkv) return hkv.status();
+  c.n_head_kv = *hkv;
+  auto hd = optional("attention.key_length", c.n_embd / c.n_head, 2, 1024);
+  if (!hd) return hd.status();
+  c.head_dim = *hd;
+  auto ctx = optional("context_length", 2048, 1, 1u << 24);
+  if (!ctx) return ctx.status();
+  c.n_ctx_train = *ctx;
   c.eps = static_cast<float>(g.get_float_or(c.arch + ".attention.layer_norm_rms_epsilon", 1e-5));
   c.rope_base = static_cast<float>(g.get_float_or(c.arch + ".rope.freq_base", 10000.0));
-  c.rope_dims = static_cast<int>(g.get_uint_or(c.arch + ".rope.dimension_count", c.head_dim));
+  auto rd = optional("rope.dimension_count", c.head_dim, 0, uint64_t(c.head_dim));
+  if (!rd) return rd.status();
+  c.rope_dims = *rd;
   c.rope_neox = c.arch != "llama";
   c.qk_norm = c.arch == "qwen3";
   const std::string scaling = g.get_string_or(c.arch + ".rope.scaling.type", "none");

@@ -48,7 +48,8 @@ class Model {
   // every token when `all_logits` ([n][n_vocab]).
   // Logits with NaN or Inf are an error that names the position.
   // Called with each layer's K and V rows ([n][n_head_kv][head_dim], K after
-  // RoPE, exactly what the cache stores) before they are written.
+  // RoPE) before they are written: what the cache stores, except that a row
+  // with NaN or Inf reaches the observer as computed and is stored as zeros.
   using KvObserver = std::function<void(int layer, int pos, int n, const float* k, const float* v)>;
   Status forward(const int32_t* tokens, int n, int pos, KvCache& cache, int threads, float* logits,
                  bool all_logits = false, const KvObserver& observe = {}) const;

@@ -2,11 +2,25 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 namespace tkv {
+
+namespace {
+
+// One unsigned number from a file, or false ("max" and missing files too).
+bool read_number(const char* path, unsigned long long& v) {
+  FILE* f = std::fopen(path, "r");
+  if (!f) return false;
+  const bool ok = std::fscanf(f, "%llu", &v) == 1;
+  std::fclose(f);
+  return ok;
+}
+
+}  // namespace
 
 uint64_t available_memory() {
   if (const char* env = std::getenv("TKV_AVAILABLE_MEMORY")) {
@@ -14,6 +28,12 @@ uint64_t available_memory() {
     const unsigned long long v = std::strtoull(env, &end, 10);
     if (end != env && *end == '\0') return v;
   }
+  // Inside a container the cgroup's limit binds first (v2: memory.max less
+  // memory.current; "max" reads as no limit).
+  uint64_t cgroup = UINT64_MAX;
+  unsigned long long limit = 0, used = 0;
+  if (read_number("/sys/fs/cgroup/memory.max", limit) && read_number("/sys/fs/cgroup/memory.current", used))
+    cgroup = limit > used ? limit - used : 0;
   if (FILE* f = std::fopen("/proc/meminfo", "r")) {
     char line[256];
     unsigned long long kb = 0;
@@ -24,10 +44,10 @@ uint64_t available_memory() {
         break;
       }
     std::fclose(f);
-    if (found) return uint64_t(kb) * 1024;
+    if (found) return std::min<uint64_t>(uint64_t(kb) * 1024, cgroup);
   }
   const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX;
+  return std::min<uint64_t>(pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX, cgroup);
 }
 
 std::string format_bytes(uint64_t bytes) {

@@ -9,7 +9,7 @@
 namespace tkv {
 
 // MemAvailable from /proc/meminfo (free plus reclaimable page cache), or
-// free pages where that is missing. TKV_AVAILABLE_MEMORY=BYTES overrides it
+// free pages where that is missing, and no more than the cgroup (v2) leaves. TKV_AVAILABLE_MEMORY=BYTES overrides it
 // (tests of the limit, or to allow overcommit deliberately).
 uint64_t available_memory();
 
