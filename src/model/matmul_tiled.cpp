@@ -297,14 +297,14 @@ TKV_VNNI_ATTR void tile_i8_vnni(const PackedPanel& p, int64_t nb, const Quantize
 // ---- decode (one token): weight streaming with int8 activations ----
 namespace {
 
-// One token's activations in the decode kernel's order: per pair of blocks
+// Q4_0 decode (Q8_0 decodes with rows in lanes: decode_q8_rows.cpp).
+// One token's activations in the kernel's order: per pair of blocks
 // (2p, 2p + 1) 64 codes and 4 scales {dx(2p), dx(2p+1), cs(2p), cs(2p+1)},
-// which the kernel spreads over the 16 lanes of its sums: Q8_0 lanes 0-7
-// hold block 2p, 8-15 block 2p + 1 (the natural order); Q4_0 vectors are
-// [low nibbles of both blocks | high nibbles of both], so lanes 0-3 and 8-11
-// hold block 2p and the codes are permuted to match. cs = -c s / 8 per lane,
-// summing to the block's offset term -c d_w s over its 8 lanes once
-// multiplied by d_w (c = 128 for Q8_0 codes q + 128, 8 for Q4_0). Four
+// which the kernel spreads over the 16 lanes of its sums: the weight vectors
+// are [low nibbles of both blocks | high nibbles of both], so lanes 0-3 and
+// 8-11 hold block 2p and the codes are permuted to match. cs = -8 s / 8 per
+// lane, summing to the block's offset term -8 d_w s over its 8 lanes once
+// multiplied by d_w (Q4_0's codes are q + 8). Four
 // floats, not the 32 lanes themselves: a group of 8 tokens then reads 80
 // bytes per block pair and token instead of 192 (which did not stay in L1
 // for 4096-wide rows), and the lanes hold the same values, so the same bits.
@@ -313,7 +313,7 @@ struct DecodeActs {
   std::vector<float> d, s, sc;
 };
 
-DecodeActs decode_acts(bool q8, const float* x, int64_t cols) {
+DecodeActs decode_acts(const float* x, int64_t cols) {
   DecodeActs a;
   const int64_t nb = cols / 32;
   a.q.resize(cols);
@@ -322,17 +322,15 @@ DecodeActs decode_acts(bool q8, const float* x, int64_t cols) {
   quantize_activations_q8_simd(x, cols, a.q.data(), a.d.data(), a.s.data());
   a.qp = a.q;
   a.sc.resize(nb / 2 * 4);
-  const float c = q8 ? 128.0f : 8.0f;
   for (int64_t j = 0; j + 2 <= nb; j += 2) {
     for (int h = 0; h < 2; ++h) {
       a.sc[j * 2 + h] = a.d[j + h];
-      a.sc[j * 2 + 2 + h] = -c * a.s[j + h] / 8.0f;
+      a.sc[j * 2 + 2 + h] = -8.0f * a.s[j + h] / 8.0f;
     }
-    if (!q8)
-      for (int l = 0; l < 16; ++l) {
-        const int64_t b = j + (l / 4) % 2;
-        for (int k = 0; k < 4; ++k) a.qp[j * 32 + 4 * l + k] = a.q[b * 32 + (l >= 8 ? 16 : 0) + 4 * (l % 4) + k];
-      }
+    for (int l = 0; l < 16; ++l) {
+      const int64_t b = j + (l / 4) % 2;
+      for (int k = 0; k < 4; ++k) a.qp[j * 32 + 4 * l + k] = a.q[b * 32 + (l >= 8 ? 16 : 0) + 4 * (l % 4) + k];
+    }
   }
   return a;
 }
@@ -366,31 +364,23 @@ GroupActs group_acts(const DecodeActs* const* a, int nt, int64_t nb) {
   return g;
 }
 
-// One block pair of a Q8_0 / Q4_0 row as the kernel's 64 unsigned codes
-// (lane order of DecodeActs) and the two weight scales spread to match.
-TKV_VNNI_ATTR inline void unpack_pair(bool q8, const uint8_t* pa, int64_t bb, __m512i& w, __m512& hs) {
-  const uint8_t* pb = pa + bb;
+constexpr int64_t kQ4Block = 18;  // f16 scale + 16 bytes of nibbles
+
+// One block pair of a Q4_0 row as the kernel's 64 unsigned codes (lane order
+// of DecodeActs) and the two weight scales spread to match.
+TKV_VNNI_ATTR inline void unpack_pair(const uint8_t* pa, __m512i& w, __m512& hs) {
+  const uint8_t* pb = pa + kQ4Block;
   uint16_t ha, hb;
   std::memcpy(&ha, pa, 2);
   std::memcpy(&hb, pb, 2);
-  __m256i h16;
-  if (q8) {
-    const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 2));
-    const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2));
-    w = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(wa), wb, 1), _mm512_set1_epi8(-128));
-    h16 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(ha))),
-                                  _mm_set1_epi16(static_cast<short>(hb)), 1);
-  } else {
-    const __m256i t = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa + 2))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 2)), 1);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(t, m4)),
-                           _mm256_and_si256(_mm256_srli_epi16(t, 4), m4), 1);
-    h16 = _mm256_broadcastsi128_si256(
-        _mm_unpacklo_epi64(_mm_set1_epi16(static_cast<short>(ha)), _mm_set1_epi16(static_cast<short>(hb))));
-  }
-  hs = _mm512_cvtph_ps(h16);
+  const __m256i t = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa + 2))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 2)), 1);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(t, m4)),
+                         _mm256_and_si256(_mm256_srli_epi16(t, 4), m4), 1);
+  hs = _mm512_cvtph_ps(_mm256_broadcastsi128_si256(
+      _mm_unpacklo_epi64(_mm_set1_epi16(static_cast<short>(ha)), _mm_set1_epi16(static_cast<short>(hb)))));
 }
 
 // NR rows x NT tokens: qp_all, sc_all are the tokens' activations
@@ -403,23 +393,20 @@ TKV_VNNI_ATTR inline void unpack_pair(bool q8, const uint8_t* pa, int64_t bb, __
 // of activations per 64 weights; two rows halve that, which a 16-stream
 // server step is bound by).
 template <int NR, int NT>
-TKV_VNNI_ATTR void decode_rows_tokens(uint32_t type, const uint8_t* rows, int64_t row_bytes, int64_t nb,
-                                      const int8_t* qp_all, const float* sc_all, const DecodeActs* const* a,
-                                      float* out, int64_t out_stride) {
-  const bool q8 = type == 8;
-  const int64_t bb = q8 ? 34 : 18;
+TKV_VNNI_ATTR void decode_rows_tokens(const uint8_t* rows, int64_t row_bytes, int64_t nb, const int8_t* qp_all,
+                                      const float* sc_all, const DecodeActs* const* a, float* out,
+                                      int64_t out_stride) {
   __m512 f[NR][NT];
   for (int r = 0; r < NR; ++r)
     for (int t = 0; t < NT; ++t) f[r][t] = _mm512_setzero_ps();
   // Lanes of {dx(a), dx(b), cs(a), cs(b)} per lane of the sums (see DecodeActs).
-  const __m512i idx_d = q8 ? _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
-                           : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+  const __m512i idx_d = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
   const __m512i idx_c = _mm512_add_epi32(idx_d, _mm512_set1_epi32(2));
   int64_t j = 0;
   for (; j + 2 <= nb; j += 2) {
     __m512i w[NR];
     __m512 hs[NR];
-    for (int r = 0; r < NR; ++r) unpack_pair(q8, rows + r * row_bytes + j * bb, bb, w[r], hs[r]);
+    for (int r = 0; r < NR; ++r) unpack_pair(rows + r * row_bytes + j * kQ4Block, w[r], hs[r]);
     const int8_t* qp = qp_all + (j / 2) * NT * 64;
     const float* sc = sc_all + (j / 2) * NT * 4;
     for (int t = 0; t < NT; ++t) {
@@ -439,7 +426,7 @@ TKV_VNNI_ATTR void decode_rows_tokens(uint32_t type, const uint8_t* rows, int64_
       for (int64_t k0 = j; k0 < nb; ++k0) {  // an odd last block
         uint8_t u[32];
         float d, m;
-        unpack_u8(type, rows + r * row_bytes, k0, u, &d, &m);
+        unpack_u8(2, rows + r * row_bytes, k0, u, &d, &m);  // Q4_0
         int32_t isum = 0;
         for (int k = 0; k < 32; ++k) isum += u[k] * a[t]->q[k0 * 32 + k];
         tail += d * a[t]->d[k0] * static_cast<float>(isum) + m * a[t]->s[k0];
@@ -450,10 +437,10 @@ TKV_VNNI_ATTR void decode_rows_tokens(uint32_t type, const uint8_t* rows, int64_
 
 // One token: the same kernel, so a token decoded alone and in a group of up
 // to 8 gets the same bits (matmul_tokens).
-TKV_VNNI_ATTR float decode_row(uint32_t type, const uint8_t* row, int64_t nb, const DecodeActs& a) {
+TKV_VNNI_ATTR float decode_row(const uint8_t* row, int64_t nb, const DecodeActs& a) {
   const DecodeActs* ap = &a;
   float out = 0.0f;
-  decode_rows_tokens<1, 1>(type, row, 0, nb, a.qp.data(), a.sc.data(), &ap, &out, 1);
+  decode_rows_tokens<1, 1>(row, 0, nb, a.qp.data(), a.sc.data(), &ap, &out, 1);
   return out;
 }
 
@@ -510,10 +497,10 @@ bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) 
   if (w.type == 8) return decode_q8_rows(w, x, 1, y, threads);
   if (w.type != 2 || w.cols % 32 != 0 || !int8_core_available()) return false;
 #ifdef TKV_VNNI
-  const DecodeActs a = decode_acts(w.type == 8, x, w.cols);
+  const DecodeActs a = decode_acts(x, w.cols);
   const int64_t nb = w.cols / 32;
 #pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
-  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.type, w.data + r * w.row_bytes, nb, a);
+  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.data + r * w.row_bytes, nb, a);
   return true;
 #else
   return false;
@@ -525,7 +512,7 @@ bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float
   if (w.type != 2 || w.cols % 32 != 0 || !int8_core_available()) return false;
 #ifdef TKV_VNNI
   std::vector<DecodeActs> acts;
-  for (int t = 0; t < n_tok; ++t) acts.push_back(decode_acts(w.type == 8, x + t * w.cols, w.cols));
+  for (int t = 0; t < n_tok; ++t) acts.push_back(decode_acts(x + t * w.cols, w.cols));
   const int64_t nb = w.cols / 32;
   std::vector<const DecodeActs*> ap;
   for (const auto& x : acts) ap.push_back(&x);
@@ -543,8 +530,8 @@ bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float
       float* out = y + t0 * w.rows + r;
 #define TKV_CASE(NT)                                                                                         \
   case NT:                                                                                                   \
-    if (two) decode_rows_tokens<2, NT>(w.type, row, w.row_bytes, nb, at.qp.data(), at.sc.data(), at.a, out, w.rows); \
-    else decode_rows_tokens<1, NT>(w.type, row, w.row_bytes, nb, at.qp.data(), at.sc.data(), at.a, out, w.rows);     \
+    if (two) decode_rows_tokens<2, NT>(row, w.row_bytes, nb, at.qp.data(), at.sc.data(), at.a, out, w.rows); \
+    else decode_rows_tokens<1, NT>(row, w.row_bytes, nb, at.qp.data(), at.sc.data(), at.a, out, w.rows);     \
     break;
       switch (std::min(8, n_tok - t0)) {
         TKV_CASE(1)
