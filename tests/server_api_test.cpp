@@ -13,7 +13,7 @@
 #include "model/sampler.h"
 #include "server/chat_template.h"
 #include "server/openai_api.h"
-#include "server/text_stream.h"
+#include "model/text_stream.h"
 
 namespace tkv::server {
 namespace {

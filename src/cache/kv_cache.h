@@ -53,6 +53,8 @@ class KvCache {
   double v_bits_per_value() const;
   // Tokens stored (the same in every layer once a forward pass is done).
   int n_tokens() const { return seq_.empty() ? 0 : seq_[0].written; }
+  // Tokens stored in one layer (append fills the layers one at a time).
+  int layer_tokens(int layer) const { return seq_[layer].written; }
   // How many rows fix the means of a centred cache (0 when the means do not
   // come from the rows: no mean centring, no tq format, or a policy's means).
   int mean_rows() const { return layout_->mean_rows(); }

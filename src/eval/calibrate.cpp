@@ -64,10 +64,11 @@ void log_softmax_rows(const float* logits, int n, int V, std::vector<float>& out
 }  // namespace
 
 Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const CalibrateOptions& o,
-                             CalibrateReport* report, const std::function<void(const std::string&)>& progress) {
+                             CalibrateReport* report, const std::function<bool(const std::string&)>& progress) {
   const ModelConfig& cfg = model.config();
   const int L = cfg.n_layer, H = cfg.n_head_kv, d = cfg.head_dim, V = cfg.n_vocab, n_ctx = o.n_ctx;
-  auto say = [&](const std::string& m) { if (progress) progress(m); };
+  auto say = [&](const std::string& m) { return !progress || progress(m); };
+  const Status stopped = Status::Error("calibrate: stopped by the progress callback");
   if (n_ctx < 8) return Status::Error("calibrate: -c must be at least 8");
   if (o.budget != 0 && !(o.budget >= 1.0 && o.budget <= 8.0))
     return Status::Error("calibrate: --budget must be in [1, 8] bits per value");
@@ -108,7 +109,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
     };
     Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), false, observe);
     if (!s.ok()) return s;
-    say("collected chunk " + std::to_string(ch + 1) + "/" + std::to_string(chunks));
+    if (!say("collected chunk " + std::to_string(ch + 1) + "/" + std::to_string(chunks))) return stopped;
   }
   const size_t n_rows = size_t(chunks) * n_ctx;
   const size_t n_fit = std::max<size_t>(2, n_rows * 3 / 4);  // last quarter held out for choices
@@ -141,7 +142,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
         c.cal_all.push_back(std::move(*all));
       }
     }
-  say("fitted bases for " + std::to_string(L) + " layers x " + std::to_string(H) + " KV heads");
+  if (!say("fitted bases for " + std::to_string(L) + " layers x " + std::to_string(H) + " KV heads")) return stopped;
 
   // Candidate stored widths (bits per value, scale included).
   auto fmt_of = [&](double w) { return calibrated_format_name(w - 16.0 / d); };
@@ -236,7 +237,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
         kl[pi] += sum;
       }
       n += static_cast<size_t>(n_ctx - 1);
-      say("sensitivities measured on chunk " + std::to_string(ch + 1) + "/" + std::to_string(kld_chunks));
+      if (!say("sensitivities measured on chunk " + std::to_string(ch + 1) + "/" + std::to_string(kld_chunks))) return stopped;
     }
     for (int e = 0; e < 2 * L; ++e)
       for (size_t wi = 0; wi < W; ++wi) rep.entries[e].kld.push_back(kl[e * W + wi] / double(n));

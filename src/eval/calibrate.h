@@ -46,9 +46,10 @@ struct CalibrateReport {
   double total_kld = 0;        // predicted (sum of sensitivities) at the chosen widths
 };
 
+// progress gets one line per step; returning false stops the run (an error).
 // Stored bits per value of a calibrated row at coded width b: b + 16 / d.
 Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const CalibrateOptions& o,
                              CalibrateReport* report = nullptr,
-                             const std::function<void(const std::string&)>& progress = {});
+                             const std::function<bool(const std::string&)>& progress = {});
 
 }  // namespace tkv

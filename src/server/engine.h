@@ -26,7 +26,7 @@
 #include "cache/kv_cache.h"
 #include "model/model.h"
 #include "model/sampler.h"
-#include "server/text_stream.h"
+#include "model/text_stream.h"
 #include "util/status.h"
 
 namespace tkv::server {

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/text_stream.h"
+#include "model/text_stream.h"
 
 namespace tkv::server {
 namespace {

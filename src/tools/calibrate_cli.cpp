@@ -44,7 +44,7 @@ void register_calibrate(CLI::App& app) {
     auto m = Model::load(o->model);
     if (!m) fail(m.error());
     CalibrateReport rep;
-    auto pol = calibrate(**m, *text, o->c, &rep, [](const std::string& s) { std::fprintf(stderr, "calibrate: %s\n", s.c_str()); });
+    auto pol = calibrate(**m, *text, o->c, &rep, [](const std::string& s) { std::fprintf(stderr, "calibrate: %s\n", s.c_str()); return true; });
     if (!pol) fail(pol.error().rfind("calibrate: ", 0) == 0 ? pol.error().substr(11) : pol.error());
     pol->source = "calibrated on " + o->file + ": " + pol->source;
     Status s = write_kv_policy(o->out, *pol);

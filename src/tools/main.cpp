@@ -9,9 +9,13 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/subcommands.h"
+#include "turbokv.h"  // the version, one number for the binary and the library
 
 namespace {
-constexpr const char* kVersion = "turbokv 0.1.0";
+#define TKV_STR2(x) #x
+#define TKV_STR(x) TKV_STR2(x)
+constexpr const char* kVersion =
+    "turbokv " TKV_STR(TKV_VERSION_MAJOR) "." TKV_STR(TKV_VERSION_MINOR) "." TKV_STR(TKV_VERSION_PATCH);
 }
 
 // llama.cpp's multi-letter single-dash flags, which CLI11 cannot declare.

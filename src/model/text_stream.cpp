@@ -1,8 +1,8 @@
-#include "server/text_stream.h"
+#include "model/text_stream.h"
 
 #include <algorithm>
 
-namespace tkv::server {
+namespace tkv {
 namespace {
 
 // Bytes a sequence led by b needs (0: b cannot start one).
@@ -124,4 +124,4 @@ std::string TextStream::finish() {
   return out;
 }
 
-}  // namespace tkv::server
+}  // namespace tkv

@@ -1,14 +1,15 @@
-// Streaming detokenized text to a client: token pieces are raw bytes (a
-// multi-byte character may be split across tokens) and the request may name
-// stop strings that must not be sent. TextStream releases only text that can
-// no longer change, so the concatenation of everything it returns equals the
+// Streaming detokenized text: token pieces are raw bytes (a multi-byte
+// character may be split across tokens) and a request may name stop strings
+// that must not be sent. TextStream releases only text that can no longer
+// change, so the concatenation of everything it returns equals the
 // non-streamed result: utf8_sanitize(the whole text cut at the first stop).
+// Used by the server (streamed responses), `run` and the C API (tkv_generate).
 #pragma once
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace tkv::server {
+namespace tkv {
 
 // True when s is well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF).
 bool utf8_valid(std::string_view s);
@@ -46,4 +47,4 @@ class TextStream {
   bool stopped_ = false, finished_ = false;
 };
 
-}  // namespace tkv::server
+}  // namespace tkv
