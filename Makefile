@@ -6,8 +6,9 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS ?= 0
 CMAKE_FLAGS ?=
+PREFIX ?= /usr/local
 
-.PHONY: all deps build demo test test-fast test-asan test-fuzz fuzz bench clean
+.PHONY: all deps build demo install test test-fast test-asan test-fuzz fuzz bench clean
 
 all: build
 
@@ -20,6 +21,11 @@ build: deps
 
 demo: build
 	./$(BUILD)/turbokv demo
+
+# The C API (include/turbokv.h, libturbokv.so, turbokv.pc), the Python module
+# (PREFIX/lib/python3/dist-packages) and the turbokv binary, under PREFIX.
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Release suite, the same suite under AddressSanitizer + UBSan, then every
 # fuzz harness for a few seconds (so they cannot rot).
