@@ -106,6 +106,25 @@ void BM_quantize_1row(benchmark::State& state, std::string name, int d) {
   set_row_counters(state, d, codec.row_bytes());
 }
 
+// 1M rows in one call, streamed from memory (512 MiB of f32 at d = 128): the
+// C++ side of bench/python_quantize.py, which times turbokv.Codec.quantize
+// on the same number of rows in the same run.
+void BM_quantize_bulk(benchmark::State& state, std::string name, int d) {
+  constexpr size_t kBulkRows = size_t{1} << 20;
+  auto c = make_codec(name, d);
+  if (!c) { state.SkipWithError(c.error().c_str()); return; }
+  const Codec& codec = **c;
+  const auto x = gaussian_rows(static_cast<int>(kBulkRows), d, 42);
+  std::vector<uint8_t> out(codec.row_bytes() * kBulkRows);
+  for (auto _ : state) {
+    Status s = codec.quantize(x.data(), kBulkRows, out.data());
+    if (!s.ok()) { state.SkipWithError(s.message().c_str()); break; }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * kBulkRows));
+}
+
 // Registered at static-initialisation time (benchmark_main provides main()).
 // Order: per d, the baseline first, then quantize and dequantize per format;
 // last, single-row quantize calls for a few formats at d = 128.
@@ -121,6 +140,11 @@ const bool kRegistered = [] {
   for (const char* name : {"f16", "q8_0", "q8_0r", "tq3", "tq4", "tq4.5"})
     benchmark::RegisterBenchmark((std::string("quantize_1row/") + name + "/d:128").c_str(),
                                  BM_quantize_1row, std::string(name), 128);
+  for (const char* name : {"tq4", "q8_0"})
+    benchmark::RegisterBenchmark((std::string("quantize_bulk/") + name + "/d:128").c_str(), BM_quantize_bulk,
+                                 std::string(name), 128)
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(1.0);
   return true;
 }();
 

@@ -1,6 +1,8 @@
 // The turbokv Python module: codecs, codebooks, the fused attention kernel,
 // kv-stats and calibration on arrays (this file), and models
 // (turbokv_model.cpp), over the C API. Long calls release the GIL.
+#include <sys/mman.h>
+
 #include <cstring>
 
 #include "python/py_common.h"
@@ -48,6 +50,29 @@ py::array_t<T> checked(const py::handle& obj, const std::string& what, const std
     throw py::value_error(want + ", got a non-contiguous " + describe(a) + " (use numpy.ascontiguousarray)");
   return py::reinterpret_borrow<py::array_t<T>>(a);
 }
+template <typename T>
+py::array_t<T> new_array(const std::vector<py::ssize_t>& shape) {
+  size_t n = 1;
+  for (py::ssize_t s : shape) n *= static_cast<size_t>(s);
+  const size_t bytes = n * sizeof(T);
+  if (bytes < (size_t{8} << 20)) return py::array_t<T>(shape);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return py::array_t<T>(shape);  // numpy's allocator then
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: ignored where unsupported
+  struct Mapping {
+    void* p;
+    size_t n;
+  };
+  py::capsule owner(new Mapping{p, bytes}, [](void* m) {
+    auto* map = static_cast<Mapping*>(m);
+    ::munmap(map->p, map->n);
+    delete map;
+  });
+  return py::array_t<T>(shape, static_cast<T*>(p), owner);
+}
+template py::array_t<float> new_array<float>(const std::vector<py::ssize_t>&);
+template py::array_t<uint8_t> new_array<uint8_t>(const std::vector<py::ssize_t>&);
+
 template py::array_t<float> checked<float>(const py::handle&, const std::string&, const std::vector<long>&,
                                            const std::string&);
 template py::array_t<uint8_t> checked<uint8_t>(const py::handle&, const std::string&, const std::vector<long>&,
@@ -71,11 +96,23 @@ std::shared_ptr<Codec> make_codec(const std::string& format, int d, uint64_t see
   return h;
 }
 
-py::array_t<uint8_t> quantize(const Codec& c, const py::handle& obj) {
+// The output array: `out` when given (checked: dtype, shape, contiguity,
+// writable), else a new one.
+template <typename T>
+py::array_t<T> output(const py::object& out, const std::vector<py::ssize_t>& shape, const std::string& expected) {
+  if (out.is_none()) return new_array<T>(shape);
+  std::vector<long> want(shape.begin(), shape.end());
+  auto a = checked<T>(out, "out", want, expected);
+  if (!a.writeable()) throw py::value_error("out must be writable");
+  return a;
+}
+
+py::array_t<uint8_t> quantize(const Codec& c, const py::handle& obj, const py::object& out_obj) {
   const int d = c.d();
   auto x = checked<float>(obj, "x", {-1, d}, "float32[n, " + std::to_string(d) + "]");
   const size_t n = static_cast<size_t>(x.shape(0)), rb = c.row_bytes();
-  py::array_t<uint8_t> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(rb)});
+  auto out = output<uint8_t>(out_obj, {static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(rb)},
+                             "uint8[" + std::to_string(n) + ", " + std::to_string(rb) + "]");
   const float* in = x.data();
   uint8_t* o = out.mutable_data();
   tkv_status s;
@@ -87,12 +124,13 @@ py::array_t<uint8_t> quantize(const Codec& c, const py::handle& obj) {
   return out;
 }
 
-py::array_t<float> dequantize(const Codec& c, const py::handle& obj) {
+py::array_t<float> dequantize(const Codec& c, const py::handle& obj, const py::object& out_obj) {
   const size_t rb = c.row_bytes();
   auto codes = checked<uint8_t>(obj, "codes", {-1, static_cast<long>(rb)}, "uint8[n, " + std::to_string(rb) + "]");
   const size_t n = static_cast<size_t>(codes.shape(0));
   const int d = c.d();
-  py::array_t<float> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(d)});
+  auto out = output<float>(out_obj, {static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(d)},
+                           "float32[" + std::to_string(n) + ", " + std::to_string(d) + "]");
   const uint8_t* in = codes.data();
   float* o = out.mutable_data();
   tkv_status s;
@@ -223,7 +261,7 @@ py::array_t<float> attention(const py::handle& q_obj, const py::handle& k_obj, c
   p.scale = scale;
   p.sparse_v = sparse_v;
   p.threads = threads;
-  py::array_t<float> out({q.shape(0), q.shape(1), static_cast<py::ssize_t>(d)});
+  auto out = new_array<float>({q.shape(0), q.shape(1), static_cast<py::ssize_t>(d)});
   p.out = out.mutable_data();
   p.out_floats = static_cast<size_t>(out.size());
   tkv_status s;
@@ -248,8 +286,10 @@ void bind_codec(py::module_& m) {
       .def_property_readonly("row_bytes", &Codec::row_bytes)
       .def_property_readonly("bits_per_value", [](const Codec& c) { return tkv_codec_bits_per_value(c.c); })
       .def_property_readonly("mean", &codec_mean, "the fitted mean of a calibrated codec (else zeros)")
-      .def("quantize", &quantize, py::arg("x"), "float32[n, d] -> uint8[n, row_bytes]")
-      .def("dequantize", &dequantize, py::arg("codes"), "uint8[n, row_bytes] -> float32[n, d]")
+      .def("quantize", &quantize, py::arg("x"), py::arg("out") = py::none(),
+           "float32[n, d] -> uint8[n, row_bytes] (into out, when given: no new array per call)")
+      .def("dequantize", &dequantize, py::arg("codes"), py::arg("out") = py::none(),
+           "uint8[n, row_bytes] -> float32[n, d] (into out, when given)")
       .def("__repr__", [](const Codec& c) {
         return "Codec('" + std::string(tkv_codec_format(c.c)) + "', d=" + std::to_string(c.d()) + ")";
       });

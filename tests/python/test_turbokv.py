@@ -93,6 +93,17 @@ def test_codec_properties_and_determinism(rng):
     other_seed = turbokv.Codec("tq4", d=128, seed=7).quantize(x)
     assert not np.array_equal(c.quantize(x), other_seed), "the seed picks the rotation"
     assert c.quantize(np.zeros((0, 128), np.float32)).shape == (0, 66)
+    # Into a caller's arrays (no new array per call), checked like inputs.
+    out = np.zeros((10, 66), np.uint8)
+    assert c.quantize(x, out=out) is not None and np.array_equal(out, c.quantize(x))
+    back = np.zeros((10, 128), np.float32)
+    c.dequantize(out, out=back)
+    assert np.array_equal(back, c.dequantize(out))
+    with pytest.raises(ValueError, match=r"out must be a C-contiguous uint8\[10, 66\]"):
+        c.quantize(x, out=np.zeros((9, 66), np.uint8))
+    # Large outputs (on huge pages) hold the same bytes.
+    big = rng.standard_normal((70000, 128)).astype(np.float32)
+    assert np.array_equal(c.quantize(big)[-3:], c.quantize(big[-3:]))
 
 
 def test_bad_arrays_raise_errors_that_say_what_was_expected(rng):
