@@ -22,11 +22,14 @@
 #include "cache/kv_cache.h"
 #include "codec/calibrated.h"
 #include "codec/format.h"
+#include "eval/calibrate.h"
+#include "eval/perplexity.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "shared_data.h"
 #include "turbokv.h"
 #include "util/rng.h"
+#include "util/text_file.h"
 
 namespace tkv {
 namespace {
@@ -525,6 +528,60 @@ TEST(CApi, ContextLimitsAndCallbackStops) {
   // Truncation inside the rows that fixed the means is refused; to 0 works.
   EXPECT_EQ(tkv_context_truncate(ctx, 2), TKV_OK) << "before 64 rows the means are not fixed yet";
   tkv_context_free(ctx);
+}
+
+TEST(CApi, CalibrateWritesTheEnginesPolicyAndContextsUseIt) {
+  const std::string wiki = "data/text/wikitext-2-raw-test.txt";
+  TKV_NEED_SHARED(kModel, wiki);
+  ModelHandle h;
+  ASSERT_NE(h.m, nullptr);
+  auto text = read_text_file(shared_path(wiki));
+  ASSERT_TRUE(text.ok());
+  const std::string t = text->substr(0, 20000);
+  const std::string dir = "/tmp/tkv_capi_pol_" + std::to_string(getpid());
+  const std::string a = dir + "_c.tkvp", b = dir + "_cpp.tkvp", stopped = dir + "_stopped.tkvp";
+  tkv_calibrate_params p = tkv_calibrate_default_params();
+  p.tokens = 256;
+  p.n_ctx = 64;
+  p.threads = 2;
+  std::vector<std::string> lines;
+  p.user_data = &lines;
+  p.progress = [](const char* line, void* u) -> int {
+    static_cast<std::vector<std::string>*>(u)->push_back(line);
+    return 0;
+  };
+  ASSERT_EQ(tkv_calibrate(h.m, t.data(), t.size(), &p, a.c_str()), TKV_OK) << tkv_last_error();
+  EXPECT_EQ(lines.size(), 5u) << "4 chunks collected, then the fit";
+  // The engine's calibrate with the same options writes the same file.
+  auto model = Model::load(shared_path(kModel));
+  ASSERT_TRUE(model.ok());
+  CalibrateOptions o;
+  o.tokens = 256;
+  o.n_ctx = 64;
+  o.threads = 2;
+  auto pol = calibrate(**model, normalize_newlines(t), o);
+  ASSERT_TRUE(pol.ok()) << pol.error();
+  ASSERT_TRUE(write_kv_policy(b, *pol).ok());
+  EXPECT_EQ(read_text_file(a).value(), read_text_file(b).value());
+  // A context on the policy stores calibrated rows at its width.
+  tkv_context_params cp = tkv_context_default_params();
+  cp.policy_path = a.c_str();
+  cp.n_ctx = 128;
+  tkv_context* ctx = nullptr;
+  ASSERT_EQ(tkv_context_create(h.m, &cp, &ctx), TKV_OK) << tkv_last_error();
+  EXPECT_NEAR(tkv_context_k_bits(ctx), 4.25, 1e-9);
+  tkv_sampler_params sp = tkv_sampler_default_params();
+  sp.temperature = 0;
+  EXPECT_EQ(tkv_generate(ctx, "Once", 4, 8, &sp, nullptr, nullptr, nullptr), TKV_OK) << tkv_last_error();
+  tkv_context_free(ctx);
+  // A progress callback that stops: nothing written.
+  p.progress = [](const char*, void*) -> int { return 1; };
+  EXPECT_EQ(tkv_calibrate(h.m, t.data(), t.size(), &p, stopped.c_str()), TKV_ERR_STOPPED);
+  FILE* f = std::fopen(stopped.c_str(), "rb");
+  EXPECT_EQ(f, nullptr);
+  if (f) std::fclose(f);
+  std::remove(a.c_str());
+  std::remove(b.c_str());
 }
 
 }  // namespace

@@ -317,3 +317,21 @@ def test_long_calls_release_the_gil(model):
         sys.setswitchinterval(old)
     assert held == 0, held
     assert released >= 20, released
+
+
+def test_calibrate_writes_a_policy_models_use(model, tmp_path):
+    need(WIKI)
+    with open(WIKI, encoding="utf-8") as f:
+        text = f.read(20000)
+    lines = []
+    path = str(tmp_path / "m.tkvp")
+    model.calibrate(text, path, tokens=256, n_ctx=64, progress=lambda line: lines.append(line))
+    assert len(lines) == 5 and "fitted bases" in lines[-1]
+    cal = turbokv.Model(MODEL, policy=path, ctx=128, threads=2)
+    assert cal.info["k_bits_per_value"] == pytest.approx(4.25)
+    assert len(cal.generate("Once", n=8, temperature=0)) > 0
+    with pytest.raises(RuntimeError, match="stopped"):
+        model.calibrate(text, str(tmp_path / "x.tkvp"), tokens=256, n_ctx=64, progress=lambda line: True)
+    assert not (tmp_path / "x.tkvp").exists()
+    with pytest.raises(ValueError, match="calibrated on another model|model"):
+        turbokv.Model(MODEL.replace("f16", "f32"), policy=path)
