@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "model/prompt_cache.h"
 #include "model/sampler.h"
+#include "model/text_stream.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
 #include "util/text_file.h"
@@ -128,29 +129,19 @@ void register_run(CLI::App& app) {
         std::fprintf(stderr, "prompt cache: warning: not saved (%s); the old file is unchanged\n", ss.message().c_str());
     }
     const auto t1 = clock::now();
-    std::string pending;  // bytes of an unfinished UTF-8 character
+    TextStream text({});  // whole UTF-8 characters only
     int generated = 0;
     for (int i = 0; i < o->n; ++i) {
       const int32_t next = sampler.sample(logits.data(), c.n_vocab, history);
       if (next == model.tokenizer().eos()) break;
       history.push_back(next);
       ++generated;
-      pending += model.tokenizer().piece(next);
-      size_t ok = pending.size();  // print whole characters only
-      for (size_t back = 1; back <= std::min<size_t>(3, pending.size()); ++back) {
-        const unsigned char ch = pending[pending.size() - back];
-        if ((ch & 0xC0) == 0x80) continue;
-        const size_t len = ch < 0x80 ? 1 : (ch >> 5) == 6 ? 2 : (ch >> 4) == 14 ? 3 : 4;
-        if (len > back) ok = pending.size() - back;
-        break;
-      }
-      std::cout << pending.substr(0, ok) << std::flush;
-      pending.erase(0, ok);
+      std::cout << text.push(model.tokenizer().piece(next)) << std::flush;
       if (i + 1 == o->n) break;
       s = model.forward(&next, 1, static_cast<int>(history.size()) - 1, *cache, threads, logits.data());
       if (!s.ok()) fail(s.message());
     }
-    std::cout << pending << "\n";
+    std::cout << text.finish() << "\n";
     const double t_gen = std::chrono::duration<double>(clock::now() - t1).count();
     const int evaluated = static_cast<int>(prompt.size()) - reused;
     std::fprintf(stderr, "prompt: %d tokens evaluated, %.1f tokens/s (%.1f ms to the first token); generation: %d tokens, %.1f tokens/s\n",
