@@ -190,7 +190,7 @@ TEST(Report, SelfContainedPageFromJsonLines) {
   const std::string html = ss.str();
   size_t svgs = 0;
   for (size_t p = html.find("<svg"); p != std::string::npos; p = html.find("<svg", p + 1)) ++svgs;
-  EXPECT_EQ(svgs, 4u);  // PPL, KLD, speed, one NIAH grid
+  EXPECT_EQ(svgs, 5u);  // PPL, KLD, generation and prompt speed, one NIAH grid
   EXPECT_EQ(html.find("src=\"http"), std::string::npos);  // nothing loaded from the network
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_NE(html.find("tq4/tq4"), std::string::npos);

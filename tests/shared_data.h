@@ -25,7 +25,9 @@ inline std::string missing_shared(std::initializer_list<std::string> paths) {
   std::string out;
   for (const std::string& p : paths) {
     const std::string full = p.empty() || p[0] == '/' ? p : std::string(TKV_SHARED_DIR) + "/" + p;
-    if (!std::filesystem::exists(full)) out += (out.empty() ? "" : ", ") + full;
+    if (std::filesystem::exists(full)) continue;
+    if (!out.empty()) out += ", ";
+    out += full;
   }
   return out;
 }

@@ -91,7 +91,7 @@ NiahPrompt niah_build(const Tokenizer& tok, const std::vector<int32_t>& haystack
 }
 
 Expected<std::vector<NiahCell>> niah_run(const Model& model, const std::string& haystack_text, const NiahOptions& o,
-                                         void (*progress)(int, int)) {
+                                         const std::function<void(int, int)>& progress) {
   const ModelConfig& c = model.config();
   const Tokenizer& tok = model.tokenizer();
   const std::vector<int32_t> hay = tok.encode(haystack_text, false);

@@ -3,6 +3,7 @@
 // the number, and the answer is scored by exact recovery.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,7 @@ struct NiahCell {
 
 // Runs the whole grid on `haystack_text`; progress(i, n) after each cell.
 Expected<std::vector<NiahCell>> niah_run(const Model& model, const std::string& haystack_text, const NiahOptions& o,
-                                         void (*progress)(int, int) = nullptr);
+                                         const std::function<void(int, int)>& progress = {});
 
 // An SVG heat map (depth rows x context columns, share of trials found).
 std::string niah_svg(const std::vector<NiahCell>& cells, const std::string& title);

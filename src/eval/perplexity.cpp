@@ -31,7 +31,7 @@ std::string normalize_newlines(std::string text) {
 }
 
 Expected<PerplexityResult> perplexity(const Model& model, const std::string& text, const PerplexityOptions& o,
-                                      const std::function<void(int, double)>& progress) {
+                                      const std::function<void(int, int, double)>& progress) {
   const ModelConfig& c = model.config();
   const int n_ctx = o.n_ctx, V = c.n_vocab;
   if (n_ctx < 8) return Status::Error("perplexity: -c must be at least 8");
@@ -131,7 +131,7 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
     }
     r.scored += per_chunk;
     r.running.push_back(std::exp(nll / r.scored));
-    if (progress) progress(ch + 1, r.running.back());
+    if (progress) progress(ch + 1, chunks, r.running.back());
   }
   r.chunks = chunks;
   const double n = static_cast<double>(r.scored);

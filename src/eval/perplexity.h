@@ -42,8 +42,8 @@ struct PerplexityResult {
 // CRLF -> LF (WikiText-2 ships with Windows line endings).
 std::string normalize_newlines(std::string text);
 
-// `progress(i, ppl)` is called after each chunk.
+// `progress(i, chunks, ppl)` is called after chunk i of `chunks` (PPL so far).
 Expected<PerplexityResult> perplexity(const Model& model, const std::string& text, const PerplexityOptions& o,
-                                      const std::function<void(int, double)>& progress = {});
+                                      const std::function<void(int, int, double)>& progress = {});
 
 }  // namespace tkv

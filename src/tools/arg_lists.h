@@ -30,4 +30,13 @@ inline std::vector<int> parse_int_list(const std::string& s, const char* flag, l
   return out;
 }
 
+// -t lists of the benchmark tools: 0 means every core (`cores`), as -t 0
+// does for every tool.
+inline std::vector<int> parse_threads_list(const std::string& s, int cores) {
+  std::vector<int> t = parse_int_list(s, "-t", 0);
+  for (int& v : t)
+    if (v == 0) v = cores;
+  return t;
+}
+
 }  // namespace tkv

@@ -21,6 +21,7 @@
 #include "codec/calibrated.h"
 #include "codec/format.h"
 #include "tools/arg_lists.h"
+#include "tools/common_flags.h"
 #include "tools/json_text.h"
 #include "eval/kv_file.h"
 #include "tools/subcommands.h"
@@ -40,7 +41,7 @@ struct Options {
   int d = 128, kv_heads = 8, q_heads = 32;
   std::string ctx = "1024,4096,16384,65536";
   std::string formats, ctk = "f16,q8_0,q4_0r,tq4,tq3", ctv;
-  std::string threads = "2";
+  std::string threads = "0";
   int prefill_max = 4096;
   double min_time = 0.3;
   bool json = false;
@@ -72,7 +73,7 @@ struct Quantized {
 
 int run(const Options& o) {
   const auto ctxs = parse_int_list(o.ctx, "--ctx", 1);
-  const auto threads = parse_int_list(o.threads, "--threads", 1);
+  const auto threads = parse_threads_list(o.threads, default_threads());
   if (o.q_heads % o.kv_heads != 0) throw std::invalid_argument("--q-heads must be a multiple of --kv-heads");
   auto fk = parse_format_list(o.formats.empty() ? o.ctk : o.formats);
   if (!fk) throw std::invalid_argument(fk.error());
@@ -329,7 +330,7 @@ void register_bench_attn(CLI::App& app) {
   cmd->add_option("--formats", opt->formats, "formats for K and V alike (overrides -ctk/-ctv)");
   cmd->add_option("--cache-type-k", opt->ctk, "K formats, comma separated (-ctk)");
   cmd->add_option("--cache-type-v", opt->ctv, "V formats (every K x V pair; -ctv); default: same as K");
-  cmd->add_option("-t,--threads", opt->threads, "thread counts, comma separated");
+  add_threads_list_flag(cmd, opt->threads);
   cmd->add_option("--prefill-max", opt->prefill_max, "largest context also run as a prefill");
   cmd->add_option("--min-time", opt->min_time, "seconds to repeat each measurement");
   cmd->add_option("--simd", opt->simd, "run on this SIMD target only (e.g. AVX2 on an AVX-512 machine)");

@@ -17,34 +17,39 @@
 #include "cache/kv_cache.h"
 #include "model/matmul.h"
 #include "model/model.h"
+#include "tools/common_flags.h"
 #include "tools/json_text.h"
 #include "tools/arg_lists.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
+#include "util/progress.h"
 #include "util/rng.h"
 
 namespace tkv {
 
 void register_bench(CLI::App& app) {
   struct Opt {
-    std::string model, p = "512", n = "128", d = "0", ctk = "f16,q8_0,tq4", ctv, t = "2", out = "md", json_out, matmul;
+    std::string model, p = "512", n = "128", d = "0", ctk = "f16,q8_0,tq4", ctv, t, out = "md", json_out, matmul;
     int reps = 3;
+    bool no_progress = false;
     std::string depth_fill = "model";
     KvPolicyFlags kv;
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("bench", "llama-bench style speed table over cache formats and depths");
-  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  cmd->footer("-p, -n, -d, -t, -ctk and -ctv take comma-separated lists: every combination is run.");
+  add_model_flag(cmd, o->model);
   cmd->add_option("-p,--n-prompt", o->p, "prompt lengths (0 = no pp test)");
   cmd->add_option("-n,--n-gen", o->n, "generation lengths (0 = no tg test)");
   cmd->add_option("-d,--n-depth", o->d, "tokens already in the cache");
   cmd->add_option("--cache-type-k", o->ctk, "K formats (-ctk)");
   add_kv_policy_flags(cmd, o->kv);
   cmd->add_option("--cache-type-v", o->ctv, "V formats (-ctv); default: the same as K, paired");
-  cmd->add_option("-t,--threads", o->t, "thread counts");
+  add_threads_list_flag(cmd, o->t);
   cmd->add_option("-r,--repetitions", o->reps, "runs per test")->check(CLI::Range(1, 1000));
   cmd->add_option("-o,--output", o->out, "md, csv or json")->check(CLI::IsMember({"md", "csv", "json"}));
-  cmd->add_option("--json-out", o->json_out, "append each result as a JSON line");
+  add_json_out_flag(cmd, o->json_out);
+  add_no_progress_flag(cmd, o->no_progress);
   cmd->add_option("--matmul", o->matmul,
                   "matrix-multiply cores to compare, each test run with each in turn: old (row streaming), new "
                   "(auto), tiled, int8 (default: TKV_MATMUL or new, not shown in the table)");
@@ -62,7 +67,7 @@ void register_bench(CLI::App& app) {
       ps = parse_int_list(o->p, "-p", 0);
       ns = parse_int_list(o->n, "-n", 0);
       ds = parse_int_list(o->d, "-d", 0);
-      ts = parse_int_list(o->t, "-t", 1);
+      ts = parse_threads_list(o->t, default_threads());
     } catch (const std::exception& e) {
       fail(e.what());
     }
@@ -103,6 +108,12 @@ void register_bench(CLI::App& app) {
     }
     using clock = std::chrono::steady_clock;
     std::vector<float> logits(c.n_vocab);
+    int64_t tests = 0;
+    for (int len : ps) tests += len > 0;
+    for (int len : ns) tests += len > 0;
+    Progress progress("bench", int64_t(pairs.size()) * ts.size() * ds.size() * tests * cores.size() * (o->reps + 1),
+                      "runs", !o->no_progress);
+    int64_t runs = 0;
     for (const auto& [tk, tv] : pairs)
       for (int th : ts)
         for (int d : ds)
@@ -114,8 +125,9 @@ void register_bench(CLI::App& app) {
                 std::vector<double> tps;
                 double kv_mib = 0, k_bits = 0, v_bits = 0;
                 for (int r = -1; r < o->reps; ++r) {  // r = -1: an unrecorded warm-up run
-                  std::fprintf(stderr, "bench: %s/%s t=%d %s%d @ d%d run %d/%d\r", tk.c_str(), tv.c_str(), th,
-                               mode == 0 ? "pp" : "tg", len, d, r + 1, o->reps);  // run 0 = warm-up
+                  progress.update(runs, tk + "/" + tv + " t=" + std::to_string(th) + " " + (mode == 0 ? "pp" : "tg") +
+                                            std::to_string(len) + " @ d" + std::to_string(d) +
+                                            (r < 0 ? " warm-up" : " run " + std::to_string(r + 1)));
                   KvCacheOptions co;
                   co.type_k = tk;
                   co.type_v = tv;
@@ -156,7 +168,9 @@ void register_bench(CLI::App& app) {
                     }
                   }
                   if (r >= 0) tps.push_back(len / std::chrono::duration<double>(clock::now() - t0).count());
+                  ++runs;
                 }
+                progress.clear();  // the table row below starts on a clean line; the next run draws again
                 double mean = 0, sd = 0;
                 for (double x : tps) mean += x / tps.size();
                 for (double x : tps) sd += (x - mean) * (x - mean);
@@ -189,7 +203,7 @@ void register_bench(CLI::App& app) {
                 }
               }
             }
-    std::fprintf(stderr, "%80s\r", "");
+    progress.done();
     if (o->out == "json") std::cout << json_text(results, 2) << "\n";
   });
 }

@@ -12,6 +12,7 @@
 #include "cache/kv_cache.h"
 #include "model/gen_model.h"
 #include "model/model.h"
+#include "tools/common_flags.h"
 #include "tools/subcommands.h"
 #include "util/bandwidth.h"
 
@@ -20,18 +21,19 @@ namespace tkv {
 void register_bench_model(CLI::App& app) {
   struct Opt {
     std::string model, type = "Q8_0", ctk = "tq4";
-    int size_mb = 1024, threads = 2, n_gen = 16, n_prompt = 512;
+    int size_mb = 1024, threads = 0, n_gen = 16, n_prompt = 512;
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("bench-model", "Decode/prefill speed of a model against the weight-streaming floor");
   cmd->add_option("-m,--model", o->model, "GGUF model (default: generate a random one)");
   cmd->add_option("--size-mb", o->size_mb, "size of the generated model")->check(CLI::Range(16, 16384));
   cmd->add_option("--type", o->type, "weight type of the generated model");
-  cmd->add_option("-t,--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
+  add_threads_flag(cmd, o->threads);
   cmd->add_option("-n", o->n_gen, "tokens to decode")->check(CLI::Range(1, 4096));
   cmd->add_option("-p", o->n_prompt, "prompt tokens for the prefill figure")->check(CLI::Range(1, 8192));
   cmd->add_option("--cache-type-k,--cache-type-v", o->ctk, "KV cache format (K and V)");
   cmd->callback([o]() {
+    o->threads = resolve_threads(o->threads);
     auto fail = [](const std::string& m) {
       std::cerr << "turbokv bench-model: error: " << m << "\n";
       throw CLI::RuntimeError(1);

@@ -17,6 +17,7 @@
 #include "server/engine.h"
 #include "tools/arg_lists.h"
 #include "tools/kv_flags.h"
+#include "tools/common_flags.h"
 #include "tools/subcommands.h"
 
 namespace tkv {
@@ -31,11 +32,11 @@ void register_bench_serve(CLI::App& app) {
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("bench-serve", "Serving throughput (concurrent streams) and contexts per KV budget");
-  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  add_model_flag(cmd, o->model);
   cmd->add_option("--streams", o->streams, "concurrent greedy streams to measure, comma-separated");
   cmd->add_option("-n,--n-predict", o->n, "tokens each stream generates")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--prompt-tokens", o->prompt, "prompt tokens per stream")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  add_threads_flag(cmd, o->threads);
   cmd->add_option("--fit-ctx", o->ctx_fit, "context size for the admission table")->check(CLI::Range(16, 1 << 22));
   cmd->add_option("--budget", o->budget, "KV budget for the admission table");
   cmd->add_option("--formats", o->formats, "cache formats for the admission table (K = V)");
@@ -45,7 +46,7 @@ void register_bench_serve(CLI::App& app) {
     auto m = Model::load(o->model);
     if (!m) fail(m.error());
     const Model& model = **m;
-    const int threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = resolve_threads(o->threads);
     KvCacheOptions co;
     if (Status s = apply_cache_flags(o->cache, model, co); !s.ok()) fail(s.message());
     std::vector<int> streams;

@@ -20,9 +20,11 @@
 #include "cache/cache_file.h"
 #include "model/model.h"
 #include "model/prompt_cache.h"
+#include "tools/common_flags.h"
 #include "tools/json_text.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
+#include "util/progress.h"
 #include "util/rng.h"
 #include "util/text_file.h"
 
@@ -32,15 +34,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-int default_threads(int t) { return t > 0 ? t : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
-
-// Progress on one line of stderr, rewritten in place.
-std::function<void(int, int)> progress_line(const char* what) {
-  auto t0 = std::make_shared<Clock::time_point>(Clock::now());
-  return [t0, what](int done, int total) {
-    const double s = since(*t0);
-    std::fprintf(stderr, "\r%s: %d/%d tokens, %.1f tokens/s", what, done, total, done / std::max(s, 1e-9));
-    if (done == total) std::fprintf(stderr, "\n");
+// Prefill progress (util/progress.h): one line on a terminal, cleared at the end.
+std::function<void(int, int)> progress_line(const char* what, bool enabled) {
+  auto p = std::make_shared<Progress>(what, 0, "tokens", enabled);
+  return [p](int done, int total) {
+    p->set_total(total);
+    p->update(done);
+    if (done == total) p->done();
   };
 }
 
@@ -93,15 +93,17 @@ void add_build(CLI::App& parent) {
   struct Opt {
     std::string model, file, out;
     int ctx = 0, threads = 0, batch = 512;
+    bool no_progress = false;
     CacheFlags cache{"tq4", "tq4"};
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = parent.add_subcommand("build", "Prefill a document and save its KV cache");
-  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  add_model_flag(cmd, o->model);
   cmd->add_option("-f,--file", o->file, "document: a text file, or a directory of .txt files")->required();
   cmd->add_option("-o,--output", o->out, "cache file to write")->required();
   cmd->add_option("-c,--ctx-size", o->ctx, "most tokens to keep (0: the whole document)")->check(CLI::Range(0, 1 << 26));
-  cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  add_threads_flag(cmd, o->threads);
+  add_no_progress_flag(cmd, o->no_progress);
   cmd->add_option("-b,--batch-size", o->batch, "tokens per forward pass")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   add_cache_flags(cmd, o->cache);
   cmd->callback([o]() {
@@ -127,8 +129,8 @@ void add_build(CLI::App& parent) {
     if (!cache) fail_command(name, cache.error());
     std::vector<float> logits(c.n_vocab);
     const auto t0 = Clock::now();
-    Status s = prefill(model, toks.data(), static_cast<int>(toks.size()), 0, **cache, default_threads(o->threads), o->batch,
-                       logits.data(), progress_line("prefill"));
+    Status s = prefill(model, toks.data(), static_cast<int>(toks.size()), 0, **cache, resolve_threads(o->threads), o->batch,
+                       logits.data(), progress_line("cache build: prefill", !o->no_progress));
     if (!s.ok()) fail_command(name, s.message());
     const double t_prefill = since(t0);
     const auto t1 = Clock::now();
@@ -239,18 +241,20 @@ void add_bench(CLI::App& parent) {
   struct Opt {
     std::string model, file, out = "/tmp/turbokv-cache-bench.tkvc", json_out, from;
     int tokens = 8192, threads = 0, batch = 512, reps = 3;
+    bool no_progress = false;
     CacheFlags cache{"tq4", "tq4"};
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = parent.add_subcommand("bench", "Save and load speed of a document's cache, and time to first token");
-  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  add_model_flag(cmd, o->model);
   cmd->add_option("-f,--file", o->file, "document (repeated up to --tokens; default: random tokens)");
   cmd->add_option("--tokens", o->tokens, "document tokens")->capture_default_str()->check(CLI::Range(2, 1 << 24));
   cmd->add_option("-o,--output", o->out, "cache file to write")->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  add_threads_flag(cmd, o->threads);
+  add_no_progress_flag(cmd, o->no_progress);
   cmd->add_option("-b,--batch-size", o->batch, "tokens per forward pass")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd->add_option("-r,--repetitions", o->reps, "timed repetitions (best is reported)")->capture_default_str()->check(CLI::Range(1, 100));
-  cmd->add_option("--json-out", o->json_out, "append one JSON line of results to this file");
+  add_json_out_flag(cmd, o->json_out);
   cmd->add_option("--from", o->from, "start from this cache file instead of a prefill (time to first token without it is then not measured)");
   add_cache_flags(cmd, o->cache);
   cmd->callback([o]() {
@@ -259,7 +263,7 @@ void add_bench(CLI::App& parent) {
     if (!m) fail_command(name, m.error());
     const Model& model = **m;
     const ModelConfig& c = model.config();
-    const int threads = default_threads(o->threads);
+    const int threads = resolve_threads(o->threads);
     KvCacheOptions co;
     if (Status s = apply_cache_flags(o->cache, model, co); !s.ok()) fail_command(name, s.message());
     std::vector<int32_t> doc;
@@ -290,7 +294,7 @@ void add_bench(CLI::App& parent) {
     auto t0 = Clock::now();
     Status s;
     if (o->from.empty()) {
-      s = prefill(model, doc.data(), n, 0, *cache, threads, o->batch, logits.data(), progress_line("prefill"));
+      s = prefill(model, doc.data(), n, 0, *cache, threads, o->batch, logits.data(), progress_line("cache bench: prefill", !o->no_progress));
       if (!s.ok()) fail_command(name, s.message());
     }
     const double t_prefill = since(t0);

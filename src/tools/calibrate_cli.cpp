@@ -8,7 +8,9 @@
 #include <CLI/CLI.hpp>
 
 #include "eval/calibrate.h"
+#include "tools/common_flags.h"
 #include "tools/subcommands.h"
+#include "util/progress.h"
 #include "util/text_file.h"
 
 namespace tkv {
@@ -16,11 +18,13 @@ namespace tkv {
 void register_calibrate(CLI::App& app) {
   struct Opt {
     std::string model, file, out;
+    int threads = 0;
+    bool no_progress = false;
     CalibrateOptions c;
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("calibrate", "Fit per-head KV bases and per-layer bits; write a KV policy");
-  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  add_model_flag(cmd, o->model);
   cmd->add_option("-f,--file", o->file, "calibration text: a file, or a directory of .txt files")->required();
   cmd->add_option("-o,--output", o->out, "policy file to write")->required();
   cmd->add_option("--tokens", o->c.tokens, "calibration tokens")->capture_default_str()->check(CLI::Range(8, 1 << 24));
@@ -32,7 +36,8 @@ void register_calibrate(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1.0, 8.5))->excludes(b);
   cmd->add_option("--kld-tokens", o->c.kld_tokens, "tokens of each sensitivity run (with --budget)")
       ->capture_default_str()->check(CLI::Range(8, 1 << 20));
-  cmd->add_option("-t,--threads", o->c.threads, "threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  add_threads_flag(cmd, o->threads);
+  add_no_progress_flag(cmd, o->no_progress);
   cmd->add_option("--seed", o->c.seed, "seed of the isotropic alternatives")->capture_default_str();
   cmd->callback([o]() {
     auto fail = [](const std::string& m) {
@@ -44,7 +49,14 @@ void register_calibrate(CLI::App& app) {
     auto m = Model::load(o->model);
     if (!m) fail(m.error());
     CalibrateReport rep;
-    auto pol = calibrate(**m, *text, o->c, &rep, [](const std::string& s) { std::fprintf(stderr, "calibrate: %s\n", s.c_str()); return true; });
+    o->c.threads = resolve_threads(o->threads);
+    Progress progress("calibrate", 0, "steps", !o->no_progress);
+    int steps = 0;
+    auto pol = calibrate(**m, *text, o->c, &rep, [&](const std::string& s) {
+      progress.update(++steps, s);
+      return true;
+    });
+    progress.done();
     if (!pol) fail(pol.error().rfind("calibrate: ", 0) == 0 ? pol.error().substr(11) : pol.error());
     pol->source = "calibrated on " + o->file + ": " + pol->source;
     Status s = write_kv_policy(o->out, *pol);

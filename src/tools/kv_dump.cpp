@@ -1,5 +1,6 @@
 #include "tools/kv_dump.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -9,7 +10,7 @@
 namespace tkv {
 
 Status kv_dump(const Model& model, const std::string& text, const std::vector<int>& layers, int max_tokens,
-               const std::string& dir, int threads) {
+               const std::string& dir, int threads, const std::function<void(int, int)>& progress) {
   const ModelConfig& c = model.config();
   for (int l : layers)
     if (l < 0 || l >= c.n_layer)
@@ -48,8 +49,14 @@ Status kv_dump(const Model& model, const std::string& text, const std::vector<in
           values[layer].head(h)[size_t(pos + t) * d + i] = v[(size_t(t) * H + h) * d + i];
         }
   };
-  Status s = model.forward(toks.data(), T, 0, **cache, threads, logits.data(), false, observe);
-  if (!s.ok()) return s;
+  Status s;
+  for (int done = 0; done < T;) {  // batches of 512 tokens, like perplexity
+    const int b = std::min(512, T - done);
+    s = model.forward(toks.data() + done, b, done, **cache, threads, logits.data(), false, observe);
+    if (!s.ok()) return s;
+    done += b;
+    if (progress) progress(done, T);
+  }
   for (int l : layers) {
     s = write_kv_file(dir + "/layer" + std::to_string(l) + "_keys.bin", keys[l]);
     if (!s.ok()) return s;

@@ -15,7 +15,9 @@
 #include "codec/format.h"
 #include "eval/niah.h"
 #include "eval/perplexity.h"
+#include "tools/common_flags.h"
 #include "tools/json_text.h"
+#include "util/progress.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
 #include "util/text_file.h"
@@ -26,22 +28,24 @@ void register_niah(CLI::App& app) {
   struct Opt {
     std::string model, haystack, svg = "niah.svg", json_out;
     std::vector<int> contexts{1024, 2048}, depths{0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100};
-    int trials = 1, threads = 2;
+    int trials = 1, threads = 0;
+    bool no_progress = false;
     uint64_t seed = 1;
     CacheFlags cache{"tq4", "tq4"};
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("niah", "Needle in a haystack: exact recall of a 7-digit number per context and depth");
-  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  add_model_flag(cmd, o->model);
   cmd->add_option("--haystack", o->haystack, "directory of .txt files (concatenated by name)")->required();
   cmd->add_option("--contexts", o->contexts, "context lengths")->delimiter(',');
   cmd->add_option("--depths", o->depths, "needle depths in % of the haystack")->delimiter(',');
   cmd->add_option("--trials", o->trials, "needles per cell")->check(CLI::Range(1, 1000));
   cmd->add_option("--seed", o->seed, "seed of the numbers");
-  cmd->add_option("-t,--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
+  add_threads_flag(cmd, o->threads);
   add_cache_flags(cmd, o->cache);
   cmd->add_option("--svg", o->svg, "heat map output");
-  cmd->add_option("--json-out", o->json_out, "append the results as a JSON line");
+  add_json_out_flag(cmd, o->json_out);
+  add_no_progress_flag(cmd, o->no_progress);
   cmd->callback([o]() {
     auto fail = [](const std::string& m) {
       std::cerr << "turbokv niah: error: " << m << "\n";
@@ -67,13 +71,17 @@ void register_niah(CLI::App& app) {
     no.depths = o->depths;
     no.trials = o->trials;
     no.seed = o->seed;
-    no.threads = o->threads;
+    no.threads = resolve_threads(o->threads);
     if (Status ks = apply_cache_flags(o->cache, **m, no.cache); !ks.ok()) fail(ks.message());
     auto bits = cache_bits_per_value(no.cache, **m);
     if (!bits) fail(bits.error());
-    auto cells = niah_run(**m, text, no, [](int i, int n) { std::fprintf(stderr, "niah: %d/%d\r", i, n); });
+    Progress progress("niah", 0, "needles", !o->no_progress);
+    auto cells = niah_run(**m, text, no, [&](int i, int n) {
+      progress.set_total(n);
+      progress.update(i);
+    });
+    progress.done();
     if (!cells) fail(cells.error());
-    std::fprintf(stderr, "%40s\r", "");
     // Grid: depth rows, context columns, found/trials.
     std::map<std::pair<int, int>, std::pair<int, int>> grid;
     int found = 0;

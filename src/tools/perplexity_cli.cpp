@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/perplexity.h"
+#include "tools/common_flags.h"
 #include "tools/json_text.h"
 #include "tools/kv_flags.h"
 #include "tools/subcommands.h"
+#include "util/progress.h"
 #include "util/text_file.h"
 
 namespace tkv {
@@ -21,22 +23,23 @@ namespace tkv {
 void register_perplexity(CLI::App& app) {
   struct Opt {
     std::string model, file, kl_base, json_out;
-    int ctx = 512, chunks = 0, batch = 512, threads = 2;
-    bool kl = false;
+    int ctx = 512, chunks = 0, batch = 512, threads = 0;
+    bool kl = false, no_progress = false;
     CacheFlags cache{"f16", "f16"};
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity and KL divergence on a text (llama-perplexity's method)");
-  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  add_model_flag(cmd, o->model);
   cmd->add_option("-f,--file", o->file, "text file")->required();
   cmd->add_option("-c,--ctx-size", o->ctx, "chunk length")->check(CLI::Range(8, 1 << 20));
   cmd->add_option("--chunks", o->chunks, "chunks to score (0 = all)")->check(CLI::Range(0, 1 << 24));
   cmd->add_option("-b,--batch-size", o->batch, "tokens per forward call")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("-t,--threads", o->threads, "threads")->check(CLI::Range(1, 1024));
+  add_threads_flag(cmd, o->threads);
   add_cache_flags(cmd, o->cache);
   cmd->add_option("--kl-divergence-base", o->kl_base, "base log-probabilities: written by a base run, read with --kl-divergence");
   cmd->add_flag("--kl-divergence", o->kl, "compare with the base file");
-  cmd->add_option("--json-out", o->json_out, "append the results as a JSON line");
+  add_json_out_flag(cmd, o->json_out);
+  add_no_progress_flag(cmd, o->no_progress);
   cmd->callback([o]() {
     auto fail = [](const std::string& m) {
       std::cerr << "turbokv perplexity: error: " << m << "\n";
@@ -51,7 +54,7 @@ void register_perplexity(CLI::App& app) {
     po.n_ctx = o->ctx;
     po.max_chunks = o->chunks;
     po.batch = o->batch;
-    po.threads = o->threads;
+    po.threads = resolve_threads(o->threads);
     if (Status ks = apply_cache_flags(o->cache, **m, po.cache); !ks.ok()) fail(ks.message());
     const std::string kv_desc = o->cache.kv.any() ? o->cache.kv.label() : "K " + o->cache.ctk + " V " + o->cache.ctv;
     po.kl_base = o->kl_base;
@@ -61,12 +64,16 @@ void register_perplexity(CLI::App& app) {
     const auto [k_bits, v_bits] = *bits;
     std::fprintf(stderr, "perplexity: %s, -c %d, cache %s (K %.4f, V %.4f bits/value)\n", o->model.c_str(), o->ctx,
                  kv_desc.c_str(), k_bits, v_bits);
-    auto r = perplexity(**m, normalize_newlines(*text), po, [](int i, double ppl) {
-      std::printf("[%d]%.4f,", i, ppl);
-      std::fflush(stdout);
+    Progress progress("perplexity", 0, "chunks", !o->no_progress);
+    auto r = perplexity(**m, normalize_newlines(*text), po, [&](int i, int chunks, double ppl) {
+      char b[48];
+      std::snprintf(b, sizeof b, "PPL %.4f", ppl);
+      progress.set_total(chunks);
+      progress.update(i, b);
     });
+    progress.done();
     if (!r) fail(r.error());
-    std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", r->ppl, r->ppl_err);
+    std::printf("Final estimate: PPL = %.4f +/- %.5f (%d chunks of %d tokens)\n", r->ppl, r->ppl_err, r->chunks, o->ctx);
     if (r->has_kl) {
       const KlStats& k = r->kl;
       std::printf("\n====== KL divergence statistics ======\n");

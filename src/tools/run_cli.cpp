@@ -21,6 +21,7 @@
 #include "model/sampler.h"
 #include "model/text_stream.h"
 #include "tools/kv_flags.h"
+#include "tools/common_flags.h"
 #include "tools/subcommands.h"
 #include "util/text_file.h"
 
@@ -39,12 +40,12 @@ void register_run(CLI::App& app) {
   auto o = std::make_shared<Opt>();
   o->s.seed = 42;
   CLI::App* cmd = app.add_subcommand("run", "Generate text with a GGUF model on the compressed KV cache");
-  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  add_model_flag(cmd, o->model);
   auto* p = cmd->add_option("-p,--prompt", o->prompt, "prompt");
   cmd->add_option("-f,--file", o->prompt_file, "read the prompt from this file")->excludes(p);
   cmd->add_option("-n,--n-predict", o->n, "tokens to generate")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-c,--ctx-size", o->ctx, "context (0: the model's, capped by free memory)")->check(CLI::Range(0, 1 << 22));
-  cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  add_threads_flag(cmd, o->threads);
   cmd->add_option("-b,--batch-size", o->batch, "prompt tokens per forward pass (as serve -b)")->check(CLI::Range(1, 1 << 16));
   add_cache_flags(cmd, o->cache);
   cmd->add_option("--seed", o->s.seed, "sampling seed");
@@ -65,7 +66,7 @@ void register_run(CLI::App& app) {
     if (!m) fail(m.error());
     const Model& model = **m;
     const ModelConfig& c = model.config();
-    const int threads = o->threads > 0 ? o->threads : std::max(1u, std::thread::hardware_concurrency());
+    const int threads = resolve_threads(o->threads);
     if (!o->prompt_file.empty()) {
       auto text = read_text_file(o->prompt_file);
       if (!text) fail(text.error());
@@ -141,7 +142,7 @@ void register_run(CLI::App& app) {
       s = model.forward(&next, 1, static_cast<int>(history.size()) - 1, *cache, threads, logits.data());
       if (!s.ok()) fail(s.message());
     }
-    std::cout << text.finish() << "\n";
+    std::cout << text.finish() << std::endl;  // before the statistics on stderr
     const double t_gen = std::chrono::duration<double>(clock::now() - t1).count();
     const int evaluated = static_cast<int>(prompt.size()) - reused;
     std::fprintf(stderr, "prompt: %d tokens evaluated, %.1f tokens/s (%.1f ms to the first token); generation: %d tokens, %.1f tokens/s\n",

@@ -19,6 +19,7 @@
 #include "server/engine.h"
 #include "server/http_server.h"
 #include "tools/kv_flags.h"
+#include "tools/common_flags.h"
 #include "tools/subcommands.h"
 #include "util/memory.h"
 
@@ -57,7 +58,7 @@ void register_serve(CLI::App& app) {
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server over a shared, paged, compressed KV cache");
-  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  add_model_flag(cmd, o->model);
   cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", o->port, "port (0: any free one)")->check(CLI::Range(0, 65535));
   cmd->add_option("--parallel", o->np, "sequences generated at once (slots; -np)")->check(CLI::Range(1, 1024));
@@ -68,7 +69,7 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--queue", o->queue, "requests that may wait for a slot; more get 503")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--block-size", o->block, "tokens per KV block (a power of two, 16..4096)")->check(CLI::Range(16, 4096));
-  cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->check(CLI::Range(0, 1024));
+  add_threads_flag(cmd, o->threads);
   add_cache_flags(cmd, o->cache);
   cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on every endpoint but /health");
   cmd->add_option("--chat-template", o->chat_template, "chatml, llama3, llama2, mistral, gemma, phi3 or zephyr (default: from the model)");
@@ -98,7 +99,7 @@ void register_serve(CLI::App& app) {
     eo.step_tokens = o->step;
     eo.queue_limit = o->queue;
     eo.block_tokens = o->block;
-    eo.threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    eo.threads = resolve_threads(o->threads);
     eo.keep_slot_cache = !o->slot_path.empty();
     if (!o->budget.empty()) {
       auto b = parse_size(o->budget);
