@@ -89,6 +89,7 @@ std::vector<nlohmann::json> fixed_results() {
   ppl("tq4", 4.125, 176.92, 0.0029, true);
   ppl("tq3", 3.125, 177.30, 0.011, true);
   ppl("tq4", 4.125, 177.10, 0.0041, false);
+  ppl("bf16", 16, 176.20, 3e-8, true);  // real, but 5 decades below the rest
   auto bench = [&](const char* t, int depth, std::vector<double> s) {
     double mean = 0;
     for (double v : s) mean += v / s.size();
@@ -149,13 +150,14 @@ TEST(Report, ChartsFollowTheConventionsOfBenchmarkPlots) {
   EXPECT_EQ(std::stod(ky.back()), 0.1) << ky.back();
   EXPECT_NE(kld.find("Not drawn"), std::string::npos);
   EXPECT_NE(kld.find("f16/f16"), std::string::npos) << "the zero is listed";
+  EXPECT_NE(kld.find("bf16/bf16 (c 512, 40 chunks): 3e-08"), std::string::npos) << "far below the rest: listed";
   // One legend entry per series, one colour per cache type in every chart.
   int n = 0;
   const auto lp = legend(ppl, &n);
-  EXPECT_EQ(n, 4);
-  EXPECT_EQ(lp.size(), 4u);
+  EXPECT_EQ(n, 5);
+  EXPECT_EQ(lp.size(), 5u);
   const auto lk = legend(kld, &n);
-  EXPECT_EQ(n, 4) << "f16 is in the legend; its zero is listed, not drawn";
+  EXPECT_EQ(n, 5) << "f16 is in the legend; its zero is listed, not drawn";
   const auto lt = legend(tg, &n);
   EXPECT_EQ(n, 2);
   EXPECT_EQ(lt.at("tq4/tq4"), lp.at("tq4/tq4"));
@@ -163,7 +165,7 @@ TEST(Report, ChartsFollowTheConventionsOfBenchmarkPlots) {
   EXPECT_EQ(lk.at("tq3/tq3"), lp.at("tq3/tq3"));
   std::set<std::string> colours;
   for (const auto& [k, c] : lp) colours.insert(c);
-  EXPECT_EQ(colours.size(), 4u);
+  EXPECT_EQ(colours.size(), 5u);
   // The uncentred variant is a hollow marker of the same series, explained.
   EXPECT_NE(ppl.find("fill=\"white\""), std::string::npos);
   EXPECT_NE(ppl.find("hollow: mean centring off"), std::string::npos);
@@ -180,10 +182,12 @@ TEST(Report, ChartsFollowTheConventionsOfBenchmarkPlots) {
 }
 
 TEST(Progress, LineHasCountRateAndEta) {
-  EXPECT_EQ(Progress::line("bench", 3, 12, "runs", 6.0, "tq4/tq4 tg16"),
+  EXPECT_EQ(Progress::line("bench", 3, 12, "runs", 0.5, "tq4/tq4 tg16"),
             "bench: 3/12 (25 %) runs, 0.50 runs/s, ETA 0:18, tq4/tq4 tg16");
-  EXPECT_EQ(Progress::line("calibrate", 2, 0, "steps", 1.0, ""), "calibrate: 2 steps, 2.00 steps/s");
-  EXPECT_EQ(Progress::line("perplexity", 40, 40, "chunks", 80.0, "PPL 17.2"), "perplexity: 40/40 (100 %) chunks, 0.50 chunks/s, PPL 17.2");
+  EXPECT_EQ(Progress::line("calibrate", 2, 0, "steps", 2.0, ""), "calibrate: 2 steps, 2.00 steps/s");
+  EXPECT_EQ(Progress::line("perplexity", 40, 40, "chunks", 0.5, "PPL 17.2"), "perplexity: 40/40 (100 %) chunks, 0.50 chunks/s, PPL 17.2");
+  EXPECT_EQ(Progress::line("niah", 1, 22, "needles", 0, ""), "niah: 1/22 (5 %) needles") << "no rate before a second update";
+  EXPECT_EQ(Progress::line("kv-dump", 5000, 9000, "tokens", 1234.0, ""), "kv-dump: 5000/9000 (56 %) tokens, 1234 tokens/s, ETA 0:03");
 }
 
 std::string tiny_model() {

@@ -104,10 +104,23 @@ std::string chart_html(const Chart& c) {
   std::ostringstream s;
   // Data ranges (error bars included); on a log axis, positive values only.
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+  // A log axis spans at most kLogDecades decades below the largest value:
+  // one far smaller point (f16's KLD of 3e-8 beside tq formats' 1e-3..1e-2)
+  // would otherwise squeeze every other point into the top of the chart; it
+  // is listed under the chart instead, as zeros are.
+  constexpr int kLogDecades = 5;
+  double floor_y = 0;
+  if (c.log_y) {
+    double top = 0;
+    for (const auto& se : c.series)
+      for (const auto& p : se.points) top = std::max(top, std::max(p.y, p.hi));
+    if (top > 0) floor_y = std::pow(10.0, std::ceil(std::log10(top) - 1e-9) - kLogDecades);
+  }
+  auto drawn = [&](const ChartPoint& p) { return !c.log_y || (p.y > 0 && p.y >= floor_y); };
   std::vector<std::string> not_drawn;
   for (const auto& se : c.series)
     for (const auto& p : se.points) {
-      if (c.log_y && !(p.y > 0)) {
+      if (!drawn(p)) {
         not_drawn.push_back(se.name + (p.label.empty() ? "" : " (" + p.label + ")") + ": " + num(p.y));
         continue;
       }
@@ -115,7 +128,7 @@ std::string chart_html(const Chart& c) {
       x1 = std::max(x1, p.x);
       const bool bar = p.hi > p.lo;
       for (double v : {p.y, bar ? p.lo : p.y, bar ? p.hi : p.y})
-        if (!c.log_y || v > 0) {
+        if (!c.log_y || v >= floor_y) {
           y0 = std::min(y0, v);
           y1 = std::max(y1, v);
         }
@@ -156,7 +169,7 @@ std::string chart_html(const Chart& c) {
   for (const auto& se : c.series) {
     std::vector<ChartPoint> pts;
     for (const auto& p : se.points)
-      if (!c.log_y || p.y > 0) pts.push_back(p);
+      if (drawn(p)) pts.push_back(p);
     std::sort(pts.begin(), pts.end(), [](const ChartPoint& a, const ChartPoint& b) { return a.x < b.x; });
     for (const auto& p : pts) {
       if (!(p.hi > p.lo)) continue;
@@ -194,7 +207,8 @@ std::string chart_html(const Chart& c) {
       << px(ly + 12) << "\">" << xml_escape(c.hollow_means) << "</text></g>\n";
   s << "</svg>\n";
   if (!not_drawn.empty()) {
-    s << "<figcaption class=\"not-drawn\">Not drawn (zero or negative on the log axis): ";
+    s << "<figcaption class=\"not-drawn\">Not drawn (zero, or more than " << kLogDecades
+      << " decades below the largest value on the log axis): ";
     for (size_t i = 0; i < not_drawn.size(); ++i) s << (i ? "; " : "") << xml_escape(not_drawn[i]);
     s << ".</figcaption>\n";
   }

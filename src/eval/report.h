@@ -4,8 +4,9 @@
 //  - one colour and one legend entry per cache type, the same in every chart;
 //  - tick labels at "nice" steps (1, 2, 5 x 10^k) with as many digits
 //    as it takes for neighbours to differ; units on every axis;
-//  - on a log axis the range comes from the positive values; zeros (f16's KLD
-//    against itself) are left out and listed under the chart;
+//  - on a log axis the range comes from the positive values, at most five
+//    decades below the largest; zeros (f16's KLD against itself) and values
+//    below that are left out and listed under the chart;
 //  - error bars: ± the standard error (perplexity, KLD) or the min-max of
 //    the repeated runs (speed), where the results have them;
 //  - under each chart, a table of the numbers it draws.

@@ -25,7 +25,7 @@ std::string clock_text(double s) {
 }  // namespace
 
 std::string Progress::line(const std::string& label, int64_t count, int64_t total, const std::string& unit,
-                           double elapsed, const std::string& detail) {
+                           double rate, const std::string& detail) {
   char b[160];
   std::string s = label + ": " + std::to_string(count);
   if (total > 0) {
@@ -33,8 +33,7 @@ std::string Progress::line(const std::string& label, int64_t count, int64_t tota
     s += b;
   }
   s += " " + unit;
-  if (elapsed > 0 && count > 0) {
-    const double rate = count / elapsed;
+  if (rate > 0) {
     std::snprintf(b, sizeof b, rate >= 100 ? ", %.0f %s/s" : ", %.2f %s/s", rate, unit.c_str());
     s += b;
     if (total > 0 && count < total) s += ", ETA " + clock_text((total - count) / rate);
@@ -49,7 +48,14 @@ void Progress::update(int64_t count, const std::string& detail) {
   const bool last = total_ > 0 && count >= total_;
   if (!last && width_ > 0 && now - last_ < std::chrono::milliseconds(100)) return;
   last_ = now;
-  const std::string s = line(label_, count, total_, unit_, std::chrono::duration<double>(now - start_).count(), detail);
+  // The rate counts from the first update, not from construction: set-up
+  // before the first item (loading, tokenizing) would read as slowness.
+  if (first_count_ < 0) {
+    first_count_ = count;
+    start_ = now;
+  }
+  const double secs = std::chrono::duration<double>(now - start_).count();
+  const std::string s = line(label_, count, total_, unit_, secs > 0 ? (count - first_count_) / secs : 0, detail);
   // Pad with spaces over a longer previous line rather than relying on
   // terminal escape codes.
   std::fprintf(stderr, "\r%s%*s", s.c_str(), static_cast<int>(width_ > s.size() ? width_ - s.size() : 0), "");

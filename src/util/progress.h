@@ -36,15 +36,17 @@ class Progress {
 
   // Whether stderr is a terminal (progress is drawn only there).
   static bool terminal();
-  // The text of one update, exposed for tests: elapsed seconds since start.
+  // The text of one update, exposed for tests; rate in items per second
+  // (0: not known yet, no rate or ETA).
   static std::string line(const std::string& label, int64_t count, int64_t total, const std::string& unit,
-                          double elapsed, const std::string& detail);
+                          double rate, const std::string& detail);
 
  private:
   std::string label_, unit_;
   int64_t total_;
   bool enabled_;
   size_t width_ = 0;  // characters of the last line drawn (to blank it)
+  int64_t first_count_ = -1;  // the count at the first update (the rate counts from there)
   std::chrono::steady_clock::time_point start_, last_;
 };
 
