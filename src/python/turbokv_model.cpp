@@ -9,6 +9,53 @@
 namespace tkv_py {
 namespace {
 
+// Model text may hold bytes that are not UTF-8: replaced, never an error
+// (call with the GIL held).
+py::str utf8(const char* s, size_t n) {
+  PyObject* o = PyUnicode_DecodeUTF8(s, static_cast<Py_ssize_t>(n), "replace");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+// Bytes of text for a callback, turned into str once the GIL is held.
+struct Text {
+  const char* p;
+  size_t n;
+};
+inline py::object to_py(Text t) { return utf8(t.p, t.n); }
+template <typename T>
+T&& to_py(T&& v) {
+  return std::forward<T>(v);
+}
+
+// A Python function called back from a C call that runs without the GIL:
+// takes the GIL, returns 1 (stop) when the function returns something
+// truthy, and when it raises, keeps the exception (raise_if_failed() raises
+// it once the C call is over) and returns 1 so that the C call stops.
+struct PyCallback {
+  const py::object* fn;
+  bool failed = false;
+  template <typename... A>
+  int operator()(A&&... args) {
+    if (fn->is_none()) return 0;
+    py::gil_scoped_acquire gil;
+    try {
+      return py::bool_((*fn)(to_py(std::forward<A>(args))...)) ? 1 : 0;
+    } catch (py::error_already_set& e) {
+      e.restore();
+      failed = true;
+      return 1;
+    } catch (const std::exception& e) {  // a conversion error: no C++ exception may cross the C API
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      failed = true;
+      return 1;
+    }
+  }
+  void raise_if_failed() const {
+    if (failed) throw py::error_already_set();
+  }
+};
+
 class Model {
  public:
   Model(const std::string& path, const std::string& cache, const py::object& cache_v, int ctx, int threads,
@@ -105,21 +152,12 @@ class Model {
     sp.seed = seed;
     struct State {
       std::string text;
-      const py::object* callback;
-      bool failed = false;
-    } st{{}, &callback, false};
+      PyCallback call;
+    } st{{}, {&callback}};
     auto cb = [](int32_t token, const char* t, size_t len, void* user) -> int {
       auto* s = static_cast<State*>(user);
       s->text.append(t, len);
-      if (s->callback->is_none()) return 0;
-      py::gil_scoped_acquire gil;
-      try {
-        return py::bool_((*s->callback)(token, utf8(t, len))) ? 1 : 0;
-      } catch (py::error_already_set& e) {  // raised again once the C call is over
-        e.restore();
-        s->failed = true;
-        return 1;
-      }
+      return s->call(token, Text{t, len});
     };
     int32_t made = 0;
     tkv_status s;
@@ -127,7 +165,7 @@ class Model {
       py::gil_scoped_release nogil;
       s = tkv_generate(ctx_, prompt.data(), prompt.size(), n, &sp, cb, &st, &made);
     }
-    if (st.failed) throw py::error_already_set();
+    st.call.raise_if_failed();
     if (s != TKV_ERR_STOPPED) check(s);
     return utf8(st.text.data(), st.text.size());
   }
@@ -163,29 +201,17 @@ class Model {
     p.n_ctx = n_ctx;
     p.kld_tokens = kld_tokens;
     p.threads = params_.threads;
-    struct State {
-      const py::object* progress;
-      bool failed = false;
-    } st{&progress, false};
-    p.user_data = &st;
+    PyCallback call{&progress};
+    p.user_data = &call;
     p.progress = [](const char* line, void* user) -> int {
-      auto* s = static_cast<State*>(user);
-      if (s->progress->is_none()) return 0;
-      py::gil_scoped_acquire gil;
-      try {
-        return py::bool_((*s->progress)(std::string(line))) ? 1 : 0;
-      } catch (py::error_already_set& e) {
-        e.restore();
-        s->failed = true;
-        return 1;
-      }
+      return (*static_cast<PyCallback*>(user))(Text{line, std::strlen(line)});
     };
     tkv_status s;
     {
       py::gil_scoped_release nogil;
       s = tkv_calibrate(model_, text.data(), text.size(), &p, policy_path.c_str());
     }
-    if (st.failed) throw py::error_already_set();
+    call.raise_if_failed();
     check(s);
   }
 
@@ -207,12 +233,6 @@ class Model {
   }
 
  private:
-  // Model text may hold bytes that are not UTF-8: replaced, never an error.
-  static py::str utf8(const char* s, size_t n) {
-    PyObject* o = PyUnicode_DecodeUTF8(s, static_cast<Py_ssize_t>(n), "replace");
-    if (!o) throw py::error_already_set();
-    return py::reinterpret_steal<py::str>(o);
-  }
   tkv_model* model_ = nullptr;
   tkv_context* ctx_ = nullptr;
   tkv_context_params params_{};
