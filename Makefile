@@ -23,7 +23,7 @@ demo: build
 	./$(BUILD)/turbokv demo
 
 # The C API (include/turbokv.h, libturbokv.so, turbokv.pc), the Python module
-# (PREFIX/lib/python3/dist-packages) and the turbokv binary, under PREFIX.
+# (PREFIX/lib/python3.X/dist-packages) and the turbokv binary, under PREFIX.
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 

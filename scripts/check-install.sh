@@ -17,3 +17,9 @@ flags=$(pkg-config --cflags --libs turbokv)
 cc -std=c99 -Wall -Wextra -Werror -pedantic $extra "$src/examples/c/tkv_example.c" $flags \
    -Wl,-rpath,"$prefix/lib" -o "$prefix/tkv_example"
 "$prefix/tkv_example" ${model:+"$model"}
+# The installed Python module finds the installed library by itself (rpath).
+for d in "$prefix"/lib/python3*/dist-packages; do
+  [ -d "$d" ] || continue
+  env -u LD_LIBRARY_PATH PYTHONPATH="$d" /usr/bin/python3 -c \
+    'import turbokv; print("python module", turbokv.__version__, "from", turbokv.__file__)'
+done

@@ -25,7 +25,9 @@
 #include "eval/calibrate.h"
 #include "eval/perplexity.h"
 #include "model/model.h"
+#include "model/gen_model.h"
 #include "model/sampler.h"
+#include "poison_gguf.h"
 #include "shared_data.h"
 #include "turbokv.h"
 #include "util/rng.h"
@@ -362,6 +364,10 @@ TEST(CApi, CExampleBuildsAgainstTheInstalledFilesAndRuns) {
   EXPECT_NE(out.find("codec tq4, d = 128: 66 bytes per row (4.125 bits per value)"), std::string::npos) << out;
   EXPECT_NE(out.find("an unknown format: TKV_ERR_ARGUMENT"), std::string::npos) << out;
   EXPECT_NE(out.find("generated 24 tokens"), std::string::npos) << out;
+#ifdef TKV_PYTHON_BUILT  // (not in the sanitizer build)
+  EXPECT_NE(out.find("python module " + std::string(tkv_version()) + " from " + dir + "/lib/python3"),
+            std::string::npos) << out;
+#endif
   // The example's text is the engine's greedy text for the same prompt.
   const std::string run = run_capture(std::string(TKV_BINARY) + " run -m " + shared_path(kModel) +
                                       " -p 'Once upon a time' -n 24 --temp 0 -c 256 -t 2 2>/dev/null");
@@ -528,6 +534,43 @@ TEST(CApi, ContextLimitsAndCallbackStops) {
   // Truncation inside the rows that fixed the means is refused; to 0 works.
   EXPECT_EQ(tkv_context_truncate(ctx, 2), TKV_OK) << "before 64 rows the means are not fixed yet";
   tkv_context_free(ctx);
+}
+
+// A batch whose logits are not finite (a NaN row of the embedding) fails
+// with TKV_ERR_VALUE and is cut back out of the context, which goes on as if
+// it had never been evaluated.
+TEST(CApi, AFailedBatchLeavesTheContextAsItWas) {
+  const std::string path = "/tmp/tkv_capi_nan_" + std::to_string(getpid()) + ".gguf";
+  GenModelOptions g;
+  g.layers = 2;
+  g.dim = 64;
+  g.heads = 4;
+  g.kv_heads = 2;
+  g.head_dim = 16;
+  g.ffn = 128;
+  ASSERT_TRUE(generate_model(g, nullptr, path).ok());
+  const int32_t bad = 77;
+  poison_gguf(path, "token_embd.weight", uint64_t(bad) * 64);
+  tkv_model* m = nullptr;
+  ASSERT_EQ(tkv_model_load(path.c_str(), &m), TKV_OK) << tkv_last_error();
+  tkv_context *a = make_context(m, "tq4"), *b = make_context(m, "tq4");
+  const int32_t first[3] = {1, 40, 50}, poisoned[2] = {60, bad}, next = 60;
+  ASSERT_EQ(tkv_eval(a, first, 3), TKV_OK);
+  EXPECT_EQ(tkv_eval(a, poisoned, 2), TKV_ERR_VALUE);
+  EXPECT_NE(std::string(tkv_last_error()).find("not finite"), std::string::npos) << tkv_last_error();
+  EXPECT_NE(std::string(tkv_last_error()).find("keeps its 3 tokens"), std::string::npos) << tkv_last_error();
+  EXPECT_EQ(tkv_context_n_tokens(a), 3);
+  EXPECT_EQ(tkv_context_logits(a), nullptr);
+  ASSERT_EQ(tkv_eval(a, &next, 1), TKV_OK) << tkv_last_error();
+  const int32_t clean[4] = {1, 40, 50, next};
+  ASSERT_EQ(tkv_eval(b, clean, 3), TKV_OK);
+  ASSERT_EQ(tkv_eval(b, clean + 3, 1), TKV_OK);
+  const size_t V = size_t(tkv_model_n_vocab(m));
+  EXPECT_EQ(0, std::memcmp(tkv_context_logits(a), tkv_context_logits(b), V * sizeof(float)));
+  tkv_context_free(a);
+  tkv_context_free(b);
+  tkv_model_free(m);
+  std::remove(path.c_str());
 }
 
 TEST(CApi, CalibrateWritesTheEnginesPolicyAndContextsUseIt) {

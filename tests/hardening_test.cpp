@@ -22,6 +22,7 @@
 #include "model/gen_model.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "poison_gguf.h"
 #include "test_cli.h"
 #include "util/memory.h"
 #include "util/rng.h"
@@ -191,16 +192,7 @@ std::string make_model(const std::string& path, const std::string& nan_tensor = 
   g.head_dim = 16;
   g.ffn = 128;
   EXPECT_TRUE(generate_model(g, nullptr, path).ok());
-  if (nan_tensor.empty()) return path;
-  auto f = gguf::File::open(path);
-  EXPECT_TRUE(f.ok());
-  const gguf::Tensor* t = (*f)->tensor(nan_tensor);
-  EXPECT_NE(t, nullptr);
-  const uint64_t at = (*f)->data_offset() + t->offset;
-  f->reset();
-  std::fstream io(path, std::ios::binary | std::ios::in | std::ios::out);
-  io.seekp(static_cast<std::streamoff>(at));
-  io.write(reinterpret_cast<const char*>(&kNaN), 4);
+  if (!nan_tensor.empty()) poison_gguf(path, nan_tensor);
   return path;
 }
 
@@ -251,18 +243,7 @@ TEST(NonFinite, NaNLogitsAreAnErrorOrFlaggedPerSequence) {
 TEST(NonFinite, OneBadSequenceInAStepLeavesTheOthersBitForBit) {
   const std::string path = make_model(temp("nan_row.gguf"));
   const int32_t bad_token = 77;
-  {
-    auto f = gguf::File::open(path);
-    ASSERT_TRUE(f.ok());
-    const gguf::Tensor* t = (*f)->tensor("token_embd.weight");
-    ASSERT_NE(t, nullptr);
-    ASSERT_EQ(t->type, 0u);  // F32: row 77 starts at 77 * dim floats
-    const uint64_t at = (*f)->data_offset() + t->offset + uint64_t(bad_token) * t->dims[0] * 4;
-    f->reset();
-    std::fstream io(path, std::ios::binary | std::ios::in | std::ios::out);
-    io.seekp(static_cast<std::streamoff>(at));
-    io.write(reinterpret_cast<const char*>(&kNaN), 4);
-  }
+  poison_gguf(path, "token_embd.weight", uint64_t(bad_token) * 64);  // F32 rows of dim 64
   auto m = Model::load(path);
   ASSERT_TRUE(m.ok()) << m.error();
   const ModelConfig& c = (*m)->config();

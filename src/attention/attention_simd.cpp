@@ -132,7 +132,7 @@ HWY_INLINE void MakeTurboConsts(const RowReader& R, TurboConsts& tc) {
     dst.table = R.tables[p];
     dst.t0 = hn::LoadU(df, R.tables[p]);
     dst.t1 = hn::LoadU(df, R.tables[p] + (2 * N <= kMaxTable ? N : 0));
-    HWY_ALIGN float rep[hn::MaxLanes(df)];
+    HWY_ALIGN float rep[hn::MaxLanes(df)] = {};
     for (int j = 0; j < N; ++j) rep[j] = R.tables[p][j % std::min(dst.levels, N)];
     dst.trep = hn::Load(df, rep);
     for (int k = 0; k < 3; ++k) {
@@ -366,7 +366,9 @@ HWY_INLINE void BlockRun(const TurboConsts& tc, const TurboConsts::Part& part, i
   }
 #endif
   // Tables for the 4-lookup path below, loaded once per block.
-  hn::Vec<DF> tabs[4];
+  // (Zeroed first: GCC cannot see that the scalar target, N = 1, never
+  // reads an entry it did not load, and warns.)
+  hn::Vec<DF> tabs[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
   if (kLevels > 2 * N && kLevels <= 4 * N)
     for (int t = 0; t < kLevels / N; ++t) tabs[t] = hn::LoadU(df, part.table + t * N);
   for (int sub = 0; sub < K; ++sub) {

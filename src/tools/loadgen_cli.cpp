@@ -27,6 +27,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tools/common_flags.h"
 #include "tools/subcommands.h"
 
 namespace tkv {
@@ -306,7 +307,7 @@ void register_loadgen(CLI::App& app) {
   cmd->add_option("--api-key", o->api_key, "sent as 'Authorization: Bearer KEY'");
   cmd->add_option("--seed", o->seed, "seed of the prompts and request mix (default 1)");
   cmd->add_option("--timeout", o->timeout, "seconds to wait for one response (default 600)");
-  cmd->add_option("--json-out", o->json_out, "append one JSON line of results to this file");
+  add_json_out_flag(cmd, o->json_out);
   cmd->callback([o] { run_loadgen(*o); });
 }
 
