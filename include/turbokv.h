@@ -272,8 +272,9 @@ void tkv_sampler_free(tkv_sampler* s);
 tkv_status tkv_sample(tkv_sampler* s, const tkv_context* ctx, int32_t* token);
 
 /* Called with each generated token and the text it completes (whole UTF-8
- * characters: a piece may be empty while a character is incomplete, and the
- * last call may carry held bytes). Return non-zero to stop. */
+ * characters: a piece may be empty while a character is incomplete). When
+ * generation ends with bytes still held (an incomplete character), one last
+ * call with token -1 carries them as U+FFFD. Return non-zero to stop. */
 typedef int (*tkv_token_callback)(int32_t token, const char* text, size_t text_len, void* user_data);
 
 /* Evaluates prompt (text; BOS first when the context is empty and the model
