@@ -22,6 +22,7 @@
 #include "model/gen_model.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "paged_test_util.h"
 #include "poison_gguf.h"
 #include "test_cli.h"
 #include "util/memory.h"
@@ -37,25 +38,6 @@ std::vector<float> gaussians(Rng& rng, size_t n) {
   std::vector<float> v(n);
   for (auto& x : v) x = static_cast<float>(rng.gaussian());
   return v;
-}
-
-std::vector<float> attend(const KvCache& c, const std::vector<float>& q, int n_q, int gqa) {
-  AttentionArgs a;
-  a.q = q.data();
-  a.n_q = n_q;
-  a.n_q_heads = c.n_kv_heads() * gqa;
-  a.n_kv = c.n_tokens();
-  a.n_kv_heads = c.n_kv_heads();
-  a.d = c.head_dim();
-  a.k = c.k_rows(0);
-  a.v = c.v_rows(0);
-  a.causal_offset = c.n_tokens() - n_q;
-  a.mu_k = c.mu_k(0);
-  a.mu_v = c.mu_v(0);
-  std::vector<float> out(size_t(n_q) * a.n_q_heads * a.d, 0.0f);
-  a.out = out.data();
-  EXPECT_TRUE(attention(a).ok());
-  return out;
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -103,9 +85,9 @@ TEST(NonFinite, RowsAreStoredAsZerosInEveryFormatAndStagingAndCounted) {
         t += n;
         if (t == 10) {  // while staging (centred) the staged rows are read
           const auto q = gaussians(rng, size_t(2) * H * 3 * d);
-          const auto oa = attend(**a, q, 2, 3);
+          const auto oa = paged_test::attend(**a, 0, q, 2, 3, 1);
           EXPECT_TRUE(all_finite(oa));
-          EXPECT_TRUE(same_bits(oa, attend(**b, q, 2, 3)));
+          EXPECT_TRUE(same_bits(oa, paged_test::attend(**b, 0, q, 2, 3, 1)));
         }
       }
       const KvCache::NonFinite& nf = (*a)->nonfinite();
@@ -131,9 +113,9 @@ TEST(NonFinite, RowsAreStoredAsZerosInEveryFormatAndStagingAndCounted) {
                 << (vside ? "V" : "K") << " t=" << t << " h=" << h;
       }
       const auto q = gaussians(rng, size_t(5) * H * 3 * d);
-      const auto oa = attend(**a, q, 5, 3);
+      const auto oa = paged_test::attend(**a, 0, q, 5, 3, 1);
       EXPECT_TRUE(all_finite(oa));
-      EXPECT_TRUE(same_bits(oa, attend(**b, q, 5, 3)));
+      EXPECT_TRUE(same_bits(oa, paged_test::attend(**b, 0, q, 5, 3, 1)));
     }
 }
 
