@@ -19,7 +19,10 @@ const std::string& command_line() { return g_command_line; }
 
 void set_command_line(int argc, char** argv) {
   g_command_line.clear();
-  for (int i = 0; i < argc; ++i) g_command_line += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) {
+    if (i) g_command_line += ' ';
+    g_command_line += argv[i];
+  }
 }
 
 }  // namespace tkv
