@@ -25,9 +25,8 @@
 #include "eval/calibrate.h"
 #include "eval/perplexity.h"
 #include "model/model.h"
-#include "model/gen_model.h"
 #include "model/sampler.h"
-#include "poison_gguf.h"
+#include "test_models.h"
 #include "shared_data.h"
 #include "turbokv.h"
 #include "util/rng.h"
@@ -541,16 +540,9 @@ TEST(CApi, ContextLimitsAndCallbackStops) {
 // it had never been evaluated.
 TEST(CApi, AFailedBatchLeavesTheContextAsItWas) {
   const std::string path = "/tmp/tkv_capi_nan_" + std::to_string(getpid()) + ".gguf";
-  GenModelOptions g;
-  g.layers = 2;
-  g.dim = 64;
-  g.heads = 4;
-  g.kv_heads = 2;
-  g.head_dim = 16;
-  g.ffn = 128;
-  ASSERT_TRUE(generate_model(g, nullptr, path).ok());
+  small_model(path);
   const int32_t bad = 77;
-  poison_gguf(path, "token_embd.weight", uint64_t(bad) * 64);
+  poison_gguf(path, "token_embd.weight", uint64_t(bad) * 64);  // F32 rows of dim 64
   tkv_model* m = nullptr;
   ASSERT_EQ(tkv_model_load(path.c_str(), &m), TKV_OK) << tkv_last_error();
   tkv_context *a = make_context(m, "tq4"), *b = make_context(m, "tq4");

@@ -23,7 +23,7 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "paged_test_util.h"
-#include "poison_gguf.h"
+#include "test_models.h"
 #include "test_cli.h"
 #include "util/memory.h"
 #include "util/rng.h"
@@ -164,26 +164,12 @@ TEST(NonFinite, SubnormalRowsCodeAsZerosInEveryFormat) {
   for (size_t i = 2; i < out.size(); ++i) EXPECT_EQ(out[i], 0) << "code " << i;
 }
 
-// A small model on disk; `nan_tensor` (if set) gets NaN in its first element.
-std::string make_model(const std::string& path, const std::string& nan_tensor = "") {
-  GenModelOptions g;
-  g.layers = 2;
-  g.dim = 64;
-  g.heads = 4;
-  g.kv_heads = 2;
-  g.head_dim = 16;
-  g.ffn = 128;
-  EXPECT_TRUE(generate_model(g, nullptr, path).ok());
-  if (!nan_tensor.empty()) poison_gguf(path, nan_tensor);
-  return path;
-}
-
 std::string temp(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("tkv_hard_" + std::to_string(getpid()) + "_" + name)).string();
 }
 
 TEST(NonFinite, NaNLogitsAreAnErrorOrFlaggedPerSequence) {
-  const std::string path = make_model(temp("nan.gguf"), "output_norm.weight");
+  const std::string path = small_model(temp("nan.gguf"), "output_norm.weight");
   auto m = Model::load(path);
   ASSERT_TRUE(m.ok()) << m.error();
   const ModelConfig& c = (*m)->config();
@@ -209,7 +195,7 @@ TEST(NonFinite, NaNLogitsAreAnErrorOrFlaggedPerSequence) {
   EXPECT_TRUE(bad3);
   EXPECT_TRUE(bad4);
   // A healthy model's sequences are not flagged.
-  auto good = Model::load(make_model(temp("good.gguf")));
+  auto good = Model::load(small_model(temp("good.gguf")));
   ASSERT_TRUE(good.ok());
   auto c5 = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, o);
   bad3 = true;
@@ -223,7 +209,7 @@ TEST(NonFinite, NaNLogitsAreAnErrorOrFlaggedPerSequence) {
 // the healthy sequence beside it gets the bits it gets alone (a NaN row of
 // the token embedding poisons exactly the sequences that contain that token).
 TEST(NonFinite, OneBadSequenceInAStepLeavesTheOthersBitForBit) {
-  const std::string path = make_model(temp("nan_row.gguf"));
+  const std::string path = small_model(temp("nan_row.gguf"));
   const int32_t bad_token = 77;
   poison_gguf(path, "token_embd.weight", uint64_t(bad_token) * 64);  // F32 rows of dim 64
   auto m = Model::load(path);
@@ -251,7 +237,7 @@ TEST(NonFinite, OneBadSequenceInAStepLeavesTheOthersBitForBit) {
 class HardeningCli : public Cli {};
 
 TEST_F(HardeningCli, NaNWeightsAreAClearErrorInRunAndPerplexity) {
-  const std::string m = make_model(path("nan.gguf"), "output_norm.weight");
+  const std::string m = small_model(path("nan.gguf"), "output_norm.weight");
   CliResult r = run("run -m '" + m + "' -p 'hello there' -n 4");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("not finite"), std::string::npos) << r.err;
@@ -262,7 +248,7 @@ TEST_F(HardeningCli, NaNWeightsAreAClearErrorInRunAndPerplexity) {
 }
 
 TEST_F(HardeningCli, AContextThatDoesNotFitIsAnErrorNamingTheNumbers) {
-  const std::string m = make_model(path("m.gguf"));
+  const std::string m = small_model(path("m.gguf"));
   CliResult r = run("run -m '" + m + "' -p hi -n 2 -c 10000000");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE((r.out + r.err).find("10000000"), std::string::npos) << r.err;
@@ -296,7 +282,7 @@ TEST(ResourceLimits, BlockPoolChecksMemoryBeforeAllocating) {
 // GGUF headers that claim more than any file could hold: each is refused by
 // comparing with the file's size before anything is sized by the claim.
 TEST(ResourceLimits, GgufClaimsBeyondTheFileAreErrorsNamingTheNumbers) {
-  const std::string path = make_model(temp("claims.gguf"));
+  const std::string path = small_model(temp("claims.gguf"));
   std::ifstream in(path, std::ios::binary);
   const std::string good{std::istreambuf_iterator<char>(in), {}};
   std::remove(path.c_str());

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/report.h"
-#include "model/gen_model.h"
+#include "test_models.h"
 #include "tools/common_flags.h"
 #include "util/progress.h"
 
@@ -191,18 +191,7 @@ TEST(Progress, LineHasCountRateAndEta) {
 }
 
 std::string tiny_model() {
-  static const std::string path = [] {
-    GenModelOptions o;
-    o.layers = 2;
-    o.dim = 64;
-    o.heads = 2;
-    o.kv_heads = 2;
-    o.head_dim = 32;
-    o.ffn = 96;
-    const std::string p = testing::TempDir() + std::to_string(getpid()) + "_tkv_surfaces_model.gguf";
-    EXPECT_TRUE(generate_model(o, nullptr, p).ok());
-    return p;
-  }();
+  static const std::string path = small_model(testing::TempDir() + std::to_string(getpid()) + "_tkv_surfaces_model.gguf");
   return path;
 }
 

@@ -63,6 +63,17 @@ Status policy_layer_codecs(const std::shared_ptr<const KvPolicy>& pol, int l, bo
 
 }  // namespace
 
+Status apply_kv_policy_or_preset(const std::string& policy_path, const std::string& preset, int n_layer,
+                                 uint64_t model, KvCacheOptions& o) {
+  if (!policy_path.empty() && !preset.empty()) return Status::Error("give a KV policy or a preset, not both");
+  if (!preset.empty()) return apply_kv_preset(preset, n_layer, o);
+  if (policy_path.empty()) return Status::Ok();
+  auto p = read_kv_policy(policy_path, model);
+  if (!p) return p.status();
+  o.policy = std::make_shared<const KvPolicy>(std::move(*p));
+  return Status::Ok();
+}
+
 Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o) {
   // Plain formats with the -ip norm (the lowest KLD per bit among plain
   // formats on ref-5m, RESULTS §6); K one half-bit step above V (score errors

@@ -43,6 +43,11 @@ struct KvCacheOptions {
 // Named per-layer plain formats for users who do not calibrate (README):
 // "quality", "balanced", "compact". Fails on another name.
 Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o);
+// The per-layer choice every cache builder offers: a policy file (read and,
+// with model != 0, checked to be that model's) or a preset; neither leaves o
+// as it is, both is an error.
+Status apply_kv_policy_or_preset(const std::string& policy_path, const std::string& preset, int n_layer,
+                                 uint64_t model, KvCacheOptions& o);
 
 struct LayerCodecs {
   // One codec for all heads, or one per KV head (calibrated formats).

@@ -35,7 +35,7 @@ tkv_status file_error(const std::string& path, tkv_status otherwise) {
 }
 
 tkv_status cache_options(const char* fn, const char* type_k, const char* type_v, int32_t mean_center,
-                         const char* preset, const char* policy_path, int n_layer, uint64_t model,
+                         const char* preset, const char* policy_path, int n_layer, const tkv::Model* model,
                          KvCacheOptions& co) {
   const std::string f = fn;
   if (!type_k || !type_v) return fail(TKV_ERR_ARGUMENT, f + ": type_k and type_v must name formats (not NULL)");
@@ -43,13 +43,9 @@ tkv_status cache_options(const char* fn, const char* type_k, const char* type_v,
   co.type_k = type_k;
   co.type_v = type_v;
   co.mean_center = mean_center != 0;
-  if (preset)
-    if (Status s = apply_kv_preset(preset, n_layer, co); !s.ok()) return fail(TKV_ERR_ARGUMENT, f + ": " + s.message());
-  if (policy_path) {
-    auto p = read_kv_policy(policy_path, model);
-    if (!p) return fail(file_error(policy_path, TKV_ERR_FORMAT), f + ": " + p.error());
-    co.policy = std::make_shared<const KvPolicy>(std::move(*p));
-  }
+  const uint64_t fingerprint = policy_path && model ? model->fingerprint() : 0;
+  Status s = apply_kv_policy_or_preset(policy_path ? policy_path : "", preset ? preset : "", n_layer, fingerprint, co);
+  if (!s.ok()) return fail(policy_path ? file_error(policy_path, TKV_ERR_FORMAT) : TKV_ERR_ARGUMENT, f + ": " + s.message());
   return TKV_OK;
 }
 

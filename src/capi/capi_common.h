@@ -98,9 +98,9 @@ tkv_status read_params(const char* fn, const char* what, const T* p, T defaults,
 tkv_status file_error(const std::string& path, tkv_status otherwise);
 
 // The cache options of a context or cache: formats, centring, a preset or a
-// policy (read and checked against the model's fingerprint, 0: any).
+// policy (read, and checked to be `model`'s when one is given).
 tkv_status cache_options(const char* fn, const char* type_k, const char* type_v, int32_t mean_center,
-                         const char* preset, const char* policy_path, int n_layer, uint64_t model,
+                         const char* preset, const char* policy_path, int n_layer, const tkv::Model* model,
                          tkv::KvCacheOptions& co);
 
 // Threads: 0 or less means every core.

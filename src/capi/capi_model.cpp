@@ -41,7 +41,7 @@ tkv_status tkv_cache_create(const tkv_cache_params* pp, tkv_cache** out) {
                                         std::to_string(p.capacity) + ", mean_tokens " + std::to_string(p.mean_tokens));
     KvCacheOptions co;
     if (tkv_status s = capi::cache_options(fn, p.type_k, p.type_v, p.mean_center, p.preset, p.policy_path,
-                                           p.n_layer, 0, co))
+                                           p.n_layer, nullptr, co))
       return s;
     co.capacity = p.capacity;
     co.mean_tokens = p.mean_tokens;
@@ -236,7 +236,7 @@ tkv_status tkv_context_create(const tkv_model* m, const tkv_context_params* pp, 
     auto h = std::make_unique<tkv_context>();
     h->model = m->model.get();
     if (tkv_status s = capi::cache_options(fn, p.type_k, p.type_v, p.mean_center, p.preset, p.policy_path,
-                                           c.n_layer, m->model->fingerprint(), h->options))
+                                           c.n_layer, m->model.get(), h->options))
       return s;
     h->n_ctx = c.n_ctx_train > 0 ? std::min(p.n_ctx, c.n_ctx_train) : p.n_ctx;
     h->options.capacity = h->n_ctx;

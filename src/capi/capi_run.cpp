@@ -235,7 +235,7 @@ tkv_status tkv_perplexity(const tkv_model* m, const char* text, size_t text_len,
     o.batch = p.batch;
     o.threads = capi::resolve_threads(p.threads);
     if (tkv_status s = capi::cache_options(fn, p.type_k, p.type_v, p.mean_center, p.preset, p.policy_path,
-                                           m->model->config().n_layer, m->model->fingerprint(), o.cache))
+                                           m->model->config().n_layer, m->model.get(), o.cache))
       return s;
     auto r = perplexity(*m->model, normalize_newlines(std::string(text ? text : "", text_len)), o);
     if (!r) return fail(TKV_ERR_ARGUMENT, std::string(fn) + ": " + r.error());

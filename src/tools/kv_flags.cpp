@@ -12,14 +12,7 @@ void add_kv_policy_flags(CLI::App* cmd, KvPolicyFlags& f) {
 }
 
 Status apply_kv_policy_flags(const KvPolicyFlags& f, const Model& m, KvCacheOptions& co) {
-  if (!f.policy.empty()) {
-    auto p = read_kv_policy(f.policy, m.fingerprint());
-    if (!p) return p.status();
-    co.policy = std::make_shared<const KvPolicy>(std::move(*p));
-    return Status::Ok();
-  }
-  if (!f.preset.empty()) return apply_kv_preset(f.preset, m.config().n_layer, co);
-  return Status::Ok();
+  return apply_kv_policy_or_preset(f.policy, f.preset, m.config().n_layer, f.policy.empty() ? 0 : m.fingerprint(), co);
 }
 
 void add_cache_flags(CLI::App* cmd, CacheFlags& f) {

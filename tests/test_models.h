@@ -1,5 +1,6 @@
-// Writes NaN into one float of an F32 tensor of a GGUF file on disk (the
-// hardening and C API tests' broken models).
+// Small random-weight models on disk for tests that need a model but not a
+// particular one (hardening, C API, surfaces), and broken ones: NaN written
+// into one float of an F32 tensor.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -8,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "model/gen_model.h"
 #include "model/gguf.h"
 
 namespace tkv {
@@ -26,6 +28,21 @@ inline void poison_gguf(const std::string& path, const std::string& tensor, uint
   std::fstream io(path, std::ios::binary | std::ios::in | std::ios::out);
   io.seekp(static_cast<std::streamoff>(at));
   io.write(reinterpret_cast<const char*>(&nan), 4);
+}
+
+// 2 layers, dim 64, 4 heads on 2 KV heads of 16, F32 weights; `nan_tensor`
+// (if set) gets NaN in its first element.
+inline std::string small_model(const std::string& path, const std::string& nan_tensor = "") {
+  GenModelOptions g;
+  g.layers = 2;
+  g.dim = 64;
+  g.heads = 4;
+  g.kv_heads = 2;
+  g.head_dim = 16;
+  g.ffn = 128;
+  EXPECT_TRUE(generate_model(g, nullptr, path).ok());
+  if (!nan_tensor.empty()) poison_gguf(path, nan_tensor);
+  return path;
 }
 
 }  // namespace tkv
