@@ -17,6 +17,7 @@
 #include "util/fma_peak.h"
 #include "util/fp16.h"
 #include "util/rng.h"
+#include "util/simd_targets.h"
 
 namespace tkv {
 namespace {
@@ -51,7 +52,9 @@ Weights make_weights(const std::string& type, uint32_t id, int64_t rows, int64_t
   return w;
 }
 
-void BM_matmul(benchmark::State& state, std::string type, uint32_t id, MatmulCore core) {
+// target: a SIMD target to force (0: the best), so an AVX-512 machine also
+// measures the AVX2 kernels that AVX2-only CPUs run.
+void BM_matmul(benchmark::State& state, std::string type, uint32_t id, MatmulCore core, int64_t target) {
   const int n_tok = static_cast<int>(state.range(0));
   const int64_t rows = 2048, cols = 2048;
   static std::string cached_type;
@@ -63,10 +66,12 @@ void BM_matmul(benchmark::State& state, std::string type, uint32_t id, MatmulCor
   Rng rng(9);
   std::vector<float> x(static_cast<size_t>(n_tok * cols)), y(static_cast<size_t>(n_tok * rows));
   for (auto& v : x) v = static_cast<float>(rng.gaussian());
+  simd_force_target(target);
   for (auto _ : state) {
     matmul_with(core, w.m, x.data(), n_tok, y.data(), 1);
     benchmark::DoNotOptimize(y.data());
   }
+  simd_force_target(0);
   state.counters["flops"] =
       benchmark::Counter(2.0 * rows * cols * n_tok * state.iterations(), benchmark::Counter::kIsRate);
 }
@@ -91,10 +96,21 @@ int register_all() {
   for (const auto& [name, id] : types)
     for (MatmulCore core : {MatmulCore::kRows, MatmulCore::kTiled, MatmulCore::kInt8})
       benchmark::RegisterBenchmark((std::string("matmul/") + name + "/" + matmul_core_name(core)).c_str(), BM_matmul,
-                                   std::string(name), id, core)
+                                   std::string(name), id, core, int64_t{0})
           ->Arg(1)
           ->Arg(512)
           ->Unit(benchmark::kMillisecond);
+  // The AVX2 kernels (f32 tiles and the vpmaddubsw int8 core), where this CPU has AVX2.
+  int64_t avx2 = 0;
+  for (const auto& t : simd_targets())
+    if (t.name == "AVX2") avx2 = t.bit;
+  if (avx2 != 0)
+    for (const auto& [name, id] : types)
+      for (MatmulCore core : {MatmulCore::kTiled, MatmulCore::kInt8})
+        benchmark::RegisterBenchmark((std::string("matmul/") + name + "/avx2_" + matmul_core_name(core)).c_str(),
+                                     BM_matmul, std::string(name), id, core, avx2)
+            ->Arg(512)
+            ->Unit(benchmark::kMillisecond);
   return 0;
 }
 const int registered = register_all();

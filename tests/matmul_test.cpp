@@ -172,7 +172,7 @@ TEST(Matmul, LongBatchesAndLargeShapes) {
     for (MatmulCore core : {MatmulCore::kTiled, MatmulCore::kInt8}) {
       std::vector<float> y(static_cast<size_t>(n_tok * rows), -1.0f);
       matmul_with(core, tm.m, x.data(), n_tok, y.data(), 3);
-      const bool int8 = core == MatmulCore::kInt8 && has_u8_unpack(t.id) && int8_core_available();
+      const bool int8 = core == MatmulCore::kInt8 && int8_supports(t.id) && int8_core_available();
       EXPECT_LE(worst_ratio(tm, x, n_tok, y, int8), 1.0) << matmul_core_name(core) << " " << t.name;
     }
   }
@@ -181,7 +181,7 @@ TEST(Matmul, LongBatchesAndLargeShapes) {
 TEST(Matmul, Int8ScalarSpecWithinTheActivationQuantizationBound) {
   uint64_t seed = 200;
   for (const auto& t : kTypes) {
-    if (!has_u8_unpack(t.id)) continue;
+    if (!int8_supports(t.id)) continue;
     for (const auto& s : kShapes) {
       const int64_t cols = cols_for(t, s.cols);
       const TestMatrix tm = make_matrix(t, s.rows, cols, seed++);
@@ -239,23 +239,53 @@ TEST(Matmul, Q8DecodeRowsEqualItsScalarSpecBitForBit) {
       }
 }
 
-TEST(Matmul, Int8KernelEqualsItsScalarSpecBitForBit) {
-  if (!int8_core_available()) GTEST_SKIP() << "no AVX512-VNNI on this CPU: the int8 core falls back to the f32 tiles";
-  uint64_t seed = 300;
-  for (const auto& t : kTypes) {
-    if (!has_u8_unpack(t.id)) continue;
-    for (const auto& s : kShapes)
-      for (int n_tok : {1, 2, 3, 4, 5, 11, 300}) {
-        const int64_t cols = cols_for(t, s.cols);
-        const TestMatrix tm = make_matrix(t, s.rows, cols, seed++);
-        const auto x = make_acts(n_tok, cols, seed++);
-        std::vector<float> y(static_cast<size_t>(n_tok * s.rows)), ref(y.size());
-        ASSERT_TRUE(matmul_int8(tm.m, x.data(), n_tok, y.data(), 2));
-        matmul_int8_ref(tm.m, x.data(), n_tok, ref.data());
-        EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), 4 * y.size()))
-            << t.name << " " << s.rows << "x" << cols << " tokens " << n_tok;
-      }
+// Both int8 kernels (AVX512-VNNI on the AVX-512 target, AVX2 on the AVX2
+// target) against the scalar specification, bit for bit; the targets with
+// neither kernel must refuse. Codes and scales are then randomized over
+// their whole ranges (Q8_0 codes -128..127, which ggml never writes but a
+// file may hold and which AVX2's signed trick must survive; Q6_K scales of
+// either sign) at the largest magnitudes the activations reach.
+TEST(Matmul, Int8KernelsEqualTheirScalarSpecBitForBitOnEveryTarget) {
+  TargetGuard guard;
+  int kernels_run = 0;
+  for (const auto& target : simd_targets()) {
+    simd_force_target(target.bit);
+    if (!int8_core_available()) {
+      std::vector<float> y(64);
+      const TestMatrix tm = make_matrix(kTypes[3], 2, 32, 1);
+      const auto x = make_acts(1, 32, 2);
+      EXPECT_FALSE(matmul_int8(tm.m, x.data(), 1, y.data(), 1)) << target.name;
+      continue;
+    }
+    ++kernels_run;
+    uint64_t seed = 300;
+    for (const auto& t : kTypes) {
+      if (!int8_supports(t.id)) continue;
+      for (const auto& s : kShapes)
+        for (int n_tok : {1, 2, 3, 4, 5, 11, 300})
+          for (bool wild : {false, true}) {
+            const int64_t cols = cols_for(t, s.cols);
+            TestMatrix tm = make_matrix(t, s.rows, cols, seed++);
+            if (wild) {
+              Rng rng(seed++);
+              const int bb = weight_block_bytes(t.id);
+              for (size_t i = 0; i < tm.bytes.size(); ++i) {
+                const size_t in_block = i % tm.m.row_bytes % bb;
+                const bool code = t.id == 8 ? in_block >= 2 : t.id == 14 ? in_block < 208 : false;
+                if (code && rng.below(4) == 0) tm.bytes[i] = static_cast<uint8_t>(rng.below(256));
+              }
+            }
+            const auto x = make_acts(n_tok, cols, seed++);
+            std::vector<float> y(static_cast<size_t>(n_tok * s.rows)), ref(y.size());
+            ASSERT_TRUE(matmul_int8(tm.m, x.data(), n_tok, y.data(), 2)) << target.name << " " << t.name;
+            matmul_int8_ref(tm.m, x.data(), n_tok, ref.data());
+            EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), 4 * y.size()))
+                << target.name << " " << t.name << " " << s.rows << "x" << cols << " tokens " << n_tok
+                << (wild ? " (codes over their whole range)" : "");
+          }
+    }
   }
+  if (kernels_run == 0) GTEST_SKIP() << "neither AVX512-VNNI nor AVX2 on this CPU: the int8 core falls back to the f32 tiles";
 }
 
 TEST(Matmul, SimdActivationQuantizerEqualsTheScalarOneOnEveryTarget) {

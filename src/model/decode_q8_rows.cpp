@@ -178,7 +178,7 @@ void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y) {
 }
 
 bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
-  if (w.type != 8 || w.cols % 32 != 0 || n_tok < 1 || !int8_core_available()) return false;
+  if (w.type != 8 || w.cols % 32 != 0 || n_tok < 1 || !vnni_available()) return false;
 #ifdef TKV_Q8R_VNNI
   std::vector<Q8Acts> acts;
   for (int t = 0; t < n_tok; ++t) acts.push_back(q8_acts(x + t * w.cols, w.cols));

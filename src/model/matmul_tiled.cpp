@@ -192,107 +192,6 @@ void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, 
   }
 }
 
-namespace {
-
-constexpr int kR8 = 32;  // rows per int8 panel: two vectors of 16 int32 lanes
-constexpr int kNT8 = 4;  // tokens per int8 tile (8 int32 + 8 f32 accumulators; 6 measured no faster)
-
-struct QuantizedActs {
-  std::vector<int8_t> q;
-  std::vector<float> d, s;
-  int64_t nb = 0;
-};
-
-// simd: the Highway quantizer, else the scalar specification.
-QuantizedActs quantize_all(const float* x, int n_tok, int64_t cols, int threads, bool simd) {
-  QuantizedActs a;
-  a.nb = cols / 32;
-  a.q.resize(static_cast<size_t>(n_tok) * cols);
-  a.d.resize(static_cast<size_t>(n_tok) * a.nb);
-  a.s.resize(a.d.size());
-#pragma omp parallel for num_threads(threads) schedule(static) if (n_tok * cols > 65536)
-  for (int t = 0; t < n_tok; ++t) {
-    if (simd) {
-      HWY_DYNAMIC_DISPATCH(QuantizeActsQ8)(x + t * cols, cols, &a.q[t * cols], &a.d[t * a.nb], &a.s[t * a.nb]);
-    } else {
-      quantize_activations_q8(x + t * cols, cols, &a.q[t * cols], &a.d[t * a.nb], &a.s[t * a.nb]);
-    }
-  }
-  return a;
-}
-
-// A panel of kR8 rows, all columns: per block j, 8 groups of 4 columns, each
-// group two 64-byte vectors whose 32-bit lane i holds row (16 h + i)'s 4 codes
-// (the operand layout of vpdpbusd); then the rows' scales and offsets.
-struct PackedPanel {
-  explicit PackedPanel(int64_t nb)
-      : q(hwy::AllocateAligned<uint8_t>(static_cast<size_t>(nb * 32 * kR8))),
-        d(hwy::AllocateAligned<float>(static_cast<size_t>(nb * kR8))),
-        m(hwy::AllocateAligned<float>(static_cast<size_t>(nb * kR8))) {}
-  hwy::AlignedFreeUniquePtr<uint8_t[]> q;
-  hwy::AlignedFreeUniquePtr<float[]> d, m;
-};
-
-void pack_panel(const Matrix& w, int64_t r0, int64_t nr, PackedPanel& p) {
-  const int64_t nb = w.cols / 32;
-  if (nr < kR8) {  // rows past the matrix: codes, scales and offsets 0
-    std::memset(p.q.get(), 0, static_cast<size_t>(nb * 32 * kR8));
-    std::memset(p.d.get(), 0, sizeof(float) * nb * kR8);
-    std::memset(p.m.get(), 0, sizeof(float) * nb * kR8);
-  }
-  uint8_t u[32];
-  for (int64_t i = 0; i < nr; ++i) {
-    const uint8_t* row = w.data + (r0 + i) * w.row_bytes;
-    for (int64_t j = 0; j < nb; ++j) {
-      unpack_u8(w.type, row, j, u, &p.d[j * kR8 + i], &p.m[j * kR8 + i]);
-      uint8_t* dst = &p.q[j * 32 * kR8 + (i / 16) * 64 + (i % 16) * 4];
-      for (int g = 0; g < 8; ++g) std::memcpy(dst + g * 128, u + 4 * g, 4);
-    }
-  }
-}
-
-#ifdef TKV_VNNI
-template <int NT>
-TKV_VNNI_ATTR void tile_i8_vnni(const PackedPanel& p, int64_t nb, const QuantizedActs& a, int64_t cols, int t0,
-                                float* out) {
-  __m512 f[2][NT];
-  for (int h = 0; h < 2; ++h)
-    for (int t = 0; t < NT; ++t) f[h][t] = _mm512_setzero_ps();
-  const int8_t* xq = a.q.data() + t0 * cols;
-  const float* xd = a.d.data() + t0 * nb;
-  const float* xs = a.s.data() + t0 * nb;
-  for (int64_t j = 0; j < nb; ++j) {
-    __m512i acc[2][NT];
-    for (int h = 0; h < 2; ++h)
-      for (int t = 0; t < NT; ++t) acc[h][t] = _mm512_setzero_si512();
-    const uint8_t* wj = p.q.get() + j * 32 * kR8;
-    for (int g = 0; g < 8; ++g) {
-      const __m512i w0 = _mm512_load_si512(wj + g * 128), w1 = _mm512_load_si512(wj + g * 128 + 64);
-      for (int t = 0; t < NT; ++t) {
-        int32_t xv;
-        std::memcpy(&xv, xq + t * cols + j * 32 + g * 4, 4);
-        const __m512i xb = _mm512_set1_epi32(xv);
-        acc[0][t] = _mm512_dpbusd_epi32(acc[0][t], w0, xb);
-        acc[1][t] = _mm512_dpbusd_epi32(acc[1][t], w1, xb);
-      }
-    }
-    for (int h = 0; h < 2; ++h) {
-      const __m512 d = _mm512_load_ps(p.d.get() + j * kR8 + h * 16);
-      const __m512 m = _mm512_load_ps(p.m.get() + j * kR8 + h * 16);
-      for (int t = 0; t < NT; ++t) {
-        const __m512 sc = _mm512_mul_ps(d, _mm512_set1_ps(xd[t * nb + j]));
-        f[h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][t]), sc, f[h][t]);
-        f[h][t] = _mm512_fmadd_ps(m, _mm512_set1_ps(xs[t * nb + j]), f[h][t]);
-      }
-    }
-  }
-  for (int t = 0; t < NT; ++t)
-    for (int h = 0; h < 2; ++h) _mm512_storeu_ps(out + t * kR8 + h * 16, f[h][t]);
-}
-#endif
-
-}  // namespace
-
 #ifdef TKV_VNNI
 // ---- decode (one token): weight streaming with int8 activations ----
 namespace {
@@ -451,9 +350,9 @@ void quantize_activations_q8_simd(const float* x, int64_t cols, int8_t* q, float
   HWY_DYNAMIC_DISPATCH(QuantizeActsQ8)(x, cols, q, d, s);
 }
 
-bool int8_core_available() {
+bool vnni_available() {
 #ifdef TKV_VNNI
-  // Follows simd_force_target: the kernel is AVX-512, so it runs only while
+  // Follows simd_force_target: the kernels are AVX-512, so they run only while
   // dispatch may pick an AVX-512 target.
   const int64_t t = hwy::SupportedTargets();
   return (t & (HWY_AVX3 | HWY_AVX3_DL)) != 0 && __builtin_cpu_supports("avx512vnni");
@@ -462,40 +361,9 @@ bool int8_core_available() {
 #endif
 }
 
-bool matmul_int8(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
-  if (!has_u8_unpack(w.type) || w.cols % 32 != 0 || !int8_core_available()) return false;
-#ifdef TKV_VNNI
-  const QuantizedActs a = quantize_all(x, n_tok, w.cols, threads, true);
-  const int64_t nb = a.nb, n_panels = (w.rows + kR8 - 1) / kR8;
-#pragma omp parallel num_threads(threads) if (w.rows * w.cols > 65536)
-  {
-    PackedPanel p(nb);
-    alignas(64) float out[kR8 * kNT8];
-#pragma omp for schedule(static)
-    for (int64_t pi = 0; pi < n_panels; ++pi) {
-      const int64_t r0 = pi * kR8, nr = std::min<int64_t>(kR8, w.rows - r0);
-      pack_panel(w, r0, nr, p);
-      for (int t0 = 0; t0 < n_tok; t0 += kNT8) {
-        const int nt = std::min(kNT8, n_tok - t0);
-        switch (nt) {
-          case 1: tile_i8_vnni<1>(p, nb, a, w.cols, t0, out); break;
-          case 2: tile_i8_vnni<2>(p, nb, a, w.cols, t0, out); break;
-          case 3: tile_i8_vnni<3>(p, nb, a, w.cols, t0, out); break;
-          default: tile_i8_vnni<4>(p, nb, a, w.cols, t0, out); break;
-        }
-        for (int t = 0; t < nt; ++t) std::memcpy(y + (t0 + t) * w.rows + r0, out + t * kR8, sizeof(float) * nr);
-      }
-    }
-  }
-  return true;
-#else
-  return false;
-#endif
-}
-
 bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) {
   if (w.type == 8) return decode_q8_rows(w, x, 1, y, threads);
-  if (w.type != 2 || w.cols % 32 != 0 || !int8_core_available()) return false;
+  if (w.type != 2 || w.cols % 32 != 0 || !vnni_available()) return false;
 #ifdef TKV_VNNI
   const DecodeActs a = decode_acts(x, w.cols);
   const int64_t nb = w.cols / 32;
@@ -509,7 +377,7 @@ bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) 
 
 bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   if (w.type == 8) return decode_q8_rows(w, x, n_tok, y, threads);
-  if (w.type != 2 || w.cols % 32 != 0 || !int8_core_available()) return false;
+  if (w.type != 2 || w.cols % 32 != 0 || !vnni_available()) return false;
 #ifdef TKV_VNNI
   std::vector<DecodeActs> acts;
   for (int t = 0; t < n_tok; ++t) acts.push_back(decode_acts(x + t * w.cols, w.cols));
@@ -550,26 +418,6 @@ bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float
 #else
   return false;
 #endif
-}
-
-void matmul_int8_ref(const Matrix& w, const float* x, int n_tok, float* y) {
-  const QuantizedActs a = quantize_all(x, n_tok, w.cols, 1, false);
-  const int64_t nb = a.nb;
-  std::vector<uint8_t> u(static_cast<size_t>(w.cols));
-  std::vector<float> d(nb), m(nb);
-  for (int64_t r = 0; r < w.rows; ++r) {
-    for (int64_t j = 0; j < nb; ++j) unpack_u8(w.type, w.data + r * w.row_bytes, j, &u[j * 32], &d[j], &m[j]);
-    for (int t = 0; t < n_tok; ++t) {
-      float f = 0.0f;
-      for (int64_t j = 0; j < nb; ++j) {
-        int32_t isum = 0;
-        for (int k = 0; k < 32; ++k) isum += u[j * 32 + k] * a.q[t * w.cols + j * 32 + k];
-        f = std::fma(static_cast<float>(isum), d[j] * a.d[t * nb + j], f);
-        f = std::fma(m[j], a.s[t * nb + j], f);
-      }
-      y[t * w.rows + r] = f;
-    }
-  }
 }
 
 }  // namespace tkv

@@ -14,13 +14,20 @@ namespace tkv {
 // tokens of FMAs per step (Highway, every compiled target).
 void matmul_tiled_f32(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 
-// Int8-activation core: activations quantized per block of 32 (Q8_0-like),
-// weights unpacked to u8 codes with a scale and offset per 32 (unpack_u8),
-// integer dot products with AVX512-VNNI vpdpbusd, scaled once per block.
-// False (nothing written) when the type has no u8 unpack or the CPU / the
-// forced SIMD target cannot run the kernel.
+// Int8-activation core (matmul_int8.cpp): activations quantized per block of
+// 32 (Q8_0-like), weights unpacked to u8 codes with a scale and offset per 32
+// (unpack_u8; Q6_K: a scale per 16, unpack_q6k_u8), exact integer dot
+// products (AVX512-VNNI vpdpbusd, or AVX2 vpmaddubsw + vpmaddwd: the same
+// sums, the same bits), scaled once per block. False (nothing written) when
+// the type is not one of them or the CPU / the forced SIMD target has
+// neither kernel.
 bool matmul_int8(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 bool int8_core_available();
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
+bool int8_supports(uint32_t type);
+// AVX512-VNNI usable now (the CPU has it and dispatch may pick an AVX-512
+// target): the decode kernels below need it.
+bool vnni_available();
 // Decode (one token) with int8 activations for Q8_0 and Q4_0: Q8_0 by
 // decode_q8_rows (below); Q4_0 rows streamed straight from their blocks, two
 // blocks per vpdpbusd, scales applied per lane. False (nothing written) for

@@ -204,4 +204,25 @@ void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* 
   }
 }
 
+void unpack_q6k_u8(const uint8_t* row, int64_t j, uint8_t* u, float* d2) {
+  // Sub-block j of 32 is quarter j % 4 of half j / 4 of its 256-value block
+  // (dequantize_blocks' loop: ql + 64 and qh + 32 per half, the quarter's
+  // low nibbles from ql[l] or ql[l + 32], low or high, its 2 high bits from
+  // qh[l] at shift 2 * quarter).
+  const uint8_t* blk = row + (j / 8) * 210;
+  const int h128 = static_cast<int>(j % 8) / 4, quarter = static_cast<int>(j % 4);
+  const uint8_t* ql = blk + 64 * h128 + (quarter & 1 ? 32 : 0);
+  const uint8_t* qh = blk + 128 + 32 * h128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 8 * h128 + 2 * quarter;
+  for (int l = 0; l < 32; ++l) {
+    const int lo = quarter < 2 ? ql[l] & 0xF : ql[l] >> 4;
+    u[l] = static_cast<uint8_t>(lo | (((qh[l] >> (2 * quarter)) & 3) << 4));
+  }
+  // d * sc, as the float dequantizer forms it first: exact (an f16
+  // significand of 11 bits times an int8).
+  const float d = half(blk + 208);
+  d2[0] = d * sc[0];
+  d2[1] = d * sc[1];
+}
+
 }  // namespace tkv

@@ -17,12 +17,15 @@ int weight_block_bytes(uint32_t type);
 void unpack_f32(uint32_t type, const uint8_t* row, int64_t k0, int64_t n, float* out);
 
 // Whether unpack_u8 handles the type: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
-// Q5_K (Q6_K has two scales per 32 values and is not one of them).
+// Q5_K (Q6_K has two scales per 32 values: unpack_q6k_u8).
 bool has_u8_unpack(uint32_t type);
 // The 32 values of block j of a row (sub-block j for K-quants) as codes
 // u in 0..255 with value = d * u + m in exact arithmetic, d and m being the
 // floats unpack_f32 multiplies by (Q8_0: u = q + 128, m = -128 d; Q4_0:
 // u = q, m = -8 d; Q4_K: d = d_super * scale, m = -(dmin * min); ...).
 void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* d, float* m);
+// Q6_K's sub-block j of 32 values as codes u in 0..63 with
+// value = d2[l / 16] * (u - 32) in exact arithmetic (one scale per 16).
+void unpack_q6k_u8(const uint8_t* row, int64_t j, uint8_t* u, float* d2);
 
 }  // namespace tkv
