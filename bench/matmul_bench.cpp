@@ -39,9 +39,9 @@ Weights make_weights(const std::string& type, uint32_t id, int64_t rows, int64_t
   for (int64_t r = 0; r < rows; ++r) {
     for (auto& v : row) v = static_cast<float>(0.02 * rng.gaussian());
     uint8_t* out = &w.bytes[r * w.m.row_bytes];
-    if (id == 1) {
+    if (id == 1 || id == 30) {
       for (int64_t c = 0; c < cols; ++c) {
-        const uint16_t h = f32_to_f16(row[c]);
+        const uint16_t h = id == 1 ? f32_to_f16(row[c]) : f32_to_bf16(row[c]);
         std::memcpy(out + 2 * c, &h, 2);
       }
     } else {
@@ -92,7 +92,7 @@ void BM_vnni_peak(benchmark::State& state) {
 BENCHMARK(BM_vnni_peak)->Name("matmul/int8_peak")->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 int register_all() {
-  const std::pair<const char*, uint32_t> types[] = {{"F16", 1}, {"Q8_0", 8}, {"Q4_0", 2}, {"Q4_K", 12}, {"Q6_K", 14}};
+  const std::pair<const char*, uint32_t> types[] = {{"F16", 1}, {"BF16", 30}, {"Q8_0", 8}, {"Q4_0", 2}, {"Q4_K", 12}, {"Q6_K", 14}};
   for (const auto& [name, id] : types)
     for (MatmulCore core : {MatmulCore::kRows, MatmulCore::kTiled, MatmulCore::kInt8})
       benchmark::RegisterBenchmark((std::string("matmul/") + name + "/" + matmul_core_name(core)).c_str(), BM_matmul,

@@ -27,7 +27,8 @@ Expected<Matrix> matrix_from(const gguf::Tensor& t, const std::string& path);
 //   rows x tokens (every weight type, every SIMD target);
 // kInt8: activations quantized per block of 32, integer dot products
 //   (AVX512-VNNI, else AVX2) for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
-//   Q6_K; other types or CPUs fall back to kTiled;
+//   Q6_K; BF16 weights with activations rounded to bf16 and AVX512-BF16
+//   dot products; other types or CPUs fall back to kTiled;
 //   One token (decode) of Q8_0 or Q4_0 takes a weight-streaming int8 kernel;
 // kAuto: kInt8 for one token of Q8_0/Q4_0 and from kTiledMinTokens tokens,
 //   else kRows.

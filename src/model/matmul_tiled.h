@@ -25,6 +25,12 @@ bool matmul_int8(const Matrix& w, const float* x, int n_tok, float* y, int threa
 bool int8_core_available();
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 bool int8_supports(uint32_t type);
+// BF16 weights with AVX512-BF16 vdpbf16ps (matmul_bf16.cpp): activations
+// rounded to bf16 (nearest even), pairs of products per f32 lane, panels of
+// 32 rows x tiles of 8 tokens. False (nothing written) for other types or
+// without the instruction (or the AVX-512 target).
+bool matmul_bf16(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+bool bf16_dot_available();
 // AVX512-VNNI usable now (the CPU has it and dispatch may pick an AVX-512
 // target): the decode kernels below need it.
 bool vnni_available();
