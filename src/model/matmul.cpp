@@ -197,6 +197,14 @@ MatmulCore matmul_core() {
 
 void set_matmul_core(MatmulCore c) { g_core.store(static_cast<int>(c), std::memory_order_relaxed); }
 
+namespace {
+// Types whose few-token products take the int8 prefill core rather than the
+// row core: Q6_K, whose rows the row core expands to floats with scalar code
+// first (1.7 GFLOP/s at one token against the int8 core's 6.6; tkv_bench
+// matmul/Q6_K/*/1). Q4_K's expansion is cheaper (8.5 against 6.9): it stays.
+bool int8_for_decode(uint32_t type) { return type == 14 && int8_core_available(); }
+}  // namespace
+
 void matmul(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   matmul_with(matmul_core(), w, x, n_tok, y, threads);
 }
@@ -204,7 +212,7 @@ void matmul(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
 void matmul_with(MatmulCore core, const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   if (core == MatmulCore::kAuto) {
     if (n_tok == 1 && matmul_int8_decode(w, x, y, threads)) return;
-    core = n_tok >= kTiledMinTokens ? MatmulCore::kInt8 : MatmulCore::kRows;
+    core = n_tok >= kTiledMinTokens || int8_for_decode(w.type) ? MatmulCore::kInt8 : MatmulCore::kRows;
   }
   if (core == MatmulCore::kInt8) {
     if (n_tok == 1 && matmul_int8_decode(w, x, y, threads)) return;
@@ -221,6 +229,8 @@ void matmul_tokens(const Matrix& w, const float* x, int n_tok, float* y, int thr
   if (n_tok == 1) return matmul_with(core, w, x, 1, y, threads);
   if (core == MatmulCore::kAuto || core == MatmulCore::kInt8)
     if (matmul_int8_decode_tokens(w, x, n_tok, y, threads)) return;
+  // The int8 core gives each token the bits it gives that token alone.
+  if (core == MatmulCore::kAuto && int8_for_decode(w.type) && matmul_int8(w, x, n_tok, y, threads)) return;
   const bool q_1tok = w.type == 8 || w.type == 2;  // RowDots has a one-token path for these
   if (core == MatmulCore::kAuto && !q_1tok) {
     // One token takes kRows here, and RowDots keeps one accumulator per
