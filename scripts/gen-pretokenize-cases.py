@@ -46,10 +46,60 @@ DEEPSEEK_LLM = [
 ]
 
 
+# The regex pre-tokenizers (src/model/pretokenize.cpp runs the same lists with
+# its own matcher, src/model/cpt_regex.cpp), as llama.cpp's llama-vocab.cpp
+# lists them, written as the models' own patterns where llama.cpp rewrites
+# them for std::regex. Kimi K2 as its tiktoken pattern, with class
+# intersections (regex.V1), which turbokv writes with lookaheads.
+CONTRACT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+CASE_WORDS = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+" + CONTRACT + "?|"
+              r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + CONTRACT + "?")
+GPT2_LLAMACPP = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+QWEN2 = CONTRACT + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+CJK_DS = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+CJK_KANA = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
+ASCII_PUNCT_WORD = r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+"""
+BLOOM = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
+NOT_HAN_UPPER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]"
+NOT_HAN_LOWER = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]"
+REGEX_KINDS = {
+    "default": [r"[\p{P}\$\+<=>\^~\|]+", GPT2_LLAMACPP, r"\p{N}+", "[0-9][0-9][0-9]"],
+    "deepseek_coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", CJK_DS, r"\p{N}"],
+    "deepseek_v3": [r"\p{N}{1,3}", CJK_KANA,
+                    ASCII_PUNCT_WORD + r"|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "spark2_5": [r"\p{N}{1,3}", CJK_KANA,
+                 ASCII_PUNCT_WORD + r"|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+", r"\p{N}"],
+    "youtu": ["[\uac00-\ud7a3\u3131-\u318e]+|[\uff01\u2026\u201c\u201d\u2018\u2019\u2014\uff1a\uff1b\uff0c\u3001-\u303f\ufe30-\ufe4f]+"
+              "|[\u3105-\u312f]+|[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+              CASE_WORDS + r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "gpt4o": [CASE_WORDS + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "tekken": [r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+               r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"
+               r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "qwen35": [CONTRACT + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "kimi_k2": [r"[\p{Han}]+|[^\r\n\p{L}\p{N}]?" + NOT_HAN_UPPER + "*" + NOT_HAN_LOWER + "+" + CONTRACT + "?|"
+                r"[^\r\n\p{L}\p{N}]?" + NOT_HAN_UPPER + "+" + NOT_HAN_LOWER + "*" + CONTRACT + "?|"
+                r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "seed_coder": [CONTRACT + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "bailingmoe": [r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"],
+    "ufakzeka": [r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "exaone_moe": [CONTRACT + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+"],
+    "minicpm5": [r"\p{N}{1,3}", CONTRACT + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "laguna": [r"[^\n]+|[\n]+", QWEN2],
+    "jais2": [CONTRACT + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+              + "|".join(r"\s{%d}(?!\S)" % n for n in (512, 256, 128, 64, 32, 16, 8, 4)) + r"|\s{1,2}(?!\S)|\s{1}"],
+    "bloom": [BLOOM],
+    "viking": [BLOOM, r"\p{N}"],
+    "chameleon": ["<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\t\n]|    |  )", r"\p{N}",
+                  r"[\p{P}!-/:-@\[-`{-~]", GPT2_LLAMACPP],
+    "tiny_aya": [r"\d{1,3}(?=(?:\d{3})*\b)", CASE_WORDS + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+}
+
+
 def split_staged(exprs, text):
     pieces = [text]
     for e in exprs:
-        r = regex.compile(e)
+        r = regex.compile(e, regex.V1 if "&&" in e else 0)
         nxt = []
         for p in pieces:
             prev = 0
@@ -74,10 +124,16 @@ def texts():
     with open(os.path.join(SHARED, "data", "text", "wikitext-2-raw-test.txt"), encoding="utf-8") as f:
         lines = [l for l in f.read().replace("\r\n", "\n").split("\n") if l.strip()]
     out += lines[:150:3]
+    out += [" " * 600 + "x", "a" + " " * 130 + "b", "\n" * 5 + "  x"]  # jais-2's \s{512}..\s{4} runs
     rng = random.Random(20261201)
     pieces = ["Hello", " world", "'s", "'LL", "'Re", " 2024", "12345678", "\n", "\r\n", "\t", "  ", "   ",
               "ß", "Ünïcödé", "Ωμέγα", "ῼ", "K", "\u3000", "。", "！？", "ｈｉ", "𐐀𐐁", "ࠀ", "日本語", "中文字符", "한국어", "🦙", "😀👍", "$", "!!", "...", "--", "«", "»",
-              "x²", "٣٤٥", "Ⅻ", "ǅ", "\u00a0", "\u2009", "é", "e\u0301", "ﬁ", "ＡＢＣ", "١٢", "\u200b", "?!"]
+              "x²", "٣٤٥", "Ⅻ", "ǅ", "\u00a0", "\u2009", "é", "e\u0301", "ﬁ", "ＡＢＣ", "١٢", "\u200b", "?!",
+              # the newer pre-tokenizers' rules: case runs, kana, Han next to Latin, grouped digits,
+              # whitespace runs, their punctuation classes and literal markers
+              "HTTPServer", "McDonald'S", "ÉCOLE", "Straße", "ΑΘΗΝΑ", "ſ", "'ſ", "ひらがな", "カタカナ", "漢字abc",
+              "1,234,567", "1234567", "    ", "\t\t", "        ", "। ", "،", "۔", "…", "“quoted”", "—",
+              "<sentinel:12>", "IMGIMGABCZ", "/path/to", "x/y\n", "Hello, world!", "ㄅㄆ", "︰", "ＡＢＣ!"]
     for _ in range(300):
         out.append("".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))))
     seen, uniq = set(), []
@@ -92,10 +148,12 @@ def main():
     cases = []
     for t in texts():
         cases.append({"text": t, **{k: regex.findall(p, t) for k, p in PATTERNS.items()},
-                      "deepseek_llm": split_staged(DEEPSEEK_LLM, t)})
+                      "deepseek_llm": split_staged(DEEPSEEK_LLM, t),
+                      **{k: split_staged(exprs, t) for k, exprs in REGEX_KINDS.items()}})
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "pretokenize_cases.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"regex_version": regex.__version__, "patterns": PATTERNS, "deepseek_llm": DEEPSEEK_LLM,
+                   "regex_kinds": REGEX_KINDS,
                    "cases": cases}, f, ensure_ascii=False)
         f.write("\n")
     print(f"{path}: {len(cases)} cases")

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/gguf.h"
+#include "model/cpt_regex.h"
 #include "model/pretokenize.h"
 #include "model/tokenizer.h"
 #include "shared_data.h"
@@ -121,9 +122,17 @@ TEST(Tokenizer, PreTokenizersSplitAsTheRegexesDoInAnotherEngine) {
   const auto j = nlohmann::json::parse(in);
   const auto& cases = j.at("cases");
   ASSERT_GT(cases.size(), 300u);
-  for (const auto& [key, kind] : {std::pair<const char*, PreTokenizer>{"gpt2", PreTokenizer::kGpt2},
-                                  {"llama3", PreTokenizer::kLlama3}, {"qwen2", PreTokenizer::kQwen2},
-                                  {"deepseek_llm", PreTokenizer::kDeepseekLlm}}) {
+  using P = PreTokenizer;
+  const std::pair<const char*, PreTokenizer> kinds[] = {
+      {"gpt2", P::kGpt2},         {"llama3", P::kLlama3},         {"qwen2", P::kQwen2},
+      {"deepseek_llm", P::kDeepseekLlm}, {"default", P::kDefault}, {"deepseek_coder", P::kDeepseekCoder},
+      {"deepseek_v3", P::kDeepseekV3}, {"spark2_5", P::kSpark2_5}, {"youtu", P::kYoutu},
+      {"gpt4o", P::kGpt4o},       {"tekken", P::kTekken},         {"qwen35", P::kQwen35},
+      {"kimi_k2", P::kKimiK2},    {"seed_coder", P::kSeedCoder},  {"bailingmoe", P::kBailingMoe},
+      {"ufakzeka", P::kUfakzeka}, {"exaone_moe", P::kExaoneMoe},  {"minicpm5", P::kMinicpm5},
+      {"laguna", P::kLaguna},     {"jais2", P::kJais2},           {"bloom", P::kBloom},
+      {"viking", P::kViking},     {"chameleon", P::kChameleon},   {"tiny_aya", P::kTinyAya}};
+  for (const auto& [key, kind] : kinds) {
     int bad = 0;
     for (const auto& c : cases) {
       const std::string text = c.at("text");
@@ -138,6 +147,75 @@ TEST(Tokenizer, PreTokenizersSplitAsTheRegexesDoInAnotherEngine) {
     }
     EXPECT_EQ(bad, 0) << key << ": " << bad << " of " << cases.size() << " texts split differently";
   }
+}
+
+// Every tokenizer.ggml.pre name maps to a kind, the regex kinds' patterns
+// compile (pre_tokenize aborts otherwise) and an unknown name's error lists
+// the supported ones.
+TEST(Tokenizer, EveryPreTokenizerNameIsKnownAndAnUnknownOneListsThem) {
+  const std::string names = pre_tokenizer_names();
+  for (const char* n : {"qwen35", "deepseek-llm", "deepseek-coder", "deepseek-v3", "mpt", "gpt-4o", "tekken", "smollm",
+                        "olmo", "command-r", "llama4", "stablelm2", "phi-2", "dbrx", "exaone", "kimi-k2"}) {
+    PreTokenizer k;
+    EXPECT_TRUE(pre_tokenizer_from_name(n, k)) << n;
+    EXPECT_NE(names.find(n), std::string::npos) << n;
+    EXPECT_FALSE(pre_tokenize("I'm 12345 日本語 ok!", k).empty()) << n;
+  }
+  bool im = false;
+  PreTokenizer k;
+  ASSERT_TRUE(pre_tokenizer_from_name("tekken", k, &im));
+  EXPECT_TRUE(im);
+  ASSERT_TRUE(pre_tokenizer_from_name("dbrx", k, &im));
+  EXPECT_FALSE(im);
+  EXPECT_FALSE(pre_tokenizer_from_name("no-such-pre", k));
+  gguf::Writer w;
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", "no-such-pre");
+  w.add_string_array("tokenizer.ggml.tokens", {"a", "b"});
+  w.add_string_array("tokenizer.ggml.merges", {"a b"});
+  const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_pre_vocab.gguf";
+  ASSERT_TRUE(w.write(path).ok());
+  auto f = gguf::File::open(path);
+  ASSERT_TRUE(f.ok());
+  auto tok = Tokenizer::from_gguf(**f);
+  ASSERT_FALSE(tok.ok());
+  EXPECT_NE(tok.error().find("no-such-pre"), std::string::npos) << tok.error();
+  EXPECT_NE(tok.error().find("kimi-k2"), std::string::npos) << tok.error();
+}
+
+// The regex matcher's own pieces, on cases where an engine could slip:
+// alternation order (leftmost, not longest), backtracking of greedy runs,
+// lookahead at the piece's end, lazy and possessive runs, case folding,
+// \b and bad patterns.
+TEST(Tokenizer, CptRegexMatchesLikeTheRegexModule) {
+  auto m = [](const char* pattern, const std::string& text, size_t at = 0) -> std::string {
+    auto r = CptRegex::compile(pattern);
+    EXPECT_TRUE(r.ok()) << pattern;
+    if (!r.ok()) return "<error>";
+    const auto c = utf8_to_cpts(text);
+    const size_t e = r->match_at(c.data(), 0, c.size(), at);
+    if (e == CptRegex::kNoMatch) return "<none>";
+    std::string s;
+    for (size_t i = at; i < e; ++i) s += cpt_to_utf8(c[i]);
+    return s;
+  };
+  EXPECT_EQ(m("a|ab", "ab"), "a");              // first alternative, not the longest
+  EXPECT_EQ(m("\\s+(?!\\S)", "   x"), "  ");     // gives one space back to the lookahead
+  EXPECT_EQ(m("\\s+(?!\\S)", "   "), "   ");     // end of the piece: nothing follows
+  EXPECT_EQ(m("a+?b", "aaab"), "aaab");
+  EXPECT_EQ(m("a*+a", "aaa"), "<none>");          // possessive gives nothing back
+  EXPECT_EQ(m("(?i:'s|'t)", "'S"), "'S");
+  EXPECT_EQ(m("(?i:'s)", "\u017f"), "<none>");
+  EXPECT_EQ(m("(?i:'s)", "'\u017f"), "'\u017f");  // long s folds to s, as in `regex`
+  EXPECT_EQ(m("\\p{N}{1,3}", "12345"), "123");
+  EXPECT_EQ(m("\\d{1,3}(?=(?:\\d{3})*\\b)", "1234567"), "1");
+  EXPECT_EQ(m("[^(\\s|.,)]+", "ab(c d"), "ab");
+  EXPECT_EQ(m("\\p{Han}+", "\u6f22\u5b57abc"), "\u6f22\u5b57");
+  EXPECT_EQ(m("(?:(?!\\p{Han})\\p{L})+", "ab\u6f22"), "ab");
+  EXPECT_EQ(m("x$", "x"), "x");
+  EXPECT_EQ(m("x$", "xy"), "<none>");
+  for (const char* bad : {"(ab", "[ab", "a{2,1}", "\\p{Nope}", "*a", "\\q", "(?<n>a)"})
+    EXPECT_FALSE(CptRegex::compile(bad).ok()) << bad;
 }
 
 TEST(Tokenizer, Llama3AndQwen2PreTokenizerSplits) {

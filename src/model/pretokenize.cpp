@@ -2,6 +2,11 @@
 
 #include <unicode/uchar.h>
 
+#include <cstdio>
+#include <cstdlib>
+
+#include "model/cpt_regex.h"
+
 namespace tkv {
 namespace {
 
@@ -39,7 +44,9 @@ Flags flags_of(uint32_t c) {
   return f;
 }
 
-uint32_t lower_ascii(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+// ASCII lower case, and the long s (U+017F), whose simple case folding is 's':
+// the models' (?i:'s|..) contractions match "'ſ" (Python's regex, tiktoken).
+uint32_t lower_ascii(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c == 0x17F ? 's' : c; }
 
 using Cpts = std::vector<uint32_t>;
 struct Span { size_t begin, end; };
@@ -308,24 +315,181 @@ std::string cpt_to_utf8(uint32_t c) {
   return s;
 }
 
-bool pre_tokenizer_from_name(std::string_view n, PreTokenizer& out) {
-  if (n == "default" || n == "gpt-2" || n == "gpt2" || n == "phi-2" || n == "jina-es" || n == "jina-de" ||
-      n == "jina-v2-es" || n == "jina-v2-de" || n == "jina-v2-code" || n == "olmo" || n == "jais") {
-    out = PreTokenizer::kGpt2;
-  } else if (n == "llama-bpe" || n == "llama3" || n == "smaug-bpe" || n == "falcon3") {
-    out = PreTokenizer::kLlama3;
-  } else if (n == "qwen2" || n == "deepseek-r1-qwen") {
-    out = PreTokenizer::kQwen2;
-  } else if (n == "starcoder" || n == "refact" || n == "command-r" || n == "smollm" || n == "codeshell") {
-    out = PreTokenizer::kStarcoder;
-  } else if (n == "falcon") {
-    out = PreTokenizer::kFalcon;
-  } else if (n == "deepseek-llm") {
-    out = PreTokenizer::kDeepseekLlm;
-  } else {
-    return false;
-  }
-  return true;
+namespace {
+
+// The regexes each kind applies in turn, in the `regex` module's syntax (the
+// tests run the same lists in Python's `regex` as the reference). Written as
+// the models' own tokenizer.json / tiktoken patterns where llama.cpp rewrites
+// them for std::regex: llama.cpp collapses every letter to one category
+// byte, so its rewritten GPT-4o and Tekken patterns tell upper from lower
+// case for A-Z only, where the models' patterns (kept here) use \p{Lu} and
+// \p{Ll}; its (?:'[sS]|..) spellings stand for (?i:'s|..).
+const char* const kGpt2Rx = R"re('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))re";
+const char* const kQwen2Rx =
+    R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+const char* const kCjkDsRx = R"re([\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+)re";
+const char* const kCjkKanaRx = R"re([\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+)re";
+const char* const kDsV3Rx =
+    R"re([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+const char* const kCaseWordsRx =  // cl200k-style words: an optional upper-case run, then lower case (or the reverse)
+    R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)re";
+const char* const kBloomRx = R"re( ?[^(\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+)re";
+
+struct RegexKind {
+  PreTokenizer kind;
+  std::vector<std::string> exprs;
+};
+
+const std::vector<RegexKind>& regex_kinds() {
+  static const std::vector<RegexKind> kinds = {
+      {PreTokenizer::kDefault, {R"re([\p{P}\$\+<=>\^~\|]+)re", kGpt2Rx, R"re(\p{N}+)re", "[0-9][0-9][0-9]"}},
+      {PreTokenizer::kDeepseekCoder, {"[\\r\\n]", R"re(\s?\p{L}+)re", R"re(\s?\p{P}+)re", kCjkDsRx, R"re(\p{N})re"}},
+      {PreTokenizer::kDeepseekV3, {R"re(\p{N}{1,3})re", kCjkKanaRx, kDsV3Rx}},
+      {PreTokenizer::kSpark2_5,
+       {R"re(\p{N}{1,3})re", kCjkKanaRx,
+        R"re([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+)re",
+        R"re(\p{N})re"}},
+      {PreTokenizer::kYoutu,
+       {R"re([\uac00-\ud7a3\u3131-\u318e]+|[\uff01\u2026\u201c\u201d\u2018\u2019\u2014\uff1a\uff1b\uff0c\u3001-\u303f\ufe30-\ufe4f]+|[\u3105-\u312f]+|[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+)re",
+        std::string(kCaseWordsRx) + R"re(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"}},
+      {PreTokenizer::kGpt4o,
+       {std::string(kCaseWordsRx) + R"re(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"}},
+      {PreTokenizer::kTekken,
+       {R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"}},
+      {PreTokenizer::kQwen35,
+       {R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"}},
+      // Kimi K2's tiktoken pattern writes its letter classes as
+      // [..&&[^\p{Han}]]; a lookahead says the same.
+      {PreTokenizer::kKimiK2,
+       {R"re(\p{Han}+|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"}},
+      {PreTokenizer::kSeedCoder,
+       {R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+)re"}},
+      {PreTokenizer::kBailingMoe,
+       {R"re('(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)re"}},
+      {PreTokenizer::kUfakzeka,
+       {R"re([^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"}},
+      {PreTokenizer::kExaoneMoe,
+       {R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+)re"}},
+      {PreTokenizer::kMinicpm5,
+       {R"re(\p{N}{1,3})re",
+        R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"}},
+      {PreTokenizer::kLaguna, {R"re([^\n]+|[\n]+)re", kQwen2Rx}},
+      {PreTokenizer::kJais2,
+       {R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1})re"}},
+      {PreTokenizer::kBloom, {kBloomRx}},
+      {PreTokenizer::kViking, {kBloomRx, R"re(\p{N})re"}},
+      {PreTokenizer::kChameleon,
+       {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", R"re(\p{N})re",
+        R"re([\p{P}!-/:-@\[-`{-~])re", kGpt2Rx}},
+      {PreTokenizer::kTinyAya,
+       {R"re(\d{1,3}(?=(?:\d{3})*\b))re",
+        std::string(kCaseWordsRx) + R"re(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re"}},
+  };
+  return kinds;
+}
+
+// tokenizer.ggml.pre names (llama.cpp's llama-vocab.cpp) and what they run.
+struct PreName {
+  const char* name;
+  PreTokenizer kind;
+  bool ignore_merges;
+};
+constexpr PreName kPreNames[] = {
+    {"default", PreTokenizer::kDefault, false},
+    {"gpt-2", PreTokenizer::kGpt2, false},         {"gpt2", PreTokenizer::kGpt2, false},
+    {"phi-2", PreTokenizer::kGpt2, false},         {"jina-es", PreTokenizer::kGpt2, false},
+    {"jina-de", PreTokenizer::kGpt2, false},       {"gigachat", PreTokenizer::kGpt2, false},
+    {"jina-v2-es", PreTokenizer::kGpt2, false},    {"jina-v2-de", PreTokenizer::kGpt2, false},
+    {"a.x-4.0", PreTokenizer::kGpt2, false},       {"mellum", PreTokenizer::kGpt2, false},
+    {"modern-bert", PreTokenizer::kGpt2, false},   {"jina-v1-en", PreTokenizer::kGpt2, false},
+    {"jina-v2-code", PreTokenizer::kGpt2, false},  {"roberta-bpe", PreTokenizer::kGpt2, false},
+    {"exaone4", PreTokenizer::kGpt2, false},       {"mpt", PreTokenizer::kGpt2, false},
+    {"olmo", PreTokenizer::kGpt2, false},          {"jais", PreTokenizer::kGpt2, false},
+    {"trillion", PreTokenizer::kGpt2, false},      {"granite-docling", PreTokenizer::kGpt2, false},
+    {"llama3", PreTokenizer::kLlama3, true},       {"llama-v3", PreTokenizer::kLlama3, true},
+    {"llama-bpe", PreTokenizer::kLlama3, true},    {"falcon3", PreTokenizer::kLlama3, true},
+    {"falcon-h1", PreTokenizer::kLlama3, true},    {"pixtral", PreTokenizer::kLlama3, true},
+    {"midm-2.0", PreTokenizer::kLlama3, true},     {"lfm2", PreTokenizer::kLlama3, true},
+    {"jina-v5-nano", PreTokenizer::kLlama3, true}, {"dbrx", PreTokenizer::kLlama3, false},
+    {"smaug-bpe", PreTokenizer::kLlama3, false},   {"glm4", PreTokenizer::kLlama3, false},
+    {"chatglm-bpe", PreTokenizer::kLlama3, false},
+    {"qwen2", PreTokenizer::kQwen2, false},        {"deepseek-r1-qwen", PreTokenizer::kQwen2, false},
+    {"kormo", PreTokenizer::kQwen2, false},        {"f2llmv2", PreTokenizer::kQwen2, false},
+    {"megrez", PreTokenizer::kQwen2, false},       {"stablelm2", PreTokenizer::kQwen2, false},
+    {"hunyuan", PreTokenizer::kQwen2, false},      {"solar-open", PreTokenizer::kQwen2, false},
+    {"grok-2", PreTokenizer::kQwen2, false},
+    {"starcoder", PreTokenizer::kStarcoder, false}, {"refact", PreTokenizer::kStarcoder, false},
+    {"command-r", PreTokenizer::kStarcoder, false}, {"smollm", PreTokenizer::kStarcoder, false},
+    {"codeshell", PreTokenizer::kStarcoder, false}, {"exaone", PreTokenizer::kStarcoder, false},
+    {"minerva-7b", PreTokenizer::kStarcoder, false}, {"mellum2", PreTokenizer::kStarcoder, false},
+    {"falcon", PreTokenizer::kFalcon, false},
+    {"deepseek-llm", PreTokenizer::kDeepseekLlm, false},
+    {"deepseek-coder", PreTokenizer::kDeepseekCoder, false},
+    {"deepseek-v3", PreTokenizer::kDeepseekV3, false},  {"hunyuan-dense", PreTokenizer::kDeepseekV3, false},
+    {"joyai-llm", PreTokenizer::kDeepseekV3, false},    {"hy_v4", PreTokenizer::kDeepseekV3, false},
+    {"spark2_5", PreTokenizer::kSpark2_5, false},       {"youtu", PreTokenizer::kYoutu, true},
+    {"gpt-4o", PreTokenizer::kGpt4o, false},            {"llama4", PreTokenizer::kGpt4o, false},
+    {"kanana2", PreTokenizer::kGpt4o, false},           {"talkie", PreTokenizer::kGpt4o, false},
+    {"minimax-m2", PreTokenizer::kGpt4o, false},        {"tekken", PreTokenizer::kTekken, true},
+    {"qwen35", PreTokenizer::kQwen35, false},           {"kimi-k2", PreTokenizer::kKimiK2, false},
+    {"seed-coder", PreTokenizer::kSeedCoder, false},    {"bailingmoe", PreTokenizer::kBailingMoe, false},
+    {"bailingmoe2", PreTokenizer::kBailingMoe, false},  {"llada-moe", PreTokenizer::kBailingMoe, false},
+    {"ufakzeka", PreTokenizer::kUfakzeka, false},       {"exaone-moe", PreTokenizer::kExaoneMoe, false},
+    {"minicpm5", PreTokenizer::kMinicpm5, true},        {"laguna", PreTokenizer::kLaguna, false},
+    {"jais-2", PreTokenizer::kJais2, false},            {"poro-chat", PreTokenizer::kBloom, false},
+    {"bloom", PreTokenizer::kBloom, false},             {"gpt3-finnish", PreTokenizer::kBloom, false},
+    {"viking", PreTokenizer::kViking, false},           {"chameleon", PreTokenizer::kChameleon, false},
+    {"tiny_aya", PreTokenizer::kTinyAya, false},        {"cohere2moe", PreTokenizer::kTinyAya, false},
+};
+
+// The compiled regexes of every regex kind, built once (the patterns are
+// constants: a failure here is a bug the tests catch).
+const std::vector<CptRegex>& compiled(PreTokenizer kind) {
+  static const auto all = [] {
+    std::vector<std::pair<PreTokenizer, std::vector<CptRegex>>> out;
+    for (const RegexKind& k : regex_kinds()) {
+      std::vector<CptRegex> rx;
+      for (const std::string& e : k.exprs) {
+        auto r = CptRegex::compile(e);
+        if (!r) {
+          std::fprintf(stderr, "turbokv: %s\n", r.error().c_str());
+          std::abort();
+        }
+        rx.push_back(std::move(*r));
+      }
+      out.emplace_back(k.kind, std::move(rx));
+    }
+    return out;
+  }();
+  for (const auto& [k, rx] : all)
+    if (k == kind) return rx;
+  static const std::vector<CptRegex> none;
+  return none;
+}
+
+}  // namespace
+
+bool pre_tokenizer_from_name(std::string_view n, PreTokenizer& out, bool* ignore_merges) {
+  for (const PreName& p : kPreNames)
+    if (n == p.name) {
+      out = p.kind;
+      if (ignore_merges) *ignore_merges = p.ignore_merges;
+      return true;
+    }
+  return false;
+}
+
+std::string pre_tokenizer_names() {
+  std::string s;
+  for (const PreName& p : kPreNames) s += (s.empty() ? "" : ", ") + std::string(p.name);
+  return s;
+}
+
+const std::vector<std::string>& pre_tokenizer_regexes(PreTokenizer kind) {
+  for (const RegexKind& k : regex_kinds())
+    if (k.kind == kind) return k.exprs;
+  static const std::vector<std::string> none;
+  return none;
 }
 
 std::vector<std::string> pre_tokenize(std::string_view text, PreTokenizer kind) {
@@ -363,6 +527,15 @@ std::vector<std::string> pre_tokenize(std::string_view text, PreTokenizer kind) 
       break;
     case PreTokenizer::kDeepseekLlm:
       split_deepseek_llm(c, spans, next);
+      break;
+    default:  // the regex kinds: each regex splits every piece into matches and the gaps between them
+      for (const CptRegex& rx : compiled(kind))
+        apply([&](Span s, std::vector<Span>& o) {
+          split_matches(s, o, [&](size_t p, Span sp) {
+            const size_t e = rx.match_at(c.data(), sp.begin, sp.end, p);
+            return e == CptRegex::kNoMatch ? p : e;
+          });
+        });
       break;
   }
   std::vector<std::string> out;

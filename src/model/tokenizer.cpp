@@ -71,9 +71,9 @@ Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   t.bpe_ = *model == "gpt2";
   if (t.bpe_) {
     const std::string pre = f.get_string_or("tokenizer.ggml.pre", "default");
-    if (!pre_tokenizer_from_name(pre, t.pre_))
-      return Status::Error(f.path() + ": pre-tokenizer '" + pre +
-                           "' is not supported (default, gpt-2, llama-bpe, qwen2, starcoder, falcon, deepseek-llm and aliases)");
+    if (!pre_tokenizer_from_name(pre, t.pre_, &t.ignore_merges_))
+      return Status::Error(f.path() + ": pre-tokenizer '" + pre + "' (tokenizer.ggml.pre) is not supported; supported: " +
+                           pre_tokenizer_names());
     const gguf::Value* merges = f.find("tokenizer.ggml.merges");
     if (!merges || merges->type != gguf::Type::kArray || merges->elem != gguf::Type::kString)
       return Status::Error(f.path() + ": a gpt2 tokenizer needs tokenizer.ggml.merges (array of strings)");
@@ -184,6 +184,13 @@ void Tokenizer::encode_bpe(const std::string& text, std::vector<int32_t>& out) c
   for (const std::string& word : pre_tokenize(text, pre_)) {
     std::string mapped;
     for (unsigned char b : word) mapped += byte_to_cpt_[b];
+    if (ignore_merges_) {  // a whole pre-token that is a token is that token
+      const int32_t id = find(mapped);
+      if (id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+    }
     // Pieces merge by the merge list: lower rank first.
     std::string key;
     const auto pieces = merge_pairs(mapped, [&](std::string_view l, std::string_view r, double* p) {

@@ -45,6 +45,7 @@ class Tokenizer {
   void encode_bpe(const std::string& text, std::vector<int32_t>& out) const;
   bool bpe_ = false;
   PreTokenizer pre_ = PreTokenizer::kGpt2;
+  bool ignore_merges_ = false;  // llama.cpp's, per tokenizer.ggml.pre name
   std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
   std::string byte_to_cpt_[256];                         // GPT-2 byte -> UTF-8 of its stand-in
   std::unordered_map<uint32_t, uint8_t> cpt_to_byte_;
