@@ -2,8 +2,10 @@
 // arbitrary bytes encoded (with and without special-token parsing) and
 // decoded again on each vocabulary of ../shared/data/tokenizer (SentencePiece
 // and byte-level BPE with their pre-tokenizers), and arbitrary token ids
-// decoded and streamed piece by piece. Input: byte 0 picks the vocabulary,
-// byte 1 the flags, the rest is the text (and, read as int32, the ids).
+// decoded and streamed piece by piece; and the text through every
+// pre-tokenizer kind (their pieces must put the text back together). Input:
+// byte 0 picks the vocabulary, byte 1 the flags (bits 2-7 the kind), the rest
+// is the text (and, read as int32, the ids).
 // Seeds in fuzz/corpus/tokenizer/: lines of the suites' inputs.
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "model/gguf.h"
+#include "model/pretokenize.h"
 #include "model/tokenizer.h"
 
 namespace {
@@ -64,8 +67,17 @@ const std::vector<tkv::Tokenizer>& vocabularies() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 2) return 0;
+  {  // every pre-tokenizer kind (most have no suite vocabulary): the pieces put back together are the text
+    const auto kind = static_cast<tkv::PreTokenizer>((data[1] >> 2) % (static_cast<int>(tkv::PreTokenizer::kDefault) + 1));
+    const std::string_view text(reinterpret_cast<const char*>(data + 2), size - 2);
+    std::string whole, joined;
+    for (uint32_t c : tkv::utf8_to_cpts(text)) whole += tkv::cpt_to_utf8(c);
+    for (const auto& piece : tkv::pre_tokenize(text, kind)) joined += piece;
+    if (joined != whole) std::abort();
+  }
   const auto& vocabs = vocabularies();
-  if (size < 2 || vocabs.empty()) return 0;
+  if (vocabs.empty()) return 0;
   const tkv::Tokenizer& t = vocabs[data[0] % vocabs.size()];
   const bool add_bos = data[1] & 1, special = data[1] & 2;
   const std::string_view text(reinterpret_cast<const char*>(data + 2), size - 2);

@@ -218,6 +218,23 @@ TEST(Tokenizer, CptRegexMatchesLikeTheRegexModule) {
     EXPECT_FALSE(CptRegex::compile(bad).ok()) << bad;
 }
 
+// Long texts made to make a backtracking matcher work (one 200,000-letter
+// word, 100,000 short words, digit and whitespace runs, mixed scripts)
+// through every kind: no crash (the repeats are iterative, not a stack frame
+// per repetition), and the pieces put the text back together.
+TEST(Tokenizer, EveryPreTokenizerKeepsLongAdversarialTextsWhole) {
+  std::string letters(200000, 'a'), words, digits(100000, '7'), spaces(100000, ' '), mixed;
+  for (int i = 0; i < 100000; ++i) words += "a ";
+  for (int i = 0; i < 20000; ++i) mixed += "Ab\u6f22'S 12\t\u0301";
+  for (int k = 0; k <= static_cast<int>(PreTokenizer::kDefault); ++k)
+    for (const std::string* t : {&letters, &words, &digits, &spaces, &mixed}) {
+      std::string joined;
+      for (const auto& p : pre_tokenize(*t, static_cast<PreTokenizer>(k))) joined += p;
+      EXPECT_EQ(joined.size(), t->size()) << "kind " << k;
+      EXPECT_TRUE(joined == *t) << "kind " << k;
+    }
+}
+
 TEST(Tokenizer, Llama3AndQwen2PreTokenizerSplits) {
   using V = std::vector<std::string>;
   EXPECT_EQ(pre_tokenize("Hello world's 12345 !!\n\n  x", PreTokenizer::kLlama3),

@@ -478,33 +478,45 @@ class Matcher {
           return k(pos + r);
       }
     }
-    if (n.mode == Node::kPossessive) {  // the greedy matches, taken without giving any back
-      size_t count = 0, at = pos;
-      while (count < mx) {
-        size_t e = SIZE_MAX;
-        if (!match(kid, at, Fn([&](size_t end) { e = end; return true; })) || e == at) break;
-        at = e;
-        ++count;
-      }
-      return count >= mn && k(at);
+    // Any other repeat: each step takes the kid's preferred match (its first
+    // success), and the count backtracks (greedy: most steps first). Full
+    // backtracking would also revisit the choices inside each step; for the
+    // pre-tokenizer patterns, whose repeated groups end their alternative or
+    // have one width, the first success is the one that stands (the tests
+    // check every pattern against `regex`). Iterative, so the stack does not
+    // grow with the text: a recursive step per repetition overflowed it on
+    // a 100,000-word line.
+    std::vector<size_t> ends = {pos};
+    while (ends.size() - 1 < mx) {
+      const size_t at = ends.back();
+      size_t e = SIZE_MAX;
+      if (!match(kid, at, Fn([&](size_t end) { e = end; return true; })) || e == at) break;  // an empty step ends it
+      ends.push_back(e);
     }
-    return steps(n, kid, 0, pos, mn, mx, k);
-  }
-
-  bool steps(const Node& n, const Node& kid, size_t count, size_t pos, size_t mn, size_t mx, const Fn& k) const {
-    auto more = [&] {
-      return count < mx && match(kid, pos, Fn([&](size_t e) {
-               return e != pos && steps(n, kid, count + 1, e, mn, mx, k);  // an empty step ends the loop
-             }));
-    };
-    if (n.mode == Node::kLazy) return (count >= mn && k(pos)) || more();
-    return more() || (count >= mn && k(pos));
+    const size_t got = ends.size() - 1;
+    if (got < mn) return false;
+    switch (n.mode) {
+      case Node::kGreedy:
+        for (size_t i = got + 1; i-- > mn;)
+          if (k(ends[i])) return true;
+        return false;
+      case Node::kLazy:
+        for (size_t i = mn; i <= got; ++i)
+          if (k(ends[i])) return true;
+        return false;
+      case Node::kPossessive:
+        return k(ends[got]);
+    }
+    return false;
   }
 
   Ctx x_;
 };
 
 }  // namespace
+
+bool regex_digit(uint32_t c) { return pred_has(Pred::kDigit, c); }
+bool regex_word_char(uint32_t c) { return pred_has(Pred::kWord, c); }
 
 CptRegex::CptRegex() = default;
 CptRegex::CptRegex(CptRegex&&) noexcept = default;

@@ -25,6 +25,11 @@
 
 namespace tkv {
 
+// \d and \w as the matcher (and `regex`) read them: decimal digits (Nd), and
+// alphabetic, marks, Nd, connector punctuation, join controls.
+bool regex_digit(uint32_t c);
+bool regex_word_char(uint32_t c);
+
 class CptRegex {
  public:
   // Errors name the pattern and the offset of what is not understood.

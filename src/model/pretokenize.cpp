@@ -197,6 +197,29 @@ void split_matches(Span s, std::vector<Span>& out, Match match) {
   if (s.end > prev) out.push_back({prev, s.end});
 }
 
+// Tiny Aya's first regex, \d{1,3}(?=(?:\d{3})*\b), without its quadratic
+// lookahead (a backtracking matcher rescans the rest of a digit run from
+// every position: 4 s for 40,000 digits). From a position p in a run of
+// decimal digits ending at e, it matches (e - p) % 3 digits (3 if that is
+// 0) when e is a word boundary (the piece's end, or a character that is not
+// \w), and nothing otherwise: inside the run there is no boundary.
+void split_digit_groups(const Cpts& c, Span s, std::vector<Span>& out) {
+  size_t run_begin = s.begin, run_end = s.begin;  // the run last measured
+  bool boundary = false;
+  split_matches(s, out, [&](size_t p, Span sp) {
+    if (!regex_digit(c[p])) return p;
+    if (p < run_begin || p >= run_end) {
+      run_begin = p;
+      run_end = p;
+      while (run_end < sp.end && regex_digit(c[run_end])) ++run_end;
+      boundary = run_end == sp.end || !regex_word_char(c[run_end]);
+    }
+    if (!boundary) return p;
+    const size_t r = (run_end - p) % 3;
+    return p + (r ? r : 3);
+  });
+}
+
 struct CpRange { uint32_t lo, hi; };
 template <size_t N>
 bool in_ranges(const CpRange (&r)[N], uint32_t x) {
@@ -528,15 +551,22 @@ std::vector<std::string> pre_tokenize(std::string_view text, PreTokenizer kind) 
     case PreTokenizer::kDeepseekLlm:
       split_deepseek_llm(c, spans, next);
       break;
-    default:  // the regex kinds: each regex splits every piece into matches and the gaps between them
-      for (const CptRegex& rx : compiled(kind))
+    default: {  // the regex kinds: each regex splits every piece into matches and the gaps between them
+      const auto& rxs = compiled(kind);
+      for (size_t i = 0; i < rxs.size(); ++i) {
+        if (kind == PreTokenizer::kTinyAya && i == 0) {
+          apply([&](Span s, std::vector<Span>& o) { split_digit_groups(c, s, o); });
+          continue;
+        }
         apply([&](Span s, std::vector<Span>& o) {
           split_matches(s, o, [&](size_t p, Span sp) {
-            const size_t e = rx.match_at(c.data(), sp.begin, sp.end, p);
+            const size_t e = rxs[i].match_at(c.data(), sp.begin, sp.end, p);
             return e == CptRegex::kNoMatch ? p : e;
           });
         });
+      }
       break;
+    }
   }
   std::vector<std::string> out;
   for (const Span& s : spans) {
