@@ -13,6 +13,7 @@
 #include "cache/kv_cache.h"
 #include "model/gen_model.h"
 #include "model/matmul.h"
+#include "model/matmul_tiled.h"
 #include "model/model.h"
 #include "model/quantize_weights.h"
 #include "util/rng.h"
@@ -206,23 +207,27 @@ TEST(Model, Qwen3F32MatchesFloat64Reference) { check_against_reference("qwen3", 
 // quantized types take int8 activations (checked against their own bound in
 // matmul_test.cpp): a step of max|x| / 127 per block of 32 is ~0.5 % noise on
 // each product of Gaussian activations, and two layers of them moved the
-// logits by 1.3-1.9 % (measured), hence 3 % there.
+// logits by 1.3-1.9 % (measured), hence 3 % there. BF16 takes activations
+// rounded to bf16 (2^-8 relative each, matmul_bf16.cpp): 0.42-0.53 %
+// (measured), under the same 3 %; F16 stays exact (the f32 tiles).
 TEST(Model, QuantizedWeightsMatchReferenceOnDequantizedWeights) {
   for (const char* type : {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"})
     for (const char* arch : {"llama", "qwen2", "qwen3"}) {
       check_against_reference(arch, type, 1e-4);
       check_against_reference(arch, type, 1e-4, 32, MatmulCore::kRows);
-      check_against_reference(arch, type, std::string(type)[0] == 'Q' ? 3e-2 : 1e-4, 32, MatmulCore::kAuto);
+      const bool reduced = std::string(type)[0] == 'Q' || (std::string(type) == "BF16" && bf16_dot_available());
+      check_against_reference(arch, type, reduced ? 3e-2 : 1e-4, 32, MatmulCore::kAuto);
     }
 }
 
 TEST(Model, KQuantWeightsMatchReferenceOnDequantizedWeights) {
-  // K-quants need rows that are multiples of 256.
+  // K-quants need rows that are multiples of 256. All three take int8
+  // activations with the default core (Q6_K 1.35-1.39 %, measured).
   for (const char* type : {"Q4_K", "Q5_K", "Q6_K"})
     for (const char* arch : {"llama", "qwen2", "qwen3"}) {
       check_against_reference(arch, type, 1e-4, 256);
       check_against_reference(arch, type, 1e-4, 256, MatmulCore::kRows);
-      check_against_reference(arch, type, std::string(type) == "Q6_K" ? 1e-4 : 3e-2, 256, MatmulCore::kAuto);
+      check_against_reference(arch, type, int8_core_available() ? 3e-2 : 1e-4, 256, MatmulCore::kAuto);
     }
 }
 
