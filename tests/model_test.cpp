@@ -25,6 +25,7 @@ namespace {
 // ---- float64 reference forward (dequantized weights) ----
 struct RefModel {
   const Model* m;
+  int capacity = 64;  // the engine cache's: Phi-3's LongRoPE picks its factors by it
   std::vector<double> mat(const std::string& name, int64_t& rows, int64_t& cols) const {
     const gguf::Tensor* t = m->file().tensor(name);
     auto w = *matrix_from(*t, "test");
@@ -67,22 +68,60 @@ struct RefModel {
     std::vector<std::vector<double>> x(T, std::vector<double>(E));
     for (int t = 0; t < T; ++t)
       for (int i = 0; i < E; ++i) x[t][i] = emb[size_t(toks[t]) * E + i];
+    // Phi-3 LongRoPE, read from the file: long factors when the context
+    // exceeds the original one, angles divided by them, cos/sin scaled.
+    std::vector<double> factors;
+    double mscale = 1.0;
+    if (m->file().tensor("rope_factors_long.weight")) {
+      const std::string a = m->file().get_string_or("general.architecture", "");
+      const uint64_t orig = m->file().get_uint_or(a + ".rope.scaling.original_context_length", 0);
+      factors = vec(uint64_t(capacity) > orig ? "rope_factors_long.weight" : "rope_factors_short.weight");
+      mscale = m->file().get_float_or(a + ".rope.scaling.attn_factor", 1.0);
+    }
     auto rope = [&](double* v, int pos) {
       const int dims = c.rope_dims;
       for (int i = 0; i < dims / 2; ++i) {
-        const double th = pos / c.rope_scale * std::pow(double(c.rope_base), -2.0 * i / dims);
+        double th = pos / c.rope_scale * std::pow(double(c.rope_base), -2.0 * i / dims);
+        if (!factors.empty()) th /= factors[i];
         const int a = c.rope_neox ? i : 2 * i, b = c.rope_neox ? i + dims / 2 : 2 * i + 1;
         const double x0 = v[a], x1 = v[b];
-        v[a] = x0 * std::cos(th) - x1 * std::sin(th);
-        v[b] = x0 * std::sin(th) + x1 * std::cos(th);
+        v[a] = mscale * (x0 * std::cos(th) - x1 * std::sin(th));
+        v[b] = mscale * (x0 * std::sin(th) + x1 * std::cos(th));
       }
     };
     for (int l = 0; l < c.n_layer; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       int64_t qr, qc, kr, kc, vr2, vc2, orr, oc, gr, gc, ur, uc, dr, dc;
-      const auto wq = mat(p + "attn_q.weight", qr, qc), wk = mat(p + "attn_k.weight", kr, kc);
-      const auto wv = mat(p + "attn_v.weight", vr2, vc2), wo = mat(p + "attn_output.weight", orr, oc);
-      const auto wg = mat(p + "ffn_gate.weight", gr, gc), wu = mat(p + "ffn_up.weight", ur, uc);
+      std::vector<double> wq, wk, wv, wg, wu;
+      // Rows r0 .. r0 + n of a fused tensor (Phi-3's attn_qkv; its ffn_up
+      // holds the gate rows, then the up rows).
+      auto part = [](const std::vector<double>& w, int64_t cols, int64_t r0, int64_t n, int64_t& rows, int64_t& cs) {
+        rows = n;
+        cs = cols;
+        return std::vector<double>(w.begin() + r0 * cols, w.begin() + (r0 + n) * cols);
+      };
+      if (m->file().tensor(p + "attn_qkv.weight")) {
+        int64_t fr, fc;
+        const auto qkv = mat(p + "attn_qkv.weight", fr, fc);
+        const int64_t Dq = int64_t(c.n_head) * hd, Dkv = int64_t(c.n_head_kv) * hd;
+        wq = part(qkv, fc, 0, Dq, qr, qc);
+        wk = part(qkv, fc, Dq, Dkv, kr, kc);
+        wv = part(qkv, fc, Dq + Dkv, Dkv, vr2, vc2);
+      } else {
+        wq = mat(p + "attn_q.weight", qr, qc);
+        wk = mat(p + "attn_k.weight", kr, kc);
+        wv = mat(p + "attn_v.weight", vr2, vc2);
+      }
+      if (!m->file().tensor(p + "ffn_gate.weight")) {
+        int64_t fr, fc;
+        const auto up2 = mat(p + "ffn_up.weight", fr, fc);
+        wg = part(up2, fc, 0, fr / 2, gr, gc);
+        wu = part(up2, fc, fr / 2, fr / 2, ur, uc);
+      } else {
+        wg = mat(p + "ffn_gate.weight", gr, gc);
+        wu = mat(p + "ffn_up.weight", ur, uc);
+      }
+      const auto wo = mat(p + "attn_output.weight", orr, oc);
       const auto wd = mat(p + "ffn_down.weight", dr, dc);
       const auto an = vec(p + "attn_norm.weight"), fn = vec(p + "ffn_norm.weight");
       const bool bias = m->file().tensor(p + "attn_q.bias") != nullptr;
@@ -151,7 +190,7 @@ struct RefModel {
 };
 
 void check_against_reference(const std::string& arch, const std::string& type, double tol, int block = 32,
-                             MatmulCore core = MatmulCore::kTiled) {
+                             MatmulCore core = MatmulCore::kTiled, int rope_orig_ctx = 0) {
   struct CoreGuard {
     explicit CoreGuard(MatmulCore c) { set_matmul_core(c); }
     ~CoreGuard() { set_matmul_core(MatmulCore::kAuto); }
@@ -166,6 +205,7 @@ void check_against_reference(const std::string& arch, const std::string& type, d
   o.head_dim = block == 256 ? 64 : 16;
   o.ffn = block == 256 ? 512 : 96;
   o.seed = 7;
+  o.rope_orig_ctx = rope_orig_ctx;
   const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_model_" + arch + "_" + type + ".gguf";
   ASSERT_TRUE(generate_model(o, nullptr, path).ok());
   auto m = Model::load(path);
@@ -195,13 +235,23 @@ void check_against_reference(const std::string& arch, const std::string& type, d
     ASSERT_TRUE((*m)->forward(&toks[t], 1, t, **cache, 1, logits.data()).ok());
     compare(logits.data(), expect[t]);
   }
-  EXPECT_LT(worst, tol) << arch << " " << type << " matmul " << matmul_core_name(core);
+  EXPECT_LT(worst, tol) << arch << " " << type << " matmul " << matmul_core_name(core) << " rope_orig_ctx " << rope_orig_ctx;
   std::remove(path.c_str());
 }
 
 TEST(Model, LlamaF32MatchesFloat64Reference) { check_against_reference("llama", "F32", 1e-4); }
 TEST(Model, Qwen2F32MatchesFloat64Reference) { check_against_reference("qwen2", "F32", 1e-4); }
 TEST(Model, Qwen3F32MatchesFloat64Reference) { check_against_reference("qwen3", "F32", 1e-4); }
+// Phi-3: fused attn_qkv and gate+up ffn_up, neox rotary pairs; LongRoPE with
+// the long factors (original context 32 < the cache's 64) and the short
+// ones (128 > 64), each with its attention factor; and a quantized file.
+TEST(Model, Phi3MatchesFloat64ReferenceWithFusedTensorsAndLongRope) {
+  check_against_reference("phi3", "F32", 1e-4);
+  check_against_reference("phi3", "F32", 1e-4, 32, MatmulCore::kTiled, 32);
+  check_against_reference("phi3", "F32", 1e-4, 32, MatmulCore::kTiled, 128);
+  check_against_reference("phi3", "Q8_0", 1e-4, 32, MatmulCore::kTiled, 32);
+  check_against_reference("phi3", "Q8_0", 3e-2, 32, MatmulCore::kAuto, 32);
+}
 // The prefill (20 tokens) through the f32 tiles: the weights are used
 // exactly, so the logits match to f32 rounding. With the default core the
 // quantized types take int8 activations (checked against their own bound in

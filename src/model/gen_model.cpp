@@ -46,8 +46,9 @@ Vocab synthetic_vocab(int size) {
 }  // namespace
 
 Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, const std::string& out_path) {
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3")
-    return Status::Error("gen-model: --arch must be llama, qwen2 or qwen3, not '" + o.arch + "'");
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "phi3")
+    return Status::Error("gen-model: --arch must be llama, qwen2, qwen3 or phi3, not '" + o.arch + "'");
+  if (o.rope_orig_ctx && o.arch != "phi3") return Status::Error("gen-model: --rope-orig-ctx is for phi3");
   const gguf::TensorType* tt = gguf::tensor_type(o.type);
   const bool block_type = o.type == "Q8_0" || o.type == "Q4_0" || o.type == "Q4_1" || o.type == "Q5_0" ||
                           o.type == "Q5_1" || o.type == "Q4_K" || o.type == "Q5_K" || o.type == "Q6_K";
@@ -95,6 +96,12 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   w.add_u32(a + ".rope.dimension_count", o.head_dim);
   w.add_f32(a + ".rope.freq_base", o.rope_base);
   w.add_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  if (o.rope_orig_ctx) {  // Phi-3 LongRoPE, as its converter writes it
+    w.add_u32(a + ".rope.scaling.original_context_length", o.rope_orig_ctx);
+    const double scale = double(o.ctx) / o.rope_orig_ctx;
+    w.add_f32(a + ".rope.scaling.attn_factor",
+              scale <= 1.0 ? 1.0f : static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(double(o.rope_orig_ctx)))));
+  }
   w.add_string("tokenizer.ggml.model", tok_model);
   w.add_string_array("tokenizer.ggml.tokens", vocab.tokens);
   w.add_f32_array("tokenizer.ggml.scores", vocab.scores);
@@ -141,12 +148,26 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   TKV_ADD("token_embd.weight", E, V, true, 1.0f, 0.0f);
   TKV_ADD("output_norm.weight", E, 1, false, 0.1f, 1.0f);
   TKV_ADD("output.weight", E, V, true, s / std::sqrt(float(E)), 0.0f);
+  const bool phi3 = o.arch == "phi3";
+  if (o.rope_orig_ctx) {  // one factor per rotated pair: short ones near 1, long ones growing to ~8
+    std::vector<float> fl(o.head_dim / 2), fs(o.head_dim / 2);
+    for (int i = 0; i < o.head_dim / 2; ++i) {
+      fs[i] = 1.0f + 0.05f * static_cast<float>(rng.uniform());
+      fl[i] = 1.0f + 7.0f * float(i) / float(o.head_dim / 2) + 0.5f * static_cast<float>(rng.uniform());
+    }
+    if (!(st = w.add_tensor("rope_factors_long.weight", {uint64_t(fl.size())}, 0, fl.data(), 4 * fl.size())).ok()) return st;
+    if (!(st = w.add_tensor("rope_factors_short.weight", {uint64_t(fs.size())}, 0, fs.data(), 4 * fs.size())).ok()) return st;
+  }
   for (int l = 0; l < o.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     TKV_ADD(p + "attn_norm.weight", E, 1, false, 0.1f, 1.0f);
-    TKV_ADD(p + "attn_q.weight", E, Dq, true, s / std::sqrt(float(E)), 0.0f);
-    TKV_ADD(p + "attn_k.weight", E, Dkv, true, s / std::sqrt(float(E)), 0.0f);
-    TKV_ADD(p + "attn_v.weight", E, Dkv, true, s / std::sqrt(float(E)), 0.0f);
+    if (phi3) {  // Q, K, V rows in one tensor
+      TKV_ADD(p + "attn_qkv.weight", E, Dq + 2 * Dkv, true, s / std::sqrt(float(E)), 0.0f);
+    } else {
+      TKV_ADD(p + "attn_q.weight", E, Dq, true, s / std::sqrt(float(E)), 0.0f);
+      TKV_ADD(p + "attn_k.weight", E, Dkv, true, s / std::sqrt(float(E)), 0.0f);
+      TKV_ADD(p + "attn_v.weight", E, Dkv, true, s / std::sqrt(float(E)), 0.0f);
+    }
     TKV_ADD(p + "attn_output.weight", Dq, E, true, s / std::sqrt(float(Dq)), 0.0f);
     if (o.arch == "qwen2") {  // Qwen2-style biases, with a large constant part on K
       TKV_ADD(p + "attn_q.bias", Dq, 1, false, 0.1f, 0.0f);
@@ -158,8 +179,12 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
       TKV_ADD(p + "attn_k_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
     }
     TKV_ADD(p + "ffn_norm.weight", E, 1, false, 0.1f, 1.0f);
-    TKV_ADD(p + "ffn_gate.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f);
-    TKV_ADD(p + "ffn_up.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f);
+    if (phi3) {  // gate rows, then up rows
+      TKV_ADD(p + "ffn_up.weight", E, 2 * o.ffn, true, s / std::sqrt(float(E)), 0.0f);
+    } else {
+      TKV_ADD(p + "ffn_gate.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f);
+      TKV_ADD(p + "ffn_up.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f);
+    }
     TKV_ADD(p + "ffn_down.weight", o.ffn, E, true, s / std::sqrt(float(o.ffn)), 0.0f);
   }
 #undef TKV_ADD

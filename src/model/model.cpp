@@ -40,14 +40,29 @@ void rmsnorm_rows(const float* x, int n_rows, const Matrix& w, int n, float eps,
   for (int t = 0; t < n_rows; ++t) rmsnorm_row(x + size_t(t) * n, wv.data(), n, eps, out + size_t(t) * n);
 }
 
-// The rotation angles of one position: cos and sin of p * base^(-2i/dims).
-void rope_angles(int dims, int pos, const ModelConfig& c, float* cs, float* sn) {
+// The rotation angles of one position: cos and sin of p * base^(-2i/dims)
+// (divided by factors[i], LongRoPE, when given; both scaled by
+// rope_attn_factor then).
+void rope_angles(int dims, int pos, const ModelConfig& c, const float* factors, float* cs, float* sn) {
   const float p = static_cast<float>(pos) / c.rope_scale;
   for (int i = 0; i < dims / 2; ++i) {
-    const float theta = p * std::pow(c.rope_base, -2.0f * i / dims);
+    float theta = p * std::pow(c.rope_base, -2.0f * i / dims);
+    if (factors) theta /= factors[i];
     cs[i] = std::cos(theta);
     sn[i] = std::sin(theta);
+    if (factors) {
+      cs[i] *= c.rope_attn_factor;
+      sn[i] *= c.rope_attn_factor;
+    }
   }
+}
+
+// Rows r0 .. r0 + n of a matrix (a part of a fused tensor).
+Matrix row_range(const Matrix& m, int64_t r0, int64_t n) {
+  Matrix v = m;
+  v.data = m.data + r0 * m.row_bytes;
+  v.rows = n;
+  return v;
 }
 
 // Rotates pairs of one head vector in place by the angles of its position.
@@ -79,8 +94,8 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
   if (!arch) return arch.status();
   ModelConfig& c = m->cfg_;
   c.arch = *arch;
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3")
-    return Status::Error(path + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3")
+    return Status::Error(path + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3, phi3)");
   auto need = [&](const std::string& key) -> Expected<int> {
     auto v = g.get_uint(c.arch + "." + key);
     if (!v) return v.status();
@@ -123,6 +138,15 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
   } else if (scaling != "none") {
     return Status::Error(path + ": rope scaling '" + scaling + "' is not supported yet (none, linear)");
   }
+  // Phi-3's LongRoPE: the original context the factors switch at, and the
+  // attention factor (its converter writes both with the factor tensors).
+  auto orig = optional("rope.scaling.original_context_length", 0, 0, 1u << 24);
+  if (!orig) return orig.status();
+  c.n_ctx_orig = *orig;
+  c.rope_attn_factor = static_cast<float>(g.get_float_or(c.arch + ".rope.scaling.attn_factor", 1.0));
+  if (!(c.rope_attn_factor > 0.0f && c.rope_attn_factor < 100.0f))
+    return Status::Error(path + ": " + c.arch + ".rope.scaling.attn_factor = " + std::to_string(c.rope_attn_factor) +
+                         " is out of range");
   if (c.n_head_kv < 1 || c.n_head % c.n_head_kv != 0)
     return Status::Error(path + ": head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " + std::to_string(c.n_head_kv));
   if (c.head_dim < 2 || c.head_dim > kMaxHeadDim || c.rope_dims > c.head_dim || c.rope_dims % 2)
@@ -171,13 +195,28 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
     Layer& L = m->layers_[i];
     const std::string p = "blk." + std::to_string(i) + ".";
     TKV_LOAD(L.attn_norm, p + "attn_norm.weight", E, 1, false);
-    TKV_LOAD(L.wq, p + "attn_q.weight", E, Dq, false);
-    TKV_LOAD(L.wk, p + "attn_k.weight", E, Dkv, false);
-    TKV_LOAD(L.wv, p + "attn_v.weight", E, Dkv, false);
+    if (g.tensor(p + "attn_qkv.weight")) {  // Phi-3: Q, K and V rows in one tensor
+      Matrix qkv;
+      TKV_LOAD(qkv, p + "attn_qkv.weight", E, Dq + 2 * Dkv, false);
+      L.wq = row_range(qkv, 0, Dq);
+      L.wk = row_range(qkv, Dq, Dkv);
+      L.wv = row_range(qkv, Dq + Dkv, Dkv);
+    } else {
+      TKV_LOAD(L.wq, p + "attn_q.weight", E, Dq, false);
+      TKV_LOAD(L.wk, p + "attn_k.weight", E, Dkv, false);
+      TKV_LOAD(L.wv, p + "attn_v.weight", E, Dkv, false);
+    }
     TKV_LOAD(L.wo, p + "attn_output.weight", Dq, E, false);
     TKV_LOAD(L.ffn_norm, p + "ffn_norm.weight", E, 1, false);
-    TKV_LOAD(L.w_gate, p + "ffn_gate.weight", E, c.n_ff, false);
-    TKV_LOAD(L.w_up, p + "ffn_up.weight", E, c.n_ff, false);
+    if (c.arch == "phi3") {  // gate rows then up rows in ffn_up (llama.cpp's fused SwiGLU: silu of the first half)
+      Matrix up2;
+      TKV_LOAD(up2, p + "ffn_up.weight", E, 2 * c.n_ff, false);
+      L.w_gate = row_range(up2, 0, c.n_ff);
+      L.w_up = row_range(up2, c.n_ff, c.n_ff);
+    } else {
+      TKV_LOAD(L.w_gate, p + "ffn_gate.weight", E, c.n_ff, false);
+      TKV_LOAD(L.w_up, p + "ffn_up.weight", E, c.n_ff, false);
+    }
     TKV_LOAD(L.w_down, p + "ffn_down.weight", c.n_ff, E, false);
     TKV_LOAD(L.bq, p + "attn_q.bias", Dq, 1, true);
     TKV_LOAD(L.bk, p + "attn_k.bias", Dkv, 1, true);
@@ -185,7 +224,24 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
     TKV_LOAD(L.q_norm, p + "attn_q_norm.weight", c.head_dim, 1, !c.qk_norm);
     TKV_LOAD(L.k_norm, p + "attn_k_norm.weight", c.head_dim, 1, !c.qk_norm);
   }
+  // LongRoPE factors: both or neither, one per rotated pair, finite and > 0.
+  Matrix fl, fs;
+  TKV_LOAD(fl, "rope_factors_long.weight", c.rope_dims / 2, 1, true);
+  TKV_LOAD(fs, "rope_factors_short.weight", c.rope_dims / 2, 1, true);
 #undef TKV_LOAD
+  if ((fl.rows == 0) != (fs.rows == 0))
+    return Status::Error(path + ": rope_factors_long.weight and rope_factors_short.weight come together; one is missing");
+  if (fl.rows) {
+    if (c.n_ctx_orig == 0)
+      return Status::Error(path + ": rope factors without " + c.arch + ".rope.scaling.original_context_length");
+    for (auto [mat, dst] : {std::pair<const Matrix*, std::vector<float>*>{&fl, &m->rope_long_}, {&fs, &m->rope_short_}}) {
+      dst->resize(static_cast<size_t>(c.rope_dims / 2));
+      dequantize_row(*mat, 0, dst->data());
+      for (float f : *dst)
+        if (!(f > 0.0f) || !std::isfinite(f))
+          return Status::Error(path + ": a rope factor is " + std::to_string(f) + " (factors must be finite and > 0)");
+    }
+  }
   // Copy the weights out of the file mapping onto huge pages: decode streams
   // them all once per token, and 4 KiB pages cost TLB misses at that speed.
   std::vector<Matrix*> mats = {&m->tok_embd_, &m->out_norm_, &m->output_};
@@ -281,10 +337,17 @@ Status Model::run(const std::vector<BatchSeq>& seqs, int threads, bool all_logit
     for (int t = 0; t < n; ++t)
       for (int i = 0; i < width; ++i) y[size_t(t) * width + i] += wbuf[i];
   };
-  // Each row's position (its sequence's start + its index there).
+  // Each row's position (its sequence's start + its index there), and its
+  // LongRoPE factors: long ones for a sequence whose cache holds more than
+  // the original context (as llama.cpp chooses by context size).
   std::vector<int> row_pos(n);
+  std::vector<const float*> row_factors(n, nullptr);
   for (size_t i : order)
-    for (int t = 0; t < seqs[i].n; ++t) row_pos[row0[i] + t] = seqs[i].pos + t;
+    for (int t = 0; t < seqs[i].n; ++t) {
+      row_pos[row0[i] + t] = seqs[i].pos + t;
+      if (!rope_long_.empty())
+        row_factors[row0[i] + t] = seqs[i].cache->capacity() > c.n_ctx_orig ? rope_long_.data() : rope_short_.data();
+    }
   const int64_t n_x = static_cast<int64_t>(x.size());
   auto add_rows = [&](float* dst, const float* src) {  // the residual connection
 #pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)
@@ -311,7 +374,7 @@ Status Model::run(const std::vector<BatchSeq>& seqs, int threads, bool all_logit
 #pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)
     for (int r = 0; r < n; ++r) {
       float head[kMaxHeadDim], cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
-      rope_angles(c.rope_dims, row_pos[r], c, cs, sn);
+      rope_angles(c.rope_dims, row_pos[r], c, row_factors[r], cs, sn);
       for (int hh = 0; hh < c.n_head + c.n_head_kv; ++hh) {
         float* v = hh < c.n_head ? &q[size_t(r) * Dq + hh * hd] : &k[size_t(r) * Dkv + (hh - c.n_head) * hd];
         if (c.qk_norm) {

@@ -27,6 +27,12 @@ struct ModelConfig {
   int rope_dims = 0;          // rotated dims per head (<= head_dim)
   bool rope_neox = false;     // pairs (i, i + dims/2) instead of (2i, 2i+1)
   bool qkv_bias = false, qk_norm = false;
+  // Phi-3 LongRoPE (rope_factors_long/short.weight): angles divided by a
+  // factor per rotated pair, the long factors for contexts beyond
+  // n_ctx_orig (llama.cpp's choice by context size, here a sequence's cache
+  // capacity); cos and sin scaled by rope_attn_factor.
+  int n_ctx_orig = 0;
+  float rope_attn_factor = 1.0f;
 };
 
 class Model {
@@ -86,6 +92,7 @@ class Model {
   std::unique_ptr<Tokenizer> tok_;
   Matrix tok_embd_, out_norm_, output_;
   std::vector<Layer> layers_;
+  std::vector<float> rope_long_, rope_short_;  // Phi-3 LongRoPE factors (empty when absent)
   size_t weight_bytes_ = 0;
   HugeBuffer weights_;  // all weight bytes, copied out of the file onto huge pages
 };

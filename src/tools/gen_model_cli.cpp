@@ -15,7 +15,7 @@ void register_gen_model(CLI::App& app) {
   auto vocab = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("gen-model", "Write a GGUF model with random weights (any shape)");
-  cmd->add_option("--arch", o->arch, "llama, qwen2 or qwen3")->check(CLI::IsMember({"llama", "qwen2", "qwen3"}));
+  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3 or phi3")->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3"}));
   cmd->add_option("--layers", o->layers, "blocks")->check(CLI::Range(1, 1024));
   cmd->add_option("--dim", o->dim, "embedding size")->check(CLI::Range(1, 65536));
   cmd->add_option("--heads", o->heads, "query heads")->check(CLI::Range(1, 1024));
@@ -27,6 +27,10 @@ void register_gen_model(CLI::App& app) {
   cmd->add_option("--vocab-from", *vocab, "copy the tokenizer of this GGUF file");
   cmd->add_option("--vocab", o->vocab, "synthetic vocabulary size when no --vocab-from");
   cmd->add_option("--seed", o->seed, "random seed");
+  cmd->add_option("--rope-orig-ctx", o->rope_orig_ctx,
+                  "phi3: write LongRoPE factors (long and short) switching at this original context, "
+                  "and the attention factor for --ctx over it (default 0: none)")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("-o,--output", *out, "output GGUF")->required();
   cmd->callback([o, vocab, out]() {
     std::shared_ptr<gguf::File> v;
