@@ -112,7 +112,33 @@ struct RefModel {
         wk = mat(p + "attn_k.weight", kr, kc);
         wv = mat(p + "attn_v.weight", vr2, vc2);
       }
-      if (!m->file().tensor(p + "ffn_gate.weight")) {
+      const bool moe = m->file().tensor(p + "ffn_gate_inp.weight") != nullptr;
+      int64_t n_exp = 0, n_used = 0, rr = 0, rc = 0;
+      std::vector<double> router, eg, eu, ed;  // experts' matrices stacked: [expert][rows][cols]
+      int64_t eg_rows = 0, ed_rows = 0;
+      if (moe) {
+        const std::string a = m->file().get_string_or("general.architecture", "");
+        n_exp = int64_t(m->file().get_uint_or(a + ".expert_count", 0));
+        n_used = int64_t(m->file().get_uint_or(a + ".expert_used_count", 0));
+        router = mat(p + "ffn_gate_inp.weight", rr, rc);
+        auto stacked = [&](const std::string& name, int64_t& rows_each) {
+          gguf::Tensor t = *m->file().tensor(name);
+          rows_each = int64_t(t.dims[1]);
+          t.dims = {t.dims[0], t.dims[1] * t.dims[2]};
+          auto w = *matrix_from(t, "test");
+          std::vector<float> row(w.cols);
+          std::vector<double> out(size_t(w.rows) * w.cols);
+          for (int64_t r = 0; r < w.rows; ++r) {
+            dequantize_row(w, r, row.data());
+            for (int64_t k = 0; k < w.cols; ++k) out[size_t(r) * w.cols + k] = row[k];
+          }
+          return out;
+        };
+        int64_t ur_each;
+        eg = stacked(p + "ffn_gate_exps.weight", eg_rows);
+        eu = stacked(p + "ffn_up_exps.weight", ur_each);
+        ed = stacked(p + "ffn_down_exps.weight", ed_rows);
+      } else if (!m->file().tensor(p + "ffn_gate.weight")) {
         int64_t fr, fc;
         const auto up2 = mat(p + "ffn_up.weight", fr, fc);
         wg = part(up2, fc, 0, fr / 2, gr, gc);
@@ -122,7 +148,7 @@ struct RefModel {
         wu = mat(p + "ffn_up.weight", ur, uc);
       }
       const auto wo = mat(p + "attn_output.weight", orr, oc);
-      const auto wd = mat(p + "ffn_down.weight", dr, dc);
+      const auto wd = moe ? std::vector<double>() : mat(p + "ffn_down.weight", dr, dc);
       const auto an = vec(p + "attn_norm.weight"), fn = vec(p + "ffn_norm.weight");
       const bool bias = m->file().tensor(p + "attn_q.bias") != nullptr;
       const bool qkn = m->file().tensor(p + "attn_q_norm.weight") != nullptr;
@@ -173,6 +199,37 @@ struct RefModel {
         const auto o = matvec(wo, orr, oc, att);
         for (int i = 0; i < E; ++i) x[t][i] += o[i];
         const auto h = rms(x[t], fn, c.eps);
+        if (moe) {  // softmax over the experts, the top n_used, weights renormalised, their SwiGLU outputs summed
+          const auto lg = matvec(router, rr, rc, h);
+          const double mx = *std::max_element(lg.begin(), lg.end());
+          std::vector<double> pr(lg.size());
+          double sum = 0;
+          for (size_t e = 0; e < lg.size(); ++e) sum += (pr[e] = std::exp(lg[e] - mx));
+          std::vector<int> idx(lg.size());
+          for (size_t e = 0; e < idx.size(); ++e) idx[e] = int(e);
+          std::stable_sort(idx.begin(), idx.end(), [&](int a2, int b2) { return pr[a2] > pr[b2]; });
+          double wsum = 0;
+          for (int k = 0; k < n_used; ++k) wsum += pr[idx[k]] / sum;
+          const int64_t F = eg_rows;
+          for (int k = 0; k < n_used; ++k) {
+            const int e = idx[k];
+            const double wk = pr[e] / sum / wsum;
+            std::vector<double> ge(F), ue(F);
+            for (int64_t r = 0; r < F; ++r)
+              for (int64_t q = 0; q < E; ++q) {
+                ge[r] += eg[(size_t(e) * F + r) * E + q] * h[q];
+                ue[r] += eu[(size_t(e) * F + r) * E + q] * h[q];
+              }
+            for (int64_t r = 0; r < F; ++r) ge[r] = ge[r] / (1.0 + std::exp(-ge[r])) * ue[r];
+            for (int64_t r = 0; r < E; ++r) {
+              double acc = 0;
+              for (int64_t q = 0; q < F; ++q) acc += ed[(size_t(e) * ed_rows + r) * F + q] * ge[q];
+              x[t][r] += wk * acc;
+            }
+          }
+          (void)n_exp;
+          continue;
+        }
         auto gg = matvec(wg, gr, gc, h);
         const auto uu = matvec(wu, ur, uc, h);
         for (size_t i = 0; i < gg.size(); ++i) gg[i] = gg[i] / (1.0 + std::exp(-gg[i])) * uu[i];
@@ -242,6 +299,14 @@ void check_against_reference(const std::string& arch, const std::string& type, d
 TEST(Model, LlamaF32MatchesFloat64Reference) { check_against_reference("llama", "F32", 1e-4); }
 TEST(Model, Qwen2F32MatchesFloat64Reference) { check_against_reference("qwen2", "F32", 1e-4); }
 TEST(Model, Qwen3F32MatchesFloat64Reference) { check_against_reference("qwen3", "F32", 1e-4); }
+// Qwen3 MoE: 8 experts, 2 per token, Q/K norms; the default cores too.
+TEST(Model, Qwen3MoeMatchesFloat64Reference) {
+  check_against_reference("qwen3moe", "F32", 1e-4);
+  check_against_reference("qwen3moe", "F32", 1e-4, 32, MatmulCore::kRows);
+  check_against_reference("qwen3moe", "Q4_0", 1e-4);
+  check_against_reference("qwen3moe", "Q4_0", 3e-2, 32, MatmulCore::kAuto);
+}
+
 // Phi-3: fused attn_qkv and gate+up ffn_up, neox rotary pairs; LongRoPE with
 // the long factors (original context 32 < the cache's 64) and the short
 // ones (128 > 64), each with its attention factor; and a quantized file.

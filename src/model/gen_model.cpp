@@ -46,8 +46,11 @@ Vocab synthetic_vocab(int size) {
 }  // namespace
 
 Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, const std::string& out_path) {
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "phi3")
-    return Status::Error("gen-model: --arch must be llama, qwen2, qwen3 or phi3, not '" + o.arch + "'");
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "phi3" && o.arch != "qwen3moe")
+    return Status::Error("gen-model: --arch must be llama, qwen2, qwen3, phi3 or qwen3moe, not '" + o.arch + "'");
+  const bool moe = o.arch == "qwen3moe";
+  if (moe && (o.experts < 1 || o.experts_used < 1 || o.experts_used > o.experts))
+    return Status::Error("gen-model: qwen3moe needs 1 <= --experts-used <= --experts");
   if (o.rope_orig_ctx && o.arch != "phi3") return Status::Error("gen-model: --rope-orig-ctx is for phi3");
   const gguf::TensorType* tt = gguf::tensor_type(o.type);
   const bool block_type = o.type == "Q8_0" || o.type == "Q4_0" || o.type == "Q4_1" || o.type == "Q5_0" ||
@@ -96,6 +99,11 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   w.add_u32(a + ".rope.dimension_count", o.head_dim);
   w.add_f32(a + ".rope.freq_base", o.rope_base);
   w.add_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  if (moe) {
+    w.add_u32(a + ".expert_count", o.experts);
+    w.add_u32(a + ".expert_used_count", o.experts_used);
+    w.add_u32(a + ".expert_feed_forward_length", o.ffn);
+  }
   if (o.rope_orig_ctx) {  // Phi-3 LongRoPE, as its converter writes it
     w.add_u32(a + ".rope.scaling.original_context_length", o.rope_orig_ctx);
     const double scale = double(o.ctx) / o.rope_orig_ctx;
@@ -116,20 +124,23 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   // in seconds); small ones use fresh draws.
   std::vector<float> pool(1 << 20);
   for (auto& v : pool) v = static_cast<float>(rng.gaussian());
-  auto add = [&](const std::string& name, int cols, int rows, bool matrix, float std_dev, float mean) -> Status {
-    std::vector<float> x(size_t(cols) * rows);
+  // n_mat > 1: a 3-D tensor of n_mat matrices (a mixture's experts).
+  auto add = [&](const std::string& name, int cols, int rows, bool matrix, float std_dev, float mean,
+                 int n_mat = 1) -> Status {
+    std::vector<float> x(size_t(cols) * rows * n_mat);
     if (x.size() <= pool.size()) {
       for (auto& v : x) v = mean + static_cast<float>(rng.gaussian()) * std_dev;
     } else {
-      for (int r = 0; r < rows; ++r) {
+      for (size_t r = 0; r < size_t(rows) * n_mat; ++r) {
         size_t off = rng.below(static_cast<uint32_t>(pool.size()));
-        for (int c = 0; c < cols; ++c) x[size_t(r) * cols + c] = mean + pool[(off + c) % pool.size()] * std_dev;
+        for (int c = 0; c < cols; ++c) x[r * cols + c] = mean + pool[(off + c) % pool.size()] * std_dev;
       }
     }
-    const std::vector<uint64_t> dims = rows == 1 ? std::vector<uint64_t>{uint64_t(cols)}
-                                                 : std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)};
+    std::vector<uint64_t> dims = rows == 1 ? std::vector<uint64_t>{uint64_t(cols)}
+                                           : std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)};
+    if (n_mat > 1) dims.push_back(uint64_t(n_mat));
     if (!matrix || o.type == "F32") return w.add_tensor(name, dims, 0, x.data(), x.size() * 4);
-    std::vector<uint8_t> b(size_t(cols) / tt->block * tt->block_bytes * rows);
+    std::vector<uint8_t> b(size_t(cols) / tt->block * tt->block_bytes * rows * n_mat);
     if (o.type == "F16" || o.type == "BF16") {
       for (size_t i = 0; i < x.size(); ++i) {
         const uint16_t h = o.type == "F16" ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
@@ -137,7 +148,7 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
       }
     } else {
       const size_t rb = size_t(cols) / tt->block * tt->block_bytes;
-      for (int r = 0; r < rows; ++r) quantize_weight_row(o.type, &x[size_t(r) * cols], cols, &b[r * rb]);
+      for (size_t r = 0; r < size_t(rows) * n_mat; ++r) quantize_weight_row(o.type, &x[r * cols], cols, &b[r * rb]);
     }
     return w.add_tensor(name, dims, tt->id, b.data(), b.size());
   };
@@ -174,11 +185,18 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
       TKV_ADD(p + "attn_k.bias", Dkv, 1, false, 2.0f, 0.0f);
       TKV_ADD(p + "attn_v.bias", Dkv, 1, false, 0.1f, 0.0f);
     }
-    if (o.arch == "qwen3") {
+    if (o.arch == "qwen3" || moe) {
       TKV_ADD(p + "attn_q_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
       TKV_ADD(p + "attn_k_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
     }
     TKV_ADD(p + "ffn_norm.weight", E, 1, false, 0.1f, 1.0f);
+    if (moe) {  // the router (F32, as llama.cpp's converter keeps it), then each expert's matrices
+      if (!(st = add(p + "ffn_gate_inp.weight", E, o.experts, false, 1.0f / std::sqrt(float(E)), 0.0f)).ok()) return st;
+      TKV_ADD(p + "ffn_gate_exps.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f, o.experts);
+      TKV_ADD(p + "ffn_up_exps.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f, o.experts);
+      TKV_ADD(p + "ffn_down_exps.weight", o.ffn, E, true, s / std::sqrt(float(o.ffn)), 0.0f, o.experts);
+      continue;
+    }
     if (phi3) {  // gate rows, then up rows
       TKV_ADD(p + "ffn_up.weight", E, 2 * o.ffn, true, s / std::sqrt(float(E)), 0.0f);
     } else {

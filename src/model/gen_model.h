@@ -10,7 +10,7 @@
 namespace tkv {
 
 struct GenModelOptions {
-  std::string arch = "llama";  // llama, qwen2, qwen3, phi3 (fused attn_qkv and gate+up ffn_up)
+  std::string arch = "llama";  // llama, qwen2, qwen3, phi3 (fused attn_qkv and gate+up ffn_up), qwen3moe
   int layers = 2, dim = 64, heads = 4, kv_heads = 2, head_dim = 16, ffn = 128;
   std::string type = "F32";    // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
                                // (norms and biases stay F32)
@@ -20,6 +20,7 @@ struct GenModelOptions {
   float weight_scale = 1.0f;   // multiplies the default init std (1/sqrt(fan_in))
   int vocab = 0;               // synthetic byte-level vocabulary size when no vocab file (>= 259)
   int rope_orig_ctx = 0;       // phi3: LongRoPE factors and original context (0: none)
+  int experts = 8, experts_used = 2;  // qwen3moe (--ffn is each expert's width)
 };
 
 // Copies the tokenizer from `vocab` when given, else makes a small

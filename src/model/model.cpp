@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 namespace tkv {
 namespace {
@@ -94,8 +95,9 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
   if (!arch) return arch.status();
   ModelConfig& c = m->cfg_;
   c.arch = *arch;
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3")
-    return Status::Error(path + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3, phi3)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" && c.arch != "qwen3moe")
+    return Status::Error(path + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3, phi3, qwen3moe)");
+  const bool moe = c.arch == "qwen3moe";
   auto need = [&](const std::string& key) -> Expected<int> {
     auto v = g.get_uint(c.arch + "." + key);
     if (!v) return v.status();
@@ -104,6 +106,7 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
   };
   for (auto [key, dst] : {std::pair<const char*, int*>{"block_count", &c.n_layer}, {"embedding_length", &c.n_embd},
                           {"attention.head_count", &c.n_head}, {"feed_forward_length", &c.n_ff}}) {
+    if (moe && std::string(key) == "feed_forward_length") continue;  // the experts' own width below
     auto v = need(key);
     if (!v) return v.status();
     *dst = *v;
@@ -116,6 +119,24 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
                            std::to_string(lo) + ".." + std::to_string(hi) + ")");
     return static_cast<int>(v);
   };
+  if (moe) {  // the experts: how many, how many per token, their width
+    auto ne = need("expert_count");
+    if (!ne) return ne.status();
+    if (*ne > 4096) return Status::Error(path + ": " + c.arch + ".expert_count = " + std::to_string(*ne) + " is out of range");
+    c.n_expert = *ne;
+    auto nu = need("expert_used_count");
+    if (!nu) return nu.status();
+    if (*nu > c.n_expert)
+      return Status::Error(path + ": " + c.arch + ".expert_used_count = " + std::to_string(*nu) + " is more than the " +
+                           std::to_string(c.n_expert) + " experts");
+    c.n_expert_used = *nu;
+    c.n_ff = static_cast<int>(g.get_uint_or(c.arch + ".feed_forward_length", 0));
+    auto nf = optional("expert_feed_forward_length", c.n_ff > 0 ? c.n_ff / c.n_expert_used : 0, 1, 1u << 20);
+    if (!nf) return nf.status();
+    c.n_ff_exp = *nf;
+    if (c.n_ff <= 0 || c.n_ff > (1 << 24)) c.n_ff = c.n_ff_exp;
+    c.expert_weights_scale = static_cast<float>(g.get_float_or(c.arch + ".expert_weights_scale", 0.0));
+  }
   auto hkv = optional("attention.head_count_kv", c.n_head, 1, uint64_t(c.n_head));
   if (!hkv) return hkv.status();
   c.n_head_kv = *hkv;
@@ -131,7 +152,7 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
   if (!rd) return rd.status();
   c.rope_dims = *rd;
   c.rope_neox = c.arch != "llama";
-  c.qk_norm = c.arch == "qwen3";
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   const std::string scaling = g.get_string_or(c.arch + ".rope.scaling.type", "none");
   if (scaling == "linear") {
     c.rope_scale = static_cast<float>(g.get_float_or(c.arch + ".rope.scaling.factor", 1.0));
@@ -165,6 +186,22 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
                            ", expected " + std::to_string(cols) + " x " + std::to_string(rows));
     m->weight_bytes_ += t->n_bytes;
     return *mat;
+  };
+  // A 3-D tensor [cols, rows, n] as n matrices (a mixture's experts).
+  auto experts = [&](const std::string& name, int64_t cols, int64_t rows, int64_t n) -> Expected<std::vector<Matrix>> {
+    const gguf::Tensor* t = g.tensor(name);
+    if (!t) return Status::Error(path + ": missing tensor '" + name + "'");
+    if (t->dims.size() != 3 || int64_t(t->dims[0]) != cols || int64_t(t->dims[1]) != rows || int64_t(t->dims[2]) != n)
+      return Status::Error(path + ": tensor '" + name + "' is not " + std::to_string(cols) + " x " + std::to_string(rows) +
+                           " x " + std::to_string(n) + " (the experts' shape)");
+    gguf::Tensor one = *t;  // one expert's matrix, for the type and shape checks
+    one.dims = {t->dims[0], t->dims[1]};
+    auto mat = matrix_from(one, path);
+    if (!mat) return mat.status();
+    std::vector<Matrix> out;
+    for (int64_t e = 0; e < n; ++e) out.push_back(row_range(*mat, e * rows, rows));
+    m->weight_bytes_ += t->n_bytes;
+    return out;
   };
   const gguf::Tensor* emb = g.tensor("token_embd.weight");
   if (!emb || emb->dims.size() != 2) return Status::Error(path + ": missing or malformed tensor 'token_embd.weight'");
@@ -208,7 +245,19 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
     }
     TKV_LOAD(L.wo, p + "attn_output.weight", Dq, E, false);
     TKV_LOAD(L.ffn_norm, p + "ffn_norm.weight", E, 1, false);
-    if (c.arch == "phi3") {  // gate rows then up rows in ffn_up (llama.cpp's fused SwiGLU: silu of the first half)
+    if (moe) {  // the router and every expert's three matrices (one 3-D tensor each)
+      TKV_LOAD(L.moe.router, p + "ffn_gate_inp.weight", E, c.n_expert, false);
+      L.moe.n_used = c.n_expert_used;
+      L.moe.weights_scale = c.expert_weights_scale;
+      for (auto [name, dst, cols, rows] :
+           {std::tuple<const char*, std::vector<Matrix>*, int, int>{"ffn_gate_exps.weight", &L.moe.gate, E, c.n_ff_exp},
+            {"ffn_up_exps.weight", &L.moe.up, E, c.n_ff_exp},
+            {"ffn_down_exps.weight", &L.moe.down, c.n_ff_exp, E}}) {
+        auto ex = experts(p + name, cols, rows, c.n_expert);
+        if (!ex) return ex.status();
+        *dst = std::move(*ex);
+      }
+    } else if (c.arch == "phi3") {  // gate rows then up rows in ffn_up (llama.cpp's fused SwiGLU: silu of the first half)
       Matrix up2;
       TKV_LOAD(up2, p + "ffn_up.weight", E, 2 * c.n_ff, false);
       L.w_gate = row_range(up2, 0, c.n_ff);
@@ -217,7 +266,7 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
       TKV_LOAD(L.w_gate, p + "ffn_gate.weight", E, c.n_ff, false);
       TKV_LOAD(L.w_up, p + "ffn_up.weight", E, c.n_ff, false);
     }
-    TKV_LOAD(L.w_down, p + "ffn_down.weight", c.n_ff, E, false);
+    if (!moe) TKV_LOAD(L.w_down, p + "ffn_down.weight", c.n_ff, E, false);
     TKV_LOAD(L.bq, p + "attn_q.bias", Dq, 1, true);
     TKV_LOAD(L.bk, p + "attn_k.bias", Dkv, 1, true);
     TKV_LOAD(L.bv, p + "attn_v.bias", Dkv, 1, true);
@@ -245,10 +294,13 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
   // Copy the weights out of the file mapping onto huge pages: decode streams
   // them all once per token, and 4 KiB pages cost TLB misses at that speed.
   std::vector<Matrix*> mats = {&m->tok_embd_, &m->out_norm_, &m->output_};
-  for (auto& L : m->layers_)
+  for (auto& L : m->layers_) {
     for (Matrix* x : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.bq,
-                      &L.bk, &L.bv, &L.q_norm, &L.k_norm})
+                      &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.moe.router})
       mats.push_back(x);
+    for (auto* v : {&L.moe.gate, &L.moe.up, &L.moe.down})
+      for (Matrix& x : *v) mats.push_back(&x);
+  }
   size_t total = 0;
   for (const Matrix* x : mats)
     if (x->rows) total += (x->row_bytes * x->rows + 63) / 64 * 64;
@@ -411,6 +463,18 @@ Status Model::run(const std::vector<BatchSeq>& seqs, int threads, bool all_logit
     mm(L.wo, att.data(), tmp.data());
     add_rows(x.data(), tmp.data());
     rmsnorm_rows(x.data(), n, L.ffn_norm, E, c.eps, h.data(), threads);
+    if (L.moe.n_used > 0) {  // experts, grouped as the matrix products above
+      if (n_single > 0)
+        moe_ffn(L.moe, h.data(), n_single, tmp.data(),
+                [&](const Matrix& w, const float* xi, int m, float* y) { matmul_tokens(w, xi, m, y, threads); });
+      for (size_t k = n_single; k < order.size(); ++k) {
+        const size_t i = order[k];
+        moe_ffn(L.moe, &h[row0[i] * E], seqs[i].n, &tmp[row0[i] * E],
+                [&](const Matrix& w, const float* xi, int m, float* y) { matmul(w, xi, m, y, threads); });
+      }
+      add_rows(x.data(), tmp.data());
+      continue;
+    }
     mm(L.w_gate, h.data(), g.data());
     mm(L.w_up, h.data(), u.data());
     const int64_t n_g = static_cast<int64_t>(g.size());

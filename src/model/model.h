@@ -11,6 +11,7 @@
 #include "cache/kv_cache.h"
 #include "model/gguf.h"
 #include "model/matmul.h"
+#include "model/moe.h"
 #include "model/tokenizer.h"
 #include "util/huge_buffer.h"
 #include "util/status.h"
@@ -33,6 +34,9 @@ struct ModelConfig {
   // capacity); cos and sin scaled by rope_attn_factor.
   int n_ctx_orig = 0;
   float rope_attn_factor = 1.0f;
+  // Mixture of experts (qwen3moe): 0 experts for a dense feed-forward.
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  float expert_weights_scale = 0.0f;
 };
 
 class Model {
@@ -85,6 +89,7 @@ class Model {
   struct Layer {
     Matrix attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
     Matrix bq, bk, bv, q_norm, k_norm;  // optional (rows = 0 when absent)
+    MoeWeights moe;                     // experts instead of w_gate/w_up/w_down (n_used > 0)
   };
   Status run(const std::vector<BatchSeq>& seqs, int threads, bool all_logits, const KvObserver& observe) const;
   ModelConfig cfg_;

@@ -15,7 +15,10 @@ void register_gen_model(CLI::App& app) {
   auto vocab = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("gen-model", "Write a GGUF model with random weights (any shape)");
-  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3 or phi3")->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3"}));
+  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, phi3 or qwen3moe")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "qwen3moe"}));
+  cmd->add_option("--experts", o->experts, "qwen3moe: experts per layer (--ffn is each one's width)")->check(CLI::Range(1, 4096));
+  cmd->add_option("--experts-used", o->experts_used, "qwen3moe: experts per token")->check(CLI::Range(1, 4096));
   cmd->add_option("--layers", o->layers, "blocks")->check(CLI::Range(1, 1024));
   cmd->add_option("--dim", o->dim, "embedding size")->check(CLI::Range(1, 65536));
   cmd->add_option("--heads", o->heads, "query heads")->check(CLI::Range(1, 1024));

@@ -1,0 +1,73 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace tkv {
+
+Routing route(const float* logits, int n_expert, int n_used, float weights_scale) {
+  // Softmax over every expert (f32, as llama.cpp's ggml_soft_max).
+  float mx = logits[0];
+  for (int e = 1; e < n_expert; ++e) mx = std::max(mx, logits[e]);
+  std::vector<float> p(n_expert);
+  float sum = 0.0f;
+  for (int e = 0; e < n_expert; ++e) sum += (p[e] = std::exp(logits[e] - mx));
+  for (float& x : p) x /= sum;
+  std::vector<int> order(n_expert);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+  Routing r;
+  r.expert.assign(order.begin(), order.begin() + n_used);
+  float wsum = 0.0f;
+  for (int e : r.expert) wsum += p[e];
+  for (int e : r.expert) {
+    float w = p[e] / wsum;  // renormalised over the chosen ones
+    if (weights_scale != 0.0f) w *= weights_scale;
+    r.weight.push_back(w);
+  }
+  return r;
+}
+
+void moe_ffn(const MoeWeights& w, const float* h, int n, float* out, const MatmulFn& mm) {
+  const int E = static_cast<int>(w.router.cols), n_expert = static_cast<int>(w.router.rows), k = w.n_used;
+  std::vector<float> logits(size_t(n) * n_expert);
+  mm(w.router, h, n, logits.data());
+  std::vector<Routing> r(n);
+  for (int t = 0; t < n; ++t) r[t] = route(&logits[size_t(t) * n_expert], n_expert, k, w.weights_scale);
+  // Each expert once, on the tokens that chose it; its outputs land in the
+  // token's slot for that choice, summed below in the routing's order.
+  std::vector<float> slot(size_t(n) * k * E), xe, g, u, d;
+  std::vector<std::pair<int, int>> who;  // (token, choice)
+  for (int e = 0; e < n_expert; ++e) {
+    who.clear();
+    for (int t = 0; t < n; ++t)
+      for (int j = 0; j < k; ++j)
+        if (r[t].expert[j] == e) who.emplace_back(t, j);
+    if (who.empty()) continue;
+    const int m = static_cast<int>(who.size());
+    const int F = static_cast<int>(w.gate[e].rows);
+    xe.resize(size_t(m) * E);
+    g.resize(size_t(m) * F);
+    u.resize(g.size());
+    d.resize(size_t(m) * E);
+    for (int i = 0; i < m; ++i) std::memcpy(&xe[size_t(i) * E], h + size_t(who[i].first) * E, sizeof(float) * E);
+    mm(w.gate[e], xe.data(), m, g.data());
+    mm(w.up[e], xe.data(), m, u.data());
+    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SwiGLU
+    mm(w.down[e], g.data(), m, d.data());
+    for (int i = 0; i < m; ++i)
+      std::memcpy(&slot[(size_t(who[i].first) * k + who[i].second) * E], &d[size_t(i) * E], sizeof(float) * E);
+  }
+  for (int t = 0; t < n; ++t) {
+    float* y = out + size_t(t) * E;
+    std::fill(y, y + E, 0.0f);
+    for (int j = 0; j < k; ++j) {
+      const float* s = &slot[(size_t(t) * k + j) * E];
+      for (int i = 0; i < E; ++i) y[i] += r[t].weight[j] * s[i];
+    }
+  }
+}
+
+}  // namespace tkv
