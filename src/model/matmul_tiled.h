@@ -39,6 +39,11 @@ bool vnni_available();
 // blocks per vpdpbusd, scales applied per lane. False (nothing written) for
 // other types or without the kernel.
 bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads);
+// Q4_K, Q5_K, Q6_K decode (decode_kquants.cpp) for one token or a group:
+// activations per 256 (Q8_K-like), integer sub-block scales and mins, one
+// float step per super-block; each token's bits its own alone. False for
+// other types or without AVX512-VNNI.
+bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 // Q8_0 decode with rows in lanes (decode_q8_rows.cpp) for one token or a
 // group: 16 rows per vector, each block's int32 dots completed before one
 // scale step, so scales cost 3 operations per 512 weights per token; every

@@ -91,8 +91,11 @@ void register_bench_model(CLI::App& app) {
       tok = 3 + (tok * 31) % (c.n_vocab - 3);
     }
     const double mean = total / o->n_gen;
+    // The weight type: the generated model's, or a given file's first layer's.
+    const gguf::Tensor* wt = model.file().tensor("blk.0.attn_output.weight");
+    const std::string type = o->model.empty() || !wt ? o->type : wt->info().name;
     std::printf("model %s: %.1f MiB of weights read per token (%s), %d layers, %d threads\n", path.c_str(), bytes / 1048576.0,
-                o->type.c_str(), c.n_layer, o->threads);
+                type.c_str(), c.n_layer, o->threads);
     std::printf("bandwidth: copy %.1f GB/s (read+write traffic), read-only %.1f GB/s\n", bw.copy_gbs, bw.read_gbs);
     std::printf("prefill pp%d: %.1f tokens/s\n", o->n_prompt, o->n_prompt / t_prompt);
     std::printf("decode tg%d: %.2f tokens/s (mean), best step %.1f ms -> %.1f GB/s of weights, %.0f%% of copy, %.0f%% of read-only\n",
