@@ -15,6 +15,7 @@
 #include "model/gen_model.h"
 #include "model/model.h"
 #include "util/rng.h"
+#include "test_models.h"
 
 namespace tkv {
 namespace {
@@ -111,15 +112,7 @@ TEST(Batch, StepsGiveEachSequenceItsBitsAlone) {
 // kernel; Q4_K: the row core).
 TEST(Batch, MixtureOfExpertsStepsGiveEachSequenceItsBitsAlone) {
   for (const char* type : {"Q8_0", "Q4_K"}) {
-    GenModelOptions g;
-    g.arch = "qwen3moe";
-    g.type = type;
-    g.layers = 2;
-    g.dim = 256;
-    g.heads = 4;
-    g.kv_heads = 2;
-    g.head_dim = 64;
-    g.ffn = 256;
+    GenModelOptions g = random_model_options("qwen3moe", type, 256);
     g.experts = 8;
     g.experts_used = 2;
     const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_batch_moe.gguf";

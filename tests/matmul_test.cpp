@@ -27,6 +27,7 @@
 #include "util/rng.h"
 #include "util/simd_targets.h"
 #include "shared_data.h"
+#include "test_models.h"
 
 namespace tkv {
 namespace {
@@ -398,6 +399,27 @@ TEST(Matmul, CoreNamesParse) {
   EXPECT_FALSE(parse_matmul_core("fast").ok());
 }
 
+// Perplexity of a model with the old row core and the default cores (f32
+// cache), checked within 0.05 % of each other and printed.
+void expect_ppl_old_new_close(const Model& m, const std::string& text, int n_ctx, int chunks, const std::string& what) {
+  PerplexityOptions o;
+  o.n_ctx = n_ctx;
+  o.max_chunks = chunks;
+  o.threads = 2;
+  o.cache.type_k = o.cache.type_v = "f32";
+  double ppl[2];
+  for (int i = 0; i < 2; ++i) {
+    set_matmul_core(i == 0 ? MatmulCore::kRows : MatmulCore::kAuto);
+    auto r = perplexity(m, text, o);
+    set_matmul_core(MatmulCore::kAuto);
+    ASSERT_TRUE(r.ok()) << r.error();
+    ppl[i] = r->ppl;
+  }
+  EXPECT_LT(std::fabs(ppl[1] / ppl[0] - 1.0), 5e-4) << what << ": old " << ppl[0] << " new " << ppl[1];
+  std::printf("%s: perplexity old core %.6f, new core %.6f (%+.4f %%)\n", what.c_str(), ppl[0], ppl[1],
+              100.0 * (ppl[1] / ppl[0] - 1.0));
+}
+
 // Perplexity of the reference model with the new cores within 0.05 % of the
 // old row-streaming core (which multiplies in f32 like llama.cpp's f32 path).
 TEST(Matmul, ReferenceModelPerplexityWithinPointZeroFivePercent) {
@@ -415,22 +437,7 @@ TEST(Matmul, ReferenceModelPerplexityWithinPointZeroFivePercent) {
     const std::string path = dir + "/models/ref-5m/" + file;
     auto m = Model::load(path);
     ASSERT_TRUE(m.ok()) << m.error();
-    PerplexityOptions o;
-    o.n_ctx = 512;
-    o.max_chunks = 3;  // a relative check; absolute ones: external_reference_test.cpp
-    o.threads = 2;
-    o.cache.type_k = o.cache.type_v = "f32";
-    double ppl[2];
-    for (int i = 0; i < 2; ++i) {
-      set_matmul_core(i == 0 ? MatmulCore::kRows : MatmulCore::kAuto);
-      auto r = perplexity(**m, text, o);
-      ASSERT_TRUE(r.ok()) << r.error();
-      ppl[i] = r->ppl;
-    }
-    set_matmul_core(MatmulCore::kAuto);
-    EXPECT_LT(std::fabs(ppl[1] / ppl[0] - 1.0), 5e-4) << file << ": old " << ppl[0] << " new " << ppl[1];
-    std::printf("%s: perplexity old core %.6f, new core %.6f (%+.4f %%)\n", file, ppl[0], ppl[1],
-                100.0 * (ppl[1] / ppl[0] - 1.0));
+    expect_ppl_old_new_close(**m, text, 512, 3, file);  // a relative check; absolute ones: external_reference_test.cpp
   }
 }
 
@@ -455,34 +462,10 @@ TEST(Matmul, RandomModelsOfEachArchitecturePerplexityWithinPointZeroFivePercent)
                             ("tkv_matmul_arch_" + std::to_string(getpid()) + ".gguf")).string();
   for (const char* arch : {"llama", "qwen2", "qwen3"})
     for (const char* type : {"BF16", "Q6_K", "Q5_1"}) {
-      GenModelOptions g;
-      g.arch = arch;
-      g.type = type;
-      g.layers = 2;
-      g.dim = 256;
-      g.heads = 4;
-      g.kv_heads = 2;
-      g.head_dim = 64;
-      g.ffn = 512;
-      ASSERT_TRUE(generate_model(g, vocab->get(), path).ok());
+      ASSERT_TRUE(generate_model(random_model_options(arch, type, 512), vocab->get(), path).ok());
       auto m = Model::load(path);
       ASSERT_TRUE(m.ok()) << m.error();
-      PerplexityOptions o;
-      o.n_ctx = 256;
-      o.max_chunks = 16;
-      o.threads = 2;
-      o.cache.type_k = o.cache.type_v = "f32";
-      double ppl[2];
-      for (int i = 0; i < 2; ++i) {
-        set_matmul_core(i == 0 ? MatmulCore::kRows : MatmulCore::kAuto);
-        auto r = perplexity(**m, text, o);
-        ASSERT_TRUE(r.ok()) << r.error();
-        ppl[i] = r->ppl;
-      }
-      set_matmul_core(MatmulCore::kAuto);
-      EXPECT_LT(std::fabs(ppl[1] / ppl[0] - 1.0), 5e-4) << arch << " " << type << ": old " << ppl[0] << " new " << ppl[1];
-      std::printf("%s %s: perplexity old core %.6f, new core %.6f (%+.4f %%)\n", arch, type, ppl[0], ppl[1],
-                  100.0 * (ppl[1] / ppl[0] - 1.0));
+      expect_ppl_old_new_close(**m, text, 256, 16, std::string(arch) + " " + type);
     }
   std::filesystem::remove(path);
 }

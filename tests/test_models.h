@@ -45,4 +45,20 @@ inline std::string small_model(const std::string& path, const std::string& nan_t
   return path;
 }
 
+// A random model of an architecture and weight type: 2 layers, dim 256, 4
+// heads on 2 KV heads of 64, feed-forward width ffn (each expert's for
+// qwen3moe).
+inline GenModelOptions random_model_options(const std::string& arch, const std::string& type, int ffn) {
+  GenModelOptions g;
+  g.arch = arch;
+  g.type = type;
+  g.layers = 2;
+  g.dim = 256;
+  g.heads = 4;
+  g.kv_heads = 2;
+  g.head_dim = 64;
+  g.ffn = ffn;
+  return g;
+}
+
 }  // namespace tkv

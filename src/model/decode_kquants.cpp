@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "model/matmul_tiled.h"
+#include "model/weight_blocks.h"
 #include "util/fp16.h"
 
 #if defined(__x86_64__) && !defined(TKV_NO_VNNI)
@@ -48,17 +49,6 @@ float half_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return f16_to_f32(h);
-}
-
-// llama.cpp's get_scale_min_k4: the 6-bit scale and min of sub-block j.
-void scale_min(int j, const uint8_t* q, int& d, int& m) {
-  if (j < 4) {
-    d = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
 }
 
 // One token's activations per block of 256: d = max|x| / 127, q = round(x / d)
@@ -148,7 +138,7 @@ TKV_KQ_ATTR float row_q45k(const uint8_t* row, int64_t nb, const KActs& a) {
     int mn[8];
     for (int j = 0; j < 8; ++j) {
       int unused;
-      scale_min(j, blk + 4, unused, mn[j]);
+      scale_min_k4(j, blk + 4, unused, mn[j]);
     }
     __m512i isum = _mm512_setzero_si512();
 #pragma GCC unroll 2

@@ -7,16 +7,6 @@
 namespace tkv {
 namespace {
 
-void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
-  if (j < 4) {
-    d = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 float half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
@@ -118,6 +108,16 @@ void dequantize_blocks(uint32_t type, const uint8_t* row, int64_t cols, float* o
 }
 
 }  // namespace
+
+void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
+  if (j < 4) {
+    d = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
 
 int weight_block_values(uint32_t type) {
   switch (type) {
