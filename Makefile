@@ -42,9 +42,10 @@ test-fast: deps
 # Release together, minutes under the sanitizers), the codebooks' Monte Carlo
 # checks (arithmetic on vectors the tests make, 32 s under the sanitizers),
 # and the demo (70 s under the sanitizers: the other CLI tests drive the same
-# code). Accuracy and end-to-end checks whose code paths the other tests
+# code), and the K-quant models against float64 (24 s under the sanitizers;
+# the matmul tests run every K-quant kernel there). Accuracy and end-to-end checks whose code paths the other tests
 # cover under the sanitizers.
-ASAN_ONLY_IN_RELEASE = Matmul.ReferenceModelPerplexityWithinPointZeroFivePercent|Matmul.RandomModelsOfEachArchitecturePerplexityWithinPointZeroFivePercent|ExternalReference.PerplexityOfEveryLlamaQuantizedFileWithinPointTwoPercentOfLlamaCpp|ExternalReference.ReferenceModelWikiTextPerplexityEqualsTheFloat64Figure|Codebook.D64AndD256MonteCarloAgreesWithIntegration|Codebook.D128MonteCarloOver200kUnitVectors|Cli.DemoRunsAndGivesVerdicts
+ASAN_ONLY_IN_RELEASE = Matmul.ReferenceModelPerplexityWithinPointZeroFivePercent|Model.KQuantWeightsMatchReferenceOnDequantizedWeights|Matmul.RandomModelsOfEachArchitecturePerplexityWithinPointZeroFivePercent|ExternalReference.PerplexityOfEveryLlamaQuantizedFileWithinPointTwoPercentOfLlamaCpp|ExternalReference.ReferenceModelWikiTextPerplexityEqualsTheFloat64Figure|Codebook.D64AndD256MonteCarloAgreesWithIntegration|Codebook.D128MonteCarloOver200kUnitVectors|Cli.DemoRunsAndGivesVerdicts
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKV_SANITIZE=ON -DTKV_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
