@@ -14,6 +14,7 @@
 #include "model/gen_model.h"
 #include "model/matmul.h"
 #include "model/matmul_tiled.h"
+#include "model/moe.h"
 #include "model/model.h"
 #include "model/quantize_weights.h"
 #include "util/rng.h"
@@ -305,6 +306,25 @@ TEST(Model, Qwen3MoeMatchesFloat64Reference) {
   check_against_reference("qwen3moe", "F32", 1e-4, 32, MatmulCore::kRows);
   check_against_reference("qwen3moe", "Q4_0", 1e-4);
   check_against_reference("qwen3moe", "Q4_0", 3e-2, 32, MatmulCore::kAuto);
+}
+
+// Routing on its own: the top k by probability (ties to the lower index),
+// weights renormalised to 1 and scaled when asked; NaN logits give NaN
+// weights (so the logits check reports them), never a crash in the sort.
+TEST(Model, MoeRoutingTopKRenormalisedAndNaNPropagates) {
+  const float logits[] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+  const Routing r = route(logits, 5, 3, 0.0f);
+  EXPECT_EQ(r.expert, (std::vector<int>{1, 3, 4}));
+  const double p1 = std::exp(2.0), p4 = std::exp(1.0);
+  EXPECT_NEAR(r.weight[0], p1 / (2 * p1 + p4), 1e-6);
+  EXPECT_NEAR(r.weight[2], p4 / (2 * p1 + p4), 1e-6);
+  EXPECT_NEAR(r.weight[0] + r.weight[1] + r.weight[2], 1.0, 1e-6);
+  const Routing scaled = route(logits, 5, 3, 2.5f);
+  EXPECT_NEAR(scaled.weight[0], 2.5 * r.weight[0], 1e-6);
+  const float bad[] = {0.5f, std::nanf(""), 1.0f, 2.0f};
+  const Routing rb = route(bad, 4, 2, 0.0f);
+  ASSERT_EQ(rb.weight.size(), 2u);
+  EXPECT_TRUE(std::isnan(rb.weight[0]) && std::isnan(rb.weight[1]));
 }
 
 // Phi-3: fused attn_qkv and gate+up ffn_up, neox rotary pairs; LongRoPE with

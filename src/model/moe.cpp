@@ -15,6 +15,15 @@ Routing route(const float* logits, int n_expert, int n_used, float weights_scale
   float sum = 0.0f;
   for (int e = 0; e < n_expert; ++e) sum += (p[e] = std::exp(logits[e] - mx));
   for (float& x : p) x /= sum;
+  // NaN (broken router weights or activations) must not reach the sort as
+  // a value (no strict order): sort it last, and give the chosen experts NaN
+  // weights so the output, and the logits check, say so.
+  bool nan = false;
+  for (float& x : p)
+    if (std::isnan(x)) {
+      nan = true;
+      x = -1.0f;
+    }
   std::vector<int> order(n_expert);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
@@ -25,7 +34,7 @@ Routing route(const float* logits, int n_expert, int n_used, float weights_scale
   for (int e : r.expert) {
     float w = p[e] / wsum;  // renormalised over the chosen ones
     if (weights_scale != 0.0f) w *= weights_scale;
-    r.weight.push_back(w);
+    r.weight.push_back(nan ? std::nanf("") : w);
   }
   return r;
 }
