@@ -15,6 +15,7 @@
 #include "util/rng.h"
 #include "util/simd_targets.h"
 #include "shared_data.h"
+#include "simd_guard.h"
 
 namespace tkv {
 namespace {
@@ -161,10 +162,6 @@ void check_case(const Case& c, double tol = 1e-4) {
   std::vector<double> ref_d(ref_out.begin(), ref_out.end());
   EXPECT_LT(max_rel_err(b->out, ref_d, c.d), tol) << c.fk << "/" << c.fv << " vs reference";
 }
-
-struct TargetGuard {
-  ~TargetGuard() { simd_force_target(0); }
-};
 
 TEST(Attention, EveryFormatPairMatchesFloat64OverDecodedRows) {
   // Every (K, V) pair once, cycling through dims, GQA ratios, lengths and

@@ -11,11 +11,11 @@
 #include "util/rng.h"
 #include "util/simd_targets.h"
 #include "shared_data.h"
+#include "simd_guard.h"
 
 namespace tkv {
 namespace {
 
-const int kDims[] = {64, 80, 96, 112, 128, 160, 192, 256, 320, 512, 576};
 
 TEST(Rotation, OrthogonalForEveryHeadDim) {
   for (int d : kDims) {

@@ -12,11 +12,11 @@
 #include "codec/kernels.h"
 #include "util/rng.h"
 #include "util/simd_targets.h"
+#include "simd_guard.h"
 
 namespace tkv {
 namespace {
 
-const int kDims[] = {64, 80, 96, 112, 128, 160, 192, 256, 320, 512, 576};
 
 std::vector<float> random_rows(Rng& rng, int n, int d, double scale = 1.0) {
   std::vector<float> x(static_cast<size_t>(n) * d);
@@ -29,10 +29,6 @@ std::vector<std::string> every_format() {
   for (const char* extra : {"tq1.5", "tq5.5", "tq6.5", "tq7.5", "tq2.5-nc", "tq8-nc"}) f.push_back(extra);
   return f;
 }
-
-struct TargetGuard {
-  ~TargetGuard() { simd_force_target(0); }
-};
 
 TEST(Formats, SimdWritesSameBytesAsReferenceOnEveryTarget) {
   TargetGuard guard;

@@ -16,13 +16,10 @@
 #include "util/fp16.h"
 #include "util/rng.h"
 #include "util/simd_targets.h"
+#include "simd_guard.h"
 
 namespace tkv {
 namespace {
-
-struct TargetGuard {
-  ~TargetGuard() { simd_force_target(0); }
-};
 
 // ggml's arithmetic; volatile keeps every step rounded to float.
 void ggml_q4_0(const float* x, uint8_t* out) {

@@ -28,6 +28,7 @@
 #include "util/simd_targets.h"
 #include "shared_data.h"
 #include "test_models.h"
+#include "simd_guard.h"
 
 namespace tkv {
 namespace {
@@ -132,10 +133,6 @@ double worst_ratio(const TestMatrix& tm, const std::vector<float>& x, int n_tok,
     }
   return worst;
 }
-
-struct TargetGuard {
-  ~TargetGuard() { simd_force_target(0); }
-};
 
 struct Shape {
   int64_t rows, cols;  // cols rounded up to the type's block below
