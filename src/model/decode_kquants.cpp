@@ -61,31 +61,23 @@ struct KActs {
   std::vector<int32_t> s32, s16;
 };
 
-KActs k_acts(const float* x, int64_t cols) {
+// permute: Q4_K/Q5_K's order (Q6_K reads the codes in their own order).
+KActs k_acts(const float* x, int64_t cols, bool permute) {
   KActs a;
   const int64_t nb = cols / 256;
   a.q.resize(cols);
-  a.qp.resize(cols);
   a.d.resize(nb);
   a.s32.resize(cols / 32);
   a.s16.resize(cols / 16);
-  for (int64_t b = 0; b < nb; ++b) {
-    const float* xb = x + b * 256;
-    float amax = 0.0f;
-    for (int k = 0; k < 256; ++k) amax = std::max(amax, std::fabs(xb[k]));
-    const float d = amax / 127.0f, id = recip_or_zero(d);
-    for (int k = 0; k < 256; ++k) {
-      const float v = std::nearbyint(xb[k] * id);
-      a.q[b * 256 + k] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, v)));
-    }
-    a.d[b] = d;
-  }
+  for (int64_t b = 0; b < nb; ++b) quantize_block_q8(x + b * 256, 256, &a.q[b * 256], &a.d[b]);
   for (int64_t i = 0; i < cols / 16; ++i) {
     int32_t s = 0;
     for (int k = 0; k < 16; ++k) s += a.q[i * 16 + k];
     a.s16[i] = s;
   }
   for (int64_t i = 0; i < cols / 32; ++i) a.s32[i] = a.s16[2 * i] + a.s16[2 * i + 1];
+  if (!permute) return a;
+  a.qp.resize(cols);
   // Q4_K/Q5_K order: for each half h of the block (128 values, sub-blocks
   // 4h..4h+3), vector lo = [sub 4h | sub 4h + 2], vector hi = [sub 4h + 1 | sub 4h + 3].
   for (int64_t b = 0; b < nb; ++b)
@@ -223,7 +215,7 @@ bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int th
     return false;
 #ifdef TKV_KQ_VNNI
   std::vector<KActs> acts;
-  for (int t = 0; t < n_tok; ++t) acts.push_back(k_acts(x + int64_t(t) * w.cols, w.cols));
+  for (int t = 0; t < n_tok; ++t) acts.push_back(k_acts(x + int64_t(t) * w.cols, w.cols, w.type != kQ6K));
   const int64_t nb = w.cols / 256;
 #pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
   for (int64_t r = 0; r < w.rows; ++r)

@@ -261,20 +261,26 @@ void matmul_tiled_f32(const Matrix& w, const float* x, int n_tok, float* y, int 
   HWY_DYNAMIC_DISPATCH(MatmulTiledF32)(w.type, w.data, w.rows, w.cols, w.row_bytes, x, n_tok, y, threads);
 }
 
+int32_t quantize_block_q8(const float* x, int n, int8_t* q, float* d) {
+  float amax = 0.0f;
+  for (int j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float db = amax / 127.0f, id = recip_or_zero(db);
+  int32_t sum = 0;
+  for (int j = 0; j < n; ++j) {
+    // Clamped as a float, before the conversion: a NaN (never finite input)
+    // becomes -127 instead of an undefined float-to-int conversion.
+    const int v = static_cast<int>(std::min(127.0f, std::max(-127.0f, std::nearbyint(x[j] * id))));
+    q[j] = static_cast<int8_t>(v);
+    sum += v;
+  }
+  *d = db;
+  return sum;
+}
+
 void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, float* s) {
   for (int64_t b = 0; b < cols / 32; ++b) {
-    const float* xb = x + b * 32;
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    const float db = amax / 127.0f, id = recip_or_zero(db);
-    int sum = 0;
-    for (int j = 0; j < 32; ++j) {
-      const int v = std::clamp(static_cast<int>(std::nearbyint(xb[j] * id)), -127, 127);
-      q[b * 32 + j] = static_cast<int8_t>(v);
-      sum += v;
-    }
-    d[b] = db;
-    s[b] = db * static_cast<float>(sum);
+    const int32_t sum = quantize_block_q8(x + b * 32, 32, q + b * 32, &d[b]);
+    s[b] = d[b] * static_cast<float>(sum);
   }
 }
 

@@ -62,6 +62,10 @@ bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float
 // order (fmaf per block), so the SIMD kernel matches it bit for bit.
 void matmul_int8_ref(const Matrix& w, const float* x, int n_tok, float* y);
 
+// One block of n activations: d = max|x| / 127, q = round(x / d) (half to
+// even) in -127..127; returns Σ q. The scalar specification of every
+// activation quantizer (blocks of 32 below, of 256 for K-quant decode).
+int32_t quantize_block_q8(const float* x, int n, int8_t* q, float* d);
 // Activation quantization of one row (cols a multiple of 32): per block b,
 // d[b] = max|x| / 127, q = round(x / d) in -127..127, s[b] = d[b] * Σ q.
 void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, float* s);
