@@ -199,9 +199,10 @@ void set_matmul_core(MatmulCore c) { g_core.store(static_cast<int>(c), std::memo
 
 namespace {
 // Types whose few-token products take the int8 prefill core rather than the
-// row core: Q6_K, whose rows the row core expands to floats with scalar code
-// first (1.7 GFLOP/s at one token against the int8 core's 6.6; tkv_bench
-// matmul/Q6_K/*/1). Q4_K's expansion is cheaper (8.5 against 6.9): it stays.
+// row core where the K-quant decode kernel (AVX512-VNNI, tried first) is
+// absent: Q6_K, whose rows the row core expands to floats with scalar code
+// (1.7 GFLOP/s at one token against the int8 core's 6.6, measured before
+// that kernel existed). Q4_K's expansion is cheaper (8.5 against 6.9).
 bool int8_for_decode(uint32_t type) { return type == 14 && int8_core_available(); }
 }  // namespace
 
