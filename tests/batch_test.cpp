@@ -53,7 +53,7 @@ void check_batch_matches_alone(const Model& m, const std::string& fmt) {
   std::vector<std::vector<std::vector<float>>> alone(plans.size());
   std::vector<std::unique_ptr<KvCache>> solo;
   for (size_t s = 0; s < plans.size(); ++s) {
-    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+    auto cache = KvCache::create(c.kv_shape(), co);
     ASSERT_TRUE(cache.ok()) << cache.error();
     int pos = 0;
     for (int n : plans[s].chunks) {
@@ -128,7 +128,7 @@ TEST(Batch, BadBatchesAreErrors) {
   auto m = Model::load(kRef);
   ASSERT_TRUE(m.ok()) << m.error();
   EXPECT_FALSE((*m)->forward_batch({}, 1).ok());
-  auto cache = KvCache::create((*m)->config().n_layer, (*m)->config().n_head_kv, (*m)->config().head_dim, {});
+  auto cache = KvCache::create((*m)->config().kv_shape(), {});
   ASSERT_TRUE(cache.ok());
   const int32_t bad = (*m)->config().n_vocab;
   const Status s = (*m)->forward_batch({{cache->get(), &bad, 1, 0, nullptr}}, 1);

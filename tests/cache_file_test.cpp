@@ -77,7 +77,7 @@ std::vector<int32_t> random_tokens(int n, uint64_t seed, int vocab) {
 
 std::unique_ptr<KvCache> make_cache(const KvCacheOptions& co) {
   const ModelConfig& c = models().model->config();
-  auto k = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+  auto k = KvCache::create(c.kv_shape(), co);
   EXPECT_TRUE(k.ok()) << k.error();
   return std::move(*k);
 }
@@ -153,7 +153,7 @@ TEST(CacheFile, RoundTripContinuesBitwiseForEveryFamily) {
     ASSERT_TRUE(m.forward(prompt.data(), c.prompt, 0, *a, 1, logits.data()).ok());
     const std::string path = temp_file(c.name + ".tkvc");
     ASSERT_TRUE(save_cache_file(path, *a, m.fingerprint(), prompt).ok());
-    auto b = load_cache_file(path, m.config().n_layer, m.config().n_head_kv, m.config().head_dim, co, m.fingerprint(), V);
+    auto b = load_cache_file(path, m.config().kv_shape(), co, m.fingerprint(), V);
     ASSERT_TRUE(b.ok()) << b.error();
     EXPECT_EQ(b->tokens, prompt);
     EXPECT_EQ(b->cache->n_tokens(), c.prompt);
@@ -265,7 +265,7 @@ struct ValidFile {
     const Model& m = mm ? *mm : *models().model;
     auto src = memory_source(b.data(), b.size());
     const ModelConfig& c = m.config();
-    return load_cache_file(*src, c.n_layer, c.n_head_kv, c.head_dim, opt ? *opt : co, m.fingerprint(), c.n_vocab);
+    return load_cache_file(*src, c.kv_shape(), opt ? *opt : co, m.fingerprint(), c.n_vocab);
   }
 };
 

@@ -426,7 +426,7 @@ TEST(CApi, GreedyGenerationIsTheEnginesTokenForToken) {
   KvCacheOptions co;
   co.type_k = co.type_v = "tq3";
   co.capacity = 256;
-  auto cache = KvCache::create(M.config().n_layer, M.config().n_head_kv, M.config().head_dim, co);
+  auto cache = KvCache::create(M.config().kv_shape(), co);
   std::vector<int32_t> want = M.tokenizer().encode(prompt, true);
   std::vector<float> logits(M.config().n_vocab);
   ASSERT_TRUE(M.forward(want.data(), int(want.size()), 0, **cache, 2, logits.data()).ok());

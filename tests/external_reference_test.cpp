@@ -120,7 +120,7 @@ TEST(ExternalReference, GreedyTextOnLlamaCppQ8_0EqualsF16ForTheFirstTokens) {
     KvCacheOptions co;
     co.type_k = co.type_v = "f32";
     co.capacity = 64;
-    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+    auto cache = KvCache::create(c.kv_shape(), co);
     ASSERT_TRUE(cache.ok());
     std::vector<int32_t> seq = (*m)->tokenizer().encode("The history of the city began", true);
     std::vector<float> logits(c.n_vocab);

@@ -175,19 +175,19 @@ TEST(NonFinite, NaNLogitsAreAnErrorOrFlaggedPerSequence) {
   const ModelConfig& c = (*m)->config();
   KvCacheOptions o;
   o.capacity = 64;
-  auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, o);
+  auto cache = KvCache::create(c.kv_shape(), o);
   std::vector<float> logits(size_t(4) * c.n_vocab);
   const int32_t toks[4] = {1, 50, 60, 70};
   Status s = (*m)->forward(toks, 4, 0, **cache, 1, logits.data());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("not finite"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("position 3"), std::string::npos) << s.message();
-  auto c2 = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, o);
+  auto c2 = KvCache::create(c.kv_shape(), o);
   s = (*m)->forward(toks, 4, 0, **c2, 1, logits.data(), true);  // every token's logits (perplexity)
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("position 0"), std::string::npos) << s.message();
   // In a batch with the flag set, the step succeeds and each bad sequence is flagged.
-  auto c3 = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, o), c4 = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, o);
+  auto c3 = KvCache::create(c.kv_shape(), o), c4 = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, o);
   bool bad3 = false, bad4 = false;
   std::vector<float> l3(c.n_vocab), l4(c.n_vocab);
   s = (*m)->forward_batch({{c3->get(), toks, 1, 0, l3.data(), &bad3}, {c4->get(), toks, 3, 0, l4.data(), &bad4}}, 1);
@@ -197,7 +197,7 @@ TEST(NonFinite, NaNLogitsAreAnErrorOrFlaggedPerSequence) {
   // A healthy model's sequences are not flagged.
   auto good = Model::load(small_model(temp("good.gguf")));
   ASSERT_TRUE(good.ok());
-  auto c5 = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, o);
+  auto c5 = KvCache::create(c.kv_shape(), o);
   bad3 = true;
   EXPECT_TRUE((*good)->forward_batch({{c5->get(), toks, 2, 0, l3.data(), &bad3}}, 1).ok());
   EXPECT_FALSE(bad3);
@@ -217,7 +217,7 @@ TEST(NonFinite, OneBadSequenceInAStepLeavesTheOthersBitForBit) {
   const ModelConfig& c = (*m)->config();
   KvCacheOptions o;
   o.capacity = 64;
-  auto fresh = [&] { return std::move(*KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, o)); };
+  auto fresh = [&] { return std::move(*KvCache::create(c.kv_shape(), o)); };
   // The bad token last: earlier ones only see its (zeroed) K and V rows.
   const int32_t good[3] = {1, 40, 50}, poisoned[3] = {1, 50, bad_token};
   std::vector<float> alone(c.n_vocab), lg(c.n_vocab), lb(c.n_vocab);

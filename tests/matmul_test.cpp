@@ -485,7 +485,7 @@ TEST(Matmul, ReferenceModelGreedyTextIdenticalOnF32AndF16) {
       KvCacheOptions co;
       co.type_k = co.type_v = "f32";
       co.capacity = 128;
-      auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+      auto cache = KvCache::create(c.kv_shape(), co);
       ASSERT_TRUE(cache.ok());
       std::vector<float> logits(c.n_vocab);
       std::vector<int32_t>& seq = seqs[i];

@@ -278,7 +278,7 @@ void check_against_reference(const std::string& arch, const std::string& type, d
   KvCacheOptions co;
   co.type_k = co.type_v = "f32";
   co.capacity = 64;
-  auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+  auto cache = KvCache::create(c.kv_shape(), co);
   ASSERT_TRUE(cache.ok());
   std::vector<float> logits(size_t(20) * c.n_vocab);
   ASSERT_TRUE((*m)->forward(toks.data(), 20, 0, **cache, 2, logits.data(), true).ok());
@@ -413,13 +413,13 @@ TEST(Model, TinyRandomLlamaFromSharedRuns) {
   // head dim 4 is below what the coded KV formats support: a clear error...
   KvCacheOptions co;
   co.type_k = co.type_v = "tq4";
-  auto bad = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+  auto bad = KvCache::create(c.kv_shape(), co);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().find("head dim 4"), std::string::npos) << bad.error();
   // ...while a plain cache runs the forward pass.
   co.type_k = co.type_v = "f16";
   co.capacity = 16;
-  auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+  auto cache = KvCache::create(c.kv_shape(), co);
   ASSERT_TRUE(cache.ok()) << cache.error();
   const auto toks = (*m)->tokenizer().encode("Hello world", true);
   std::vector<float> logits(c.n_vocab);
@@ -451,7 +451,7 @@ TEST(Model, ReferenceModelGreedyContinuation) {
     co.capacity = 64;
     co.mean_center = su.centre;
     co.mean_tokens = 8;
-    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+    auto cache = KvCache::create(c.kv_shape(), co);
     ASSERT_TRUE(cache.ok());
     std::vector<float> logits(c.n_vocab);
     std::vector<int32_t> seq = prompt;

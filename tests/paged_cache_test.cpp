@@ -572,7 +572,7 @@ TEST(Paged, CacheFileRoundTripThroughASharedPool) {
     EXPECT_EQ(loaded->cache->block_table().size(), size_t(loaded->cache->blocks_for(n)));
     expect_same_sequence(*src_seq, *loaded->cache, rng, "loaded vs saved");
     // And into a private cache too.
-    auto priv = load_cache_file(*src, L, H, d, o, model, n_vocab);
+    auto priv = load_cache_file(*src, KvShape(L, H, d), o, model, n_vocab);
     ASSERT_TRUE(priv.ok()) << priv.error();
     expect_same_sequence(*src_seq, *priv->cache, rng, "private load vs saved");
     loaded->cache.reset();

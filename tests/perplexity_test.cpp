@@ -61,7 +61,7 @@ TEST(Perplexity, EqualsAnIndependentComputation) {
     KvCacheOptions co;
     co.type_k = co.type_v = "f32";
     co.capacity = n;
-    auto cache = KvCache::create(f.model->config().n_layer, f.model->config().n_head_kv, f.model->config().head_dim, co);
+    auto cache = KvCache::create(f.model->config().kv_shape(), co);
     ASSERT_TRUE(f.model->forward(t.data(), n, 0, **cache, 1, logits.data(), true).ok());
     for (int i = n / 2; i < n - 1; ++i) {
       const float* row = &logits[size_t(i) * V];
@@ -155,7 +155,7 @@ TEST(Perplexity, KlStatisticsEqualAnIndependentComputation) {
       co.type_k = co.type_v = side ? "tq2" : "f32";
       co.mean_tokens = 8;
       co.capacity = n;
-      auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+      auto cache = KvCache::create(c.kv_shape(), co);
       ASSERT_TRUE(f.model->forward(t.data(), n, 0, **cache, 1, (side ? lq : lb).data(), true).ok());
     }
     for (int i = n / 2; i < n - 1; ++i) {

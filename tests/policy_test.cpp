@@ -173,7 +173,7 @@ TEST(Policy, CachesFromPoliciesAndPresetsRunAndCountBytesExactly) {
   KvCacheOptions co;
   co.capacity = 100;
   co.policy = std::make_shared<const KvPolicy>(*pol);
-  auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+  auto cache = KvCache::create(c.kv_shape(), co);
   ASSERT_TRUE(cache.ok()) << cache.error();
   // tqc3.5 at d = 32: 3 bits + 16 / 32 coded... exactly 3.5 bits per value stored.
   const size_t row = size_t(3.5 * 32 / 8);
@@ -185,12 +185,12 @@ TEST(Policy, CachesFromPoliciesAndPresetsRunAndCountBytesExactly) {
   for (float x : logits) ASSERT_TRUE(std::isfinite(x));
   // Caches from one policy object share its calibrated codecs (built once);
   // another object, even with the same content, gets its own.
-  auto again = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+  auto again = KvCache::create(c.kv_shape(), co);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)->k_rows(1).head(1), (*cache)->k_rows(1).head(1));
   KvCacheOptions co2 = co;
   co2.policy = std::make_shared<const KvPolicy>(*pol);
-  auto other = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co2);
+  auto other = KvCache::create(c.kv_shape(), co2);
   ASSERT_TRUE(other.ok());
   EXPECT_NE((*other)->k_rows(1).head(1), (*cache)->k_rows(1).head(1));
   EXPECT_EQ((*other)->k_rows(1).head(1)->row_bytes(), (*cache)->k_rows(1).head(1)->row_bytes());
@@ -220,7 +220,7 @@ TEST(Policy, CachesFromPoliciesAndPresetsRunAndCountBytesExactly) {
     KvCacheOptions po;
     po.capacity = 100;
     ASSERT_TRUE(apply_kv_preset(p, c.n_layer, po).ok());
-    auto pc = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, po);
+    auto pc = KvCache::create(c.kv_shape(), po);
     ASSERT_TRUE(pc.ok()) << pc.error();
     for (int l = 0; l < c.n_layer; ++l) {
       const bool edge = l == 0 || l == c.n_layer - 1;
@@ -239,7 +239,7 @@ TEST(Policy, CachesFromPoliciesAndPresetsRunAndCountBytesExactly) {
   // tqc without a calibration: a clear error.
   KvCacheOptions nocal;
   nocal.type_k = "tqc4";
-  auto e = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, nocal);
+  auto e = KvCache::create(c.kv_shape(), nocal);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.error().find("--kv-policy"), std::string::npos) << e.error();
 }

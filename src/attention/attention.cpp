@@ -126,6 +126,9 @@ Status attention(const AttentionArgs& a) {
   auto limit_of = [&](int i) {
     return a.causal_offset < 0 ? a.n_kv : std::clamp(a.causal_offset + i + 1, 0, a.n_kv);
   };
+  // The first visible token (a sliding window's lower edge; rows before it
+  // are never read, so a ring may have overwritten them).
+  auto start_of = [&](int i) { return a.window > 0 ? std::clamp(a.causal_offset + i + 1 - a.window, 0, a.n_kv) : 0; };
   struct Item { int tile, h0, h1, r0, r1; };
   std::vector<Item> items;
   std::vector<size_t> first_item(n_tiles + 1, 0);
@@ -133,7 +136,7 @@ Status attention(const AttentionArgs& a) {
   for (int t = 0; t < n_tiles; ++t) {
     first_item[t] = items.size();
     const int rows = limit_of(std::min(a.n_q, (t + 1) * tile) - 1);
-    for (int r0 = 0; r0 < rows; r0 += chunk)
+    for (int r0 = start_of(t * tile); r0 < rows; r0 += chunk)
       for (int h = 0; h < (per_head ? H : 1); ++h)
         items.push_back({t, per_head ? h : 0, per_head ? h + 1 : H, r0, std::min(rows, r0 + chunk)});
   }
@@ -165,7 +168,7 @@ Status attention(const AttentionArgs& a) {
     const Item& item = items[it];
     const int q0 = item.tile * tile, q1 = std::min(a.n_q, q0 + tile);
     const int G = (q1 - q0) * g;
-    int limits[16 * 64];
+    int limits[16 * 64], starts[16 * 64];
     // Queries of this tile per KV head: [H][G][dp], j = token-major, then head in group.
     thread_local hwy::AlignedFreeUniquePtr<float[]> qg_store;  // reused across items and calls
     thread_local size_t qg_cap = 0;
@@ -182,10 +185,12 @@ Status attention(const AttentionArgs& a) {
           std::memcpy(qg + (static_cast<size_t>(h) * G + j) * dp,
                       qp.get() + (static_cast<size_t>(i) * a.n_q_heads + h * g + hq) * dp, sizeof(float) * dp);
           limits[j] = limit_of(i);
+          starts[j] = start_of(i);
         }
     attn::Work w;
     w.q = qg;
     w.limit = limits;
+    w.start = starts;
     w.G = G;
     w.h0 = item.h0;
     w.h1 = item.h1;

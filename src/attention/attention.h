@@ -59,6 +59,9 @@ struct AttentionArgs {
   // Causal mask: query i attends to cached tokens j <= causal_offset + i.
   // Negative means no mask (every query sees all n_kv tokens).
   int causal_offset = -1;
+  // Sliding window (with a causal mask): query i sees only the last `window`
+  // tokens, j > causal_offset + i - window (gemma3's local layers). 0: all.
+  int window = 0;
   float scale = 0.0f;        // softmax scale; 0 means 1/sqrt(d)
   // Exact mean centring: rows hold codes of (k - mu_k) and (v - mu_v);
   // [n_kv_heads][d] each, or null.

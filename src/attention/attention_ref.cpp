@@ -28,6 +28,8 @@ Status check_attention_args(const AttentionArgs& a) {
         if (!r->heads[h] || r->heads[h]->dim() != a.d || r->heads[h]->row_bytes() != r->codec->row_bytes())
           return err("per-head codec " + std::to_string(h) + " is missing or does not match the head dim / row size");
   if (a.threads < 1) return err("threads must be >= 1");
+  if (a.window < 0 || (a.window > 0 && a.causal_offset < 0))
+    return err("a sliding window (" + std::to_string(a.window) + ") needs a causal mask and must be >= 0");
   if (!(a.sparse_v >= 0.0f && a.sparse_v < 1.0f)) return err("sparse_v threshold must be in [0, 1)");
   return Status::Ok();
 }
@@ -61,12 +63,13 @@ Status attention_ref(const AttentionArgs& a) {
       const float* q = a.q + (static_cast<size_t>(i) * a.n_q_heads + hq) * d;
       float* o = a.out + (static_cast<size_t>(i) * a.n_q_heads + hq) * d;
       int limit = a.causal_offset < 0 ? a.n_kv : std::min(a.n_kv, a.causal_offset + i + 1);
-      if (limit <= 0) {  // nothing visible: output zeros (plus nothing)
+      const int start = a.window > 0 ? std::max(0, a.causal_offset + i + 1 - a.window) : 0;
+      if (limit <= start) {  // nothing visible: output zeros (plus nothing)
         for (int c = 0; c < d; ++c) o[c] = 0.0f;
         continue;
       }
       double mx = -INFINITY;
-      for (int t = 0; t < limit; ++t) {
+      for (int t = start; t < limit; ++t) {
         const float* kr = &K[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
         double dot = 0;
         for (int c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * kr[c];
@@ -75,7 +78,7 @@ Status attention_ref(const AttentionArgs& a) {
       }
       double sum = 0;
       std::vector<double> acc(d, 0.0);
-      for (int t = 0; t < limit; ++t) {
+      for (int t = start; t < limit; ++t) {
         const double p = std::exp(sc[t] - mx);
         sum += p;
         const float* vr = &V[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];

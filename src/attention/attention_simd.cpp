@@ -468,8 +468,8 @@ HWY_INLINE void PrefetchAhead(const BlockRows& B, int r, int nr) {
 
 // p[j][r] = score of query j on row r (or -inf when masked), for 4 rows at a time.
 template <Kind KIND>
-void Scores(const RowReader& R, const TurboConsts& tc, const BlockRows& B, int nb, const float* qh, int G, const int* limit, int b0,
-            float* p) {
+void Scores(const RowReader& R, const TurboConsts& tc, const BlockRows& B, int nb, const float* qh, int G, const int* limit,
+            const int* start, int b0, float* p) {
   const DF df;
   const int dp = R.dp;
   for (int r = 0; r < nb; r += 4) {
@@ -506,7 +506,8 @@ void Scores(const RowReader& R, const TurboConsts& tc, const BlockRows& B, int n
       for (int i = 0; i < nr; ++i) {
         const int row = b0 + r + i;
         for (int j = 0; j < nj; ++j)
-          p[(j0 + j) * kBlock + r + i] = row < limit[j0 + j] ? dot4[i][j] * B.scale[r + i] : kNegInf;
+          p[(j0 + j) * kBlock + r + i] =
+              row < limit[j0 + j] && row >= start[j0 + j] ? dot4[i][j] * B.scale[r + i] : kNegInf;
       }
 #else
       // Per query, its 4 rows' scores (Sum4 over the rows), scaled and masked
@@ -522,7 +523,8 @@ void Scores(const RowReader& R, const TurboConsts& tc, const BlockRows& B, int n
       Sum4(a02, a12, a22, a32, dj[2]);
       Sum4(a03, a13, a23, a33, dj[3]);
       for (int j = 0; j < nj; ++j) {
-        const auto vis = hn::RebindMask(d4, hn::Lt(rows4, hn::Set(di4, limit[j0 + j])));
+        const auto vis = hn::RebindMask(d4, hn::AndNot(hn::Lt(rows4, hn::Set(di4, start[j0 + j])),
+                                                       hn::Lt(rows4, hn::Set(di4, limit[j0 + j]))));
         hn::StoreU(hn::IfThenElse(vis, hn::Mul(hn::Load(d4, dj[j]), sc4), hn::Set(d4, kNegInf)), d4,
                    p + (j0 + j) * kBlock + r);
       }
@@ -705,7 +707,7 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   float* acch = w.acc + static_cast<size_t>(h - w.h0) * G * dp;
   // ---- scores
   Kind kk = PrepareRows(K, ktc, w.k, h, w.k_end, b0, nb, w.r1, G, B, dec);
-  ByKind<ScoresOp>(kk, K, ktc, B, nb, qh, G, w.limit, b0, p);
+  ByKind<ScoresOp>(kk, K, ktc, B, nb, qh, G, w.limit, w.start, b0, p);
   // ---- online softmax per query over this block
   const auto neg_inf = hn::Set(df, kNegInf);
   for (int j = 0; j < G; ++j) {

@@ -41,11 +41,12 @@ struct RowSource {
 
 // One unit of work: tokens [r0, r1) of every KV head, for the G query vectors
 // of each head's group (already in K's domain and scaled); query j sees rows
-// < limit[j]. Blocks of tokens are streamed once, all heads per block, so the
+// in [start[j], limit[j]). Blocks of tokens are streamed once, all heads per block, so the
 // cache is read sequentially.
 struct Work {
   const float* q;           // [H][G][dp] (all heads; the item reads h0..h1)
   const int* limit;         // [G]
+  const int* start;         // [G]
   int G;                    // queries per head
   int h0, h1;               // heads this item computes
   int r0, r1;

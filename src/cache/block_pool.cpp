@@ -10,7 +10,7 @@
 namespace tkv {
 
 Expected<std::shared_ptr<BlockPool>> BlockPool::create(std::shared_ptr<const KvLayout> layout, int block_tokens,
-                                                       int64_t n_blocks) {
+                                                       int64_t n_blocks, bool window_layers) {
   if (!layout) return Status::Error("block pool: no layout");
   if (block_tokens < 16 || block_tokens > 4096 || (block_tokens & (block_tokens - 1)) != 0)
     return Status::Error("block pool: block size " + std::to_string(block_tokens) +
@@ -20,7 +20,7 @@ Expected<std::shared_ptr<BlockPool>> BlockPool::create(std::shared_ptr<const KvL
   // Checked before any buffer is made: the mappings are lazy, so an
   // impossible size would only fail (or be killed) when the pages are touched.
   uint64_t need = 0;
-  if (__builtin_mul_overflow(uint64_t(layout->bytes_per_token()) * uint64_t(block_tokens), uint64_t(n_blocks), &need))
+  if (__builtin_mul_overflow(uint64_t(layout->bytes_per_token(window_layers)) * uint64_t(block_tokens), uint64_t(n_blocks), &need))
     return Status::Error("block pool: " + std::to_string(n_blocks) + " blocks of " + std::to_string(block_tokens) +
                          " tokens overflow 64 bits of bytes");
   if (const uint64_t avail = available_memory(); need > avail)
@@ -33,11 +33,13 @@ Expected<std::shared_ptr<BlockPool>> BlockPool::create(std::shared_ptr<const KvL
   p->block_tokens_ = block_tokens;
   while ((1 << p->shift_) < block_tokens) ++p->shift_;
   p->n_blocks_ = n_blocks;
+  p->window_layers_ = window_layers;
   const KvLayout& L = *p->layout_;
   const size_t H = L.n_kv_heads();
   for (int l = 0; l < L.n_layer(); ++l) {
-    p->k_bb_.push_back(L.layer(l).k_row * H * block_tokens);
-    p->v_bb_.push_back(L.layer(l).v_row * H * block_tokens);
+    const size_t here = (L.window(l) > 0) == window_layers ? H * block_tokens : 0;
+    p->k_bb_.push_back(L.layer(l).k_row * here);
+    p->v_bb_.push_back(L.layer(l).v_row * here);
     p->k_.emplace_back(p->k_bb_.back() * n_blocks + 64);
     p->v_.emplace_back(p->v_bb_.back() * n_blocks + 64);
   }
@@ -48,7 +50,9 @@ Expected<std::shared_ptr<BlockPool>> BlockPool::create(std::shared_ptr<const KvL
 
 int64_t BlockPool::blocks_for_budget(const KvLayout& layout, int block_tokens, size_t budget) {
   const size_t per = layout.bytes_per_token() * block_tokens;
-  return per == 0 ? 0 : static_cast<int64_t>(budget / per);
+  // A layout of window layers only keeps nothing in the pool's blocks: they
+  // still count a sequence's positions (the table), so give plenty.
+  return per == 0 ? (int64_t(1) << 20) : static_cast<int64_t>(budget / per);
 }
 
 size_t BlockPool::block_bytes() const {

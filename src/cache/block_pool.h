@@ -43,11 +43,16 @@ struct BlockPoolStats {
 
 class BlockPool {
  public:
-  // block_tokens: a power of two in [16, 4096].
+  // block_tokens: a power of two in [16, 4096]. A pool holds the rows of the
+  // layout's full layers, or with window_layers those of its sliding-window
+  // layers (the blocks of sequences' rings); the other layers' buffers are
+  // empty.
   static Expected<std::shared_ptr<BlockPool>> create(std::shared_ptr<const KvLayout> layout, int block_tokens,
-                                                     int64_t n_blocks);
-  // How many blocks of block_tokens fit in `budget` bytes (0 if not one).
+                                                     int64_t n_blocks, bool window_layers = false);
+  // How many blocks of block_tokens of the full layers fit in `budget` bytes
+  // (0 if not one; every block when the layout has no full layer).
   static int64_t blocks_for_budget(const KvLayout& layout, int block_tokens, size_t budget);
+  bool window_layers() const { return window_layers_; }
 
   const KvLayout& layout() const { return *layout_; }
   const std::shared_ptr<const KvLayout>& layout_ptr() const { return layout_; }
@@ -103,6 +108,7 @@ class BlockPool {
   std::shared_ptr<const KvLayout> layout_;
   int block_tokens_ = 0, shift_ = 0;
   int64_t n_blocks_ = 0;
+  bool window_layers_ = false;
   std::vector<HugeBuffer> k_, v_;  // per layer
   std::vector<size_t> k_bb_, v_bb_;
   mutable std::mutex mu_;

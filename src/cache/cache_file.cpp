@@ -289,8 +289,20 @@ Status verify_cache_file(const ByteSource& src, CacheFileHeader* out) {
   return Status::Ok();
 }
 
+namespace {
+// A file holds every token's rows of every layer; a ring (sliding-window
+// layers) has dropped the old ones and a recurrent state is no rows at all.
+Status kept_in_files(const KvCache& c) {
+  if (c.layout().has_windows() || c.has_state())
+    return Status::Error("cache files do not hold sliding-window or recurrent layers yet (this model has " +
+                         std::string(c.layout().has_windows() ? "sliding-window" : "recurrent") + " layers)");
+  return Status::Ok();
+}
+}  // namespace
+
 Status save_cache_file(const std::string& path, const KvCache& cache, uint64_t model,
                        const std::vector<int32_t>& tokens, const CacheSaveOptions& opt) {
+  if (Status s = kept_in_files(cache); !s.ok()) return s;
   const int n = cache.n_tokens(), H = cache.n_kv_heads(), d = cache.head_dim();
   if (tokens.size() != static_cast<size_t>(n))
     return Status::Error("cache file: " + std::to_string(tokens.size()) + " token ids for a cache of " +
@@ -393,6 +405,7 @@ class CacheFileLoader {
     auto made = make();
     if (!made) return made.status();
     KvCache& c = **made;
+    if (Status s = kept_in_files(c); !s.ok()) return s;
     if (h.n_tokens > c.capacity())
       return Status::Error("the file holds " + std::to_string(h.n_tokens) + " tokens, more than the context of " +
                            std::to_string(c.capacity()) + " (raise -c)");
@@ -518,10 +531,10 @@ class CacheFileLoader {
   }
 };
 
-Expected<LoadedCache> load_cache_file(const ByteSource& src, int n_layer, int n_kv_heads, int head_dim,
-                                      const KvCacheOptions& co, uint64_t model, int n_vocab) {
-  return CacheFileLoader::load(src, n_layer, n_kv_heads, head_dim, co, model, n_vocab,
-                               [&] { return KvCache::create(n_layer, n_kv_heads, head_dim, co); });
+Expected<LoadedCache> load_cache_file(const ByteSource& src, const KvShape& shape, const KvCacheOptions& co,
+                                      uint64_t model, int n_vocab) {
+  return CacheFileLoader::load(src, shape.n_layer, shape.n_kv_heads, shape.head_dim, co, model, n_vocab,
+                               [&] { return KvCache::create(shape, co); });
 }
 
 Expected<LoadedCache> load_cache_file_into(const ByteSource& src, const std::shared_ptr<BlockPool>& pool, int capacity,
@@ -531,11 +544,11 @@ Expected<LoadedCache> load_cache_file_into(const ByteSource& src, const std::sha
                                [&] { return KvCache::create_in(pool, capacity); });
 }
 
-Expected<LoadedCache> load_cache_file(const std::string& path, int n_layer, int n_kv_heads, int head_dim,
-                                      const KvCacheOptions& co, uint64_t model, int n_vocab) {
+Expected<LoadedCache> load_cache_file(const std::string& path, const KvShape& shape, const KvCacheOptions& co,
+                                      uint64_t model, int n_vocab) {
   auto src = open_file_source(path);
   if (!src) return src.status();
-  auto r = load_cache_file(**src, n_layer, n_kv_heads, head_dim, co, model, n_vocab);
+  auto r = load_cache_file(**src, shape, co, model, n_vocab);
   if (!r) return Status::Error("cache file " + path + ": " + r.error());
   return r;
 }

@@ -69,17 +69,17 @@ struct LoadedCache {
   std::vector<int32_t> tokens;
 };
 // Builds a cache with options `co` (capacity at least the file's tokens) for
-// a model of n_layer x n_kv_heads x head_dim with fingerprint `model` and
+// a model of the given cache shape with fingerprint `model` and
 // vocabulary n_vocab, and fills it from the file. Any mismatch (another
 // model, format, seed, policy, mean centring) or damage is an error naming
 // it; the cache is returned only when everything checked out.
-Expected<LoadedCache> load_cache_file(const ByteSource& src, int n_layer, int n_kv_heads, int head_dim,
-                                      const KvCacheOptions& co, uint64_t model, int n_vocab);
+Expected<LoadedCache> load_cache_file(const ByteSource& src, const KvShape& shape, const KvCacheOptions& co,
+                                      uint64_t model, int n_vocab);
 // The same into a new sequence of a shared pool (a server's slot restore):
 // the file must match the pool's layout; its blocks come from the pool.
 Expected<LoadedCache> load_cache_file_into(const ByteSource& src, const std::shared_ptr<BlockPool>& pool, int capacity,
                                            uint64_t model, int n_vocab);
-Expected<LoadedCache> load_cache_file(const std::string& path, int n_layer, int n_kv_heads, int head_dim,
-                                      const KvCacheOptions& co, uint64_t model, int n_vocab);
+Expected<LoadedCache> load_cache_file(const std::string& path, const KvShape& shape, const KvCacheOptions& co,
+                                      uint64_t model, int n_vocab);
 
 }  // namespace tkv

@@ -9,9 +9,8 @@
 
 namespace tkv {
 
-Expected<std::unique_ptr<KvCache>> KvCache::create(int n_layer, int n_kv_heads, int head_dim,
-                                                   const KvCacheOptions& o) {
-  auto layout = KvLayout::create(n_layer, n_kv_heads, head_dim, o);
+Expected<std::unique_ptr<KvCache>> KvCache::create(const KvShape& shape, const KvCacheOptions& o) {
+  auto layout = KvLayout::create(shape, o);
   if (!layout) return layout.status();
   // 256-token blocks (a head's block of tq4 rows at d 128 is 17 KiB, long
   // enough to stream); a smaller context gets one block of its size.
@@ -32,6 +31,17 @@ Expected<std::unique_ptr<KvCache>> KvCache::create_in(std::shared_ptr<BlockPool>
   const KvLayout& L = *c->layout_;
   const int H = L.n_kv_heads(), d = L.head_dim();
   c->seq_.resize(L.n_layer());
+  for (size_t f : L.shape().state_floats) c->state_.emplace_back(f, 0.0f);
+  if (L.has_windows()) {  // the ring: the most any window layer needs, in its own small pool
+    int ring = 0;
+    for (int l = 0; l < L.n_layer(); ++l) ring = std::max(ring, L.ring_tokens(l));
+    const int n = ring / kRingBlock;
+    auto rp = BlockPool::create(c->layout_, kRingBlock, n, true);
+    if (!rp) return rp.status();
+    c->ring_pool_ = std::move(*rp);
+    for (int i = 0; i < n; ++i) c->ring_.push_back(c->ring_pool_->allocate());
+    for (int j = 0; j < (capacity + kRingBlock - 1) / kRingBlock; ++j) c->ring_view_.push_back(c->ring_[j % n]);
+  }
   const KvPolicy* pol = L.options().policy.get();
   for (int l = 0; l < L.n_layer(); ++l) {
     Seq& S = c->seq_[l];
@@ -69,14 +79,22 @@ uint64_t means_key(const SequenceMeans* m) {
 }
 }  // namespace
 
+int KvCache::layer_slots(int layer) const {
+  return layout_->window(layer) > 0 ? static_cast<int>(ring_.size()) * kRingBlock : capacity_;
+}
 size_t KvCache::k_bytes() const {
   size_t b = 0;
-  for (int l = 0; l < n_layer(); ++l) b += layout_->layer(l).k_row * size_t(n_kv_heads()) * capacity_;
+  for (int l = 0; l < n_layer(); ++l) b += layout_->layer(l).k_row * size_t(n_kv_heads()) * layer_slots(l);
   return b;
 }
 size_t KvCache::v_bytes() const {
   size_t b = 0;
-  for (int l = 0; l < n_layer(); ++l) b += layout_->layer(l).v_row * size_t(n_kv_heads()) * capacity_;
+  for (int l = 0; l < n_layer(); ++l) b += layout_->layer(l).v_row * size_t(n_kv_heads()) * layer_slots(l);
+  return b;
+}
+size_t KvCache::state_bytes() const {
+  size_t b = 0;
+  for (const auto& s : state_) b += s.size() * sizeof(float);
   return b;
 }
 double KvCache::k_bits_per_value() const {
@@ -91,6 +109,13 @@ double KvCache::v_bits_per_value() const {
 }
 
 uint8_t* KvCache::row(int layer, int t, int h, bool v) {
+  if (layout_->window(layer) > 0) {  // the ring
+    BlockPool& R = *ring_pool_;
+    const size_t rb = v ? layout_->layer(layer).v_row : layout_->layer(layer).k_row;
+    uint8_t* base = v ? R.v_base(layer) : R.k_base(layer);
+    const size_t bb = v ? R.v_block_bytes(layer) : R.k_block_bytes(layer);
+    return base + size_t(ring_view_[t / kRingBlock]) * bb + (size_t(h) * kRingBlock + t % kRingBlock) * rb;
+  }
   const BlockPool& P = *pool_;
   const size_t rb = v ? layout_->layer(layer).v_row : layout_->layer(layer).k_row;
   uint8_t* base = v ? pool_->v_base(layer) : pool_->k_base(layer);
@@ -142,6 +167,13 @@ int KvCache::keepable_prefix(int n) const {
   // Centred from rows 0..m-1: a prefix of fewer rows would need the means of
   // other tokens. Still staging: the f16 rows are exact, any prefix is fine.
   if (m > 0 && n < m && n_tokens() >= m) return 0;
+  // A recurrent state holds every token up to n_tokens(): no earlier point.
+  if (!state_.empty() && n != n_tokens()) return 0;
+  // A ring keeps positions >= n_tokens() - its size; the tokens after a kept
+  // prefix see the window's last rows before it.
+  for (int l = 0; l < n_layer(); ++l)
+    if (const int w = layout_->window(l); w > 0 && !seq_[l].staging)
+      if (std::max(0, n - w + 1) < n_tokens() - layer_slots(l)) return 0;
   return n;
 }
 
@@ -155,9 +187,10 @@ Status KvCache::own_block(int index) {
 Status KvCache::truncate(int n) {
   if (n < 0 || n > n_tokens())
     return Status::Error("kv cache: cannot keep " + std::to_string(n) + " of " + std::to_string(n_tokens()) + " tokens");
-  if (keepable_prefix(n) != n)
-    return Status::Error("kv cache: the means were fixed from the first " + std::to_string(mean_rows()) +
-                         " tokens; a prefix of " + std::to_string(n) + " cannot be kept");
+  if (n > 0 && keepable_prefix(n) != n)
+    return Status::Error("kv cache: a prefix of " + std::to_string(n) + " of " + std::to_string(n_tokens()) +
+                         " tokens cannot be kept (the means were fixed from the first " + std::to_string(mean_rows()) +
+                         ", a sliding window's ring has moved past it, or a recurrent state has)");
   const size_t keep = static_cast<size_t>(blocks_for(n));
   while (table_.size() > keep) {
     pool_->release(table_.back());
@@ -167,6 +200,8 @@ Status KvCache::truncate(int n) {
   // not be another sequence's (or the prefix cache's) any more.
   if (n % pool_->block_tokens() != 0)
     if (Status s = own_block(static_cast<int>(keep) - 1); !s.ok()) return s;
+  if (n == 0)
+    for (auto& st : state_) std::fill(st.begin(), st.end(), 0.0f);
   for (auto& S : seq_) {
     S.written = n;
     if (n == 0 && !options().policy) {  // back to an empty sequence: staging and means start again
@@ -211,7 +246,7 @@ std::shared_ptr<const SequenceMeans> KvCache::means() const {
 }
 
 int KvCache::share_prefix(const int32_t* tokens, int max_tokens) {
-  if (n_tokens() != 0 || !table_.empty()) return 0;
+  if (n_tokens() != 0 || !table_.empty() || !ring_.empty() || !state_.empty()) return 0;
   const int B = pool_->block_tokens();
   uint64_t key = 0;
   std::shared_ptr<const SequenceMeans> m;
@@ -243,6 +278,7 @@ int KvCache::share_prefix(const int32_t* tokens, int max_tokens) {
 }
 
 void KvCache::publish(const int32_t* tokens) {
+  if (!ring_.empty() || !state_.empty()) return;  // (see share_prefix)
   for (const Seq& S : seq_)
     if (S.staging || S.written != n_tokens()) return;  // rows not final yet
   const int B = pool_->block_tokens(), full = n_tokens() / B;
@@ -289,6 +325,10 @@ Status KvCache::append(int layer, int pos, int n, const float* k, const float* v
   if (pos != S.written) return Status::Error("kv cache: layer " + std::to_string(layer) + " expects position " +
                                              std::to_string(S.written) + ", got " + std::to_string(pos));
   if (n < 1) return Status::Error("kv cache: nothing to append");
+  if (layout_->window(layer) > 0 && n > kWindowStep)
+    return Status::Error("kv cache: layer " + std::to_string(layer) + " is a sliding-window layer; " +
+                         std::to_string(n) + " tokens at once is more than its ring allows (" +
+                         std::to_string(kWindowStep) + ")");
   if (Status s = reserve(pos + n); !s.ok()) return s;
   std::vector<float> k_copy, v_copy;
   k = zero_nonfinite(layer, pos, n, k, false, k_copy);
@@ -356,12 +396,13 @@ KvRows KvCache::rows(int layer, bool v) const {
     return {&layout_->f16(), v ? S.sv.data() : S.sk.data(), rb, rb * layout_->layer(layer).mean_rows};
   }
   const LayerCodecs& L = layout_->layer(layer);
-  const BlockPool& P = *pool_;
+  const bool ring = layout_->window(layer) > 0;
+  const BlockPool& P = ring ? *ring_pool_ : *pool_;
   const auto& codecs = v ? L.vp : L.kp;
   const size_t rb = v ? L.v_row : L.k_row;
   KvRows r{codecs[0], v ? P.v_base(layer) : P.k_base(layer), rb, rb * P.block_tokens(),
            codecs.size() > 1 ? codecs.data() : nullptr};
-  r.blocks = table_.data();
+  r.blocks = ring ? ring_view_.data() : table_.data();
   r.block_shift = P.block_shift();
   r.block_bytes = v ? P.v_block_bytes(layer) : P.k_block_bytes(layer);
   r.end = v ? P.v_end(layer) : P.k_end(layer);

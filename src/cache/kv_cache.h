@@ -22,9 +22,13 @@ class KvCache {
  public:
   // A cache with its own pool of ceil(capacity / block) blocks (blocks of
   // 256 tokens, fewer for a smaller capacity).
-  static Expected<std::unique_ptr<KvCache>> create(int n_layer, int n_kv_heads, int head_dim, const KvCacheOptions& o);
+  static Expected<std::unique_ptr<KvCache>> create(const KvShape& shape, const KvCacheOptions& o);
+  static Expected<std::unique_ptr<KvCache>> create(int n_layer, int n_kv_heads, int head_dim, const KvCacheOptions& o) {
+    return create(KvShape(n_layer, n_kv_heads, head_dim), o);
+  }
   // A sequence of at most `capacity` tokens in a shared pool; blocks are
-  // taken as it grows (reserve()) and returned when it is destroyed.
+  // taken as it grows (reserve()) and returned when it is destroyed. Its
+  // sliding-window layers' ring (a few blocks, fixed) is its own.
   static Expected<std::unique_ptr<KvCache>> create_in(std::shared_ptr<BlockPool> pool, int capacity);
   ~KvCache();
   KvCache(const KvCache&) = delete;
@@ -32,7 +36,8 @@ class KvCache {
 
   // Stores n tokens at positions [pos, pos + n) of one layer; k and v are
   // [n][n_kv_heads][head_dim]. Positions must be written in order. Blocks
-  // are taken from the pool as needed (fails when it has none left).
+  // are taken from the pool as needed (fails when it has none left). A
+  // sliding-window layer takes at most kWindowStep tokens a call.
   Status append(int layer, int pos, int n, const float* k, const float* v);
   KvRows k_rows(int layer) const { return rows(layer, false); }
   KvRows v_rows(int layer) const { return rows(layer, true); }
@@ -45,9 +50,17 @@ class KvCache {
 
   int capacity() const { return capacity_; }
   // Bytes of `capacity` tokens' rows in these formats (what the cache costs
-  // for its context; the pool rounds up to whole blocks).
+  // for its context; the pool rounds up to whole blocks); a sliding-window
+  // layer counts its ring (KvLayout::ring_tokens).
   size_t k_bytes() const;
   size_t v_bytes() const;
+  // Tokens whose rows a layer keeps: capacity, or its ring's.
+  int layer_slots(int layer) const;
+  // The recurrent state of a hybrid model's layers (KvShape::state_floats),
+  // f32, zero for an empty sequence; the model reads and updates it.
+  float* state(int i) { return state_[i].data(); }
+  size_t state_bytes() const;
+  bool has_state() const { return !state_.empty(); }
   // Averages over layers.
   double k_bits_per_value() const;
   double v_bits_per_value() const;
@@ -59,7 +72,9 @@ class KvCache {
   // come from the rows: no mean centring, no tq format, or a policy's means).
   int mean_rows() const { return layout_->mean_rows(); }
   // The longest prefix of at most n stored tokens that truncate() can keep:
-  // n itself, unless the means were fixed from rows beyond it (then 0).
+  // n itself, unless the means were fixed from rows beyond it, a window
+  // layer's ring has overwritten rows its last tokens see, or a recurrent
+  // state has moved past it (then 0).
   int keepable_prefix(int n) const;
   // Drops every token from position n on (n <= n_tokens(), n == keepable_prefix(n)).
   Status truncate(int n);
@@ -76,6 +91,8 @@ class KvCache {
   // On an empty sequence: shares the longest run of published blocks that
   // hold tokens[0, k * block) for k whole blocks, at most max_tokens tokens;
   // returns the tokens now cached (0 when none matched).
+  // (Never for a cache with window layers or recurrent state: their rows and
+  // state are not a function of one block's tokens; returns 0.)
   int share_prefix(const int32_t* tokens, int max_tokens);
   // Publishes every full block of tokens[0, n_tokens()) (the tokens this
   // cache holds) so later sequences can share them.
@@ -125,6 +142,11 @@ class KvCache {
   std::shared_ptr<BlockPool> pool_;
   int capacity_ = 0;
   std::vector<int32_t> table_;
+  // Window layers: the ring's blocks (its own pool) and, per logical block
+  // of kRingBlock tokens, the ring block that holds it (ring_[j % size]).
+  std::shared_ptr<BlockPool> ring_pool_;
+  std::vector<int32_t> ring_, ring_view_;
+  std::vector<std::vector<float>> state_;
   std::vector<Seq> seq_;
   NonFinite nonfinite_;
 };

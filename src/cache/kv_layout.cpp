@@ -100,9 +100,14 @@ Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o
   return Status::Ok();
 }
 
-Expected<std::shared_ptr<const KvLayout>> KvLayout::create(int n_layer, int n_kv_heads, int head_dim,
-                                                             const KvCacheOptions& o) {
+Expected<std::shared_ptr<const KvLayout>> KvLayout::create(const KvShape& shape, const KvCacheOptions& o) {
+  const int n_layer = shape.n_layer, n_kv_heads = shape.n_kv_heads, head_dim = shape.head_dim;
   if (n_layer < 1 || n_kv_heads < 1) return Status::Error("kv cache: need at least one layer and one KV head");
+  if (!shape.window.empty() && shape.window.size() != size_t(n_layer))
+    return Status::Error("kv cache: " + std::to_string(shape.window.size()) + " layer windows for " +
+                         std::to_string(n_layer) + " layers");
+  for (int w : shape.window)
+    if (w < 0 || w > (1 << 24)) return Status::Error("kv cache: sliding window " + std::to_string(w) + " is out of range");
   if (o.capacity < 1) return Status::Error("kv cache: capacity must be at least 1 token");
   const KvPolicy* pol = o.policy.get();
   if (pol && (pol->n_layer != n_layer || pol->n_kv_heads != n_kv_heads || pol->head_dim != head_dim))
@@ -116,6 +121,7 @@ Expected<std::shared_ptr<const KvLayout>> KvLayout::create(int n_layer, int n_kv
                            std::to_string(n_layer) + " layers");
   auto c = std::shared_ptr<KvLayout>(new KvLayout());
   c->opt_ = o;
+  c->shape_ = shape;
   c->n_kv_heads_ = n_kv_heads;
   c->d_ = head_dim;
   auto f16 = make_codec("f16", head_dim);
@@ -149,14 +155,30 @@ int KvLayout::mean_rows() const {
   return m;
 }
 
-size_t KvLayout::bytes_per_token() const {
+size_t KvLayout::bytes_per_token(bool window_layers) const {
   size_t b = 0;
-  for (const auto& L : layers_) b += (L.k_row + L.v_row) * size_t(n_kv_heads_);
+  for (int l = 0; l < n_layer(); ++l)
+    if ((window(l) > 0) == window_layers) b += (layers_[l].k_row + layers_[l].v_row) * size_t(n_kv_heads_);
   return b;
+}
+
+bool KvLayout::has_windows() const {
+  for (int l = 0; l < n_layer(); ++l)
+    if (window(l) > 0) return true;
+  return false;
+}
+
+int KvLayout::ring_tokens(int l) const {
+  const int w = window(l);
+  if (w == 0) return 0;
+  // A context no longer than the ring never wraps.
+  const int need = std::min(std::max(w, layers_[l].mean_rows) - 1 + kWindowStep, opt_.capacity);
+  return (need + kRingBlock - 1) / kRingBlock * kRingBlock;
 }
 
 bool KvLayout::compatible(const KvLayout& o) const {
   if (n_layer() != o.n_layer() || n_kv_heads_ != o.n_kv_heads_ || d_ != o.d_ || opt_.seed != o.opt_.seed) return false;
+  if (shape_.window != o.shape_.window && (has_windows() || o.has_windows())) return false;
   if ((opt_.policy ? opt_.policy->fingerprint() : 0) != (o.opt_.policy ? o.opt_.policy->fingerprint() : 0)) return false;
   for (int l = 0; l < n_layer(); ++l) {
     const LayerCodecs &a = layers_[l], &b = o.layers_[l];

@@ -49,6 +49,31 @@ Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o
 Status apply_kv_policy_or_preset(const std::string& policy_path, const std::string& preset, int n_layer,
                                  uint64_t model, KvCacheOptions& o);
 
+// The most tokens one append writes to a sliding-window layer: a ring holds
+// its window plus this many, so the rows a step's queries see are all still
+// there (the model feeds a longer prompt to its window layers in steps of
+// this size; docs/ARCHITECTURE.md "Sliding-window layers"). 64 rows of slack
+// on gemma3's 512- or 1024-token windows: 6-12 % more than the window.
+constexpr int kWindowStep = 64;
+constexpr int kRingBlock = 32;  // tokens per block of a ring
+
+// What a model's cache must hold, fixed by its architecture: the layers that
+// have a KV cache (a hybrid model's recurrent layers have none; they are not
+// counted), their KV heads and head dim, each layer's sliding window and the
+// recurrent state a sequence carries besides its rows.
+struct KvShape {
+  int n_layer = 0, n_kv_heads = 0, head_dim = 0;
+  // Per layer: 0 keeps every token; W > 0 keeps only the last W (a ring of
+  // blocks, docs/ARCHITECTURE.md "Sliding-window layers"). Empty: all 0.
+  std::vector<int> window;
+  // f32 values of recurrent state per sequence (Gated DeltaNet layers'
+  // convolution and delta-rule states), one entry per recurrent layer.
+  std::vector<size_t> state_floats;
+  KvShape() = default;
+  KvShape(int layers, int kv_heads, int dim) : n_layer(layers), n_kv_heads(kv_heads), head_dim(dim) {}
+  int window_of(int l) const { return window.empty() ? 0 : window[l]; }
+};
+
 struct LayerCodecs {
   // One codec for all heads, or one per KV head (calibrated formats).
   std::vector<std::shared_ptr<const Codec>> kc, vc;
@@ -63,23 +88,35 @@ class KvLayout {
  public:
   // capacity (the options') bounds mean_rows: a context shorter than
   // mean_tokens is centred over all of it.
+  static Expected<std::shared_ptr<const KvLayout>> create(const KvShape& shape, const KvCacheOptions& o);
   static Expected<std::shared_ptr<const KvLayout>> create(int n_layer, int n_kv_heads, int head_dim,
-                                                          const KvCacheOptions& o);
+                                                          const KvCacheOptions& o) {
+    return create(KvShape(n_layer, n_kv_heads, head_dim), o);
+  }
   int n_layer() const { return static_cast<int>(layers_.size()); }
+  const KvShape& shape() const { return shape_; }
+  int window(int l) const { return shape_.window_of(l); }
+  bool has_windows() const;
+  // Tokens a window layer's ring holds: its window, plus the most tokens one
+  // append writes (KvCache::kWindowStep) less one, rounded up to ring blocks;
+  // at least the mean rows a centred cache stages. 0 for a full layer.
+  int ring_tokens(int l) const;
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return d_; }
   const LayerCodecs& layer(int l) const { return layers_[l]; }
   const KvCacheOptions& options() const { return opt_; }
   const Codec& f16() const { return *f16_; }  // the staging format
   int mean_rows() const;                      // the largest over layers
-  // K and V rows of every layer and KV head for one token.
-  size_t bytes_per_token() const;
+  // K and V rows of every KV head for one token, in the full layers (what a
+  // pool block holds per token) or in the window layers (a ring's).
+  size_t bytes_per_token(bool window_layers = false) const;
   // Rows made under one layout are valid under the other: same shape,
   // formats, seed, policy and mean rows.
   bool compatible(const KvLayout& o) const;
 
  private:
   KvCacheOptions opt_;
+  KvShape shape_;
   int n_kv_heads_ = 0, d_ = 0;
   std::unique_ptr<Codec> f16_;
   std::vector<LayerCodecs> layers_;

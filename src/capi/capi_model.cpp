@@ -236,13 +236,13 @@ tkv_status tkv_context_create(const tkv_model* m, const tkv_context_params* pp, 
     auto h = std::make_unique<tkv_context>();
     h->model = m->model.get();
     if (tkv_status s = capi::cache_options(fn, p.type_k, p.type_v, p.mean_center, p.preset, p.policy_path,
-                                           c.n_layer, m->model.get(), h->options))
+                                           c.kv_shape().n_layer, m->model.get(), h->options))
       return s;
     h->n_ctx = c.n_ctx_train > 0 ? std::min(p.n_ctx, c.n_ctx_train) : p.n_ctx;
     h->options.capacity = h->n_ctx;
     h->threads = capi::resolve_threads(p.threads);
     h->batch = p.batch;
-    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, h->options);
+    auto cache = KvCache::create(c.kv_shape(), h->options);
     if (!cache) return fail(TKV_ERR_ARGUMENT, std::string(fn) + ": " + cache.error());
     h->cache = std::move(*cache);
     h->logits.resize(c.n_vocab);

@@ -200,7 +200,7 @@ tkv_status tkv_context_load(tkv_context* ctx, const char* path) {
     if (!ctx) return null_arg(fn, "ctx");
     if (!path) return null_arg(fn, "path");
     const ModelConfig& c = ctx->model->config();
-    auto loaded = load_cache_file(path, c.n_layer, c.n_head_kv, c.head_dim, ctx->options, ctx->model->fingerprint(),
+    auto loaded = load_cache_file(path, c.kv_shape(), ctx->options, ctx->model->fingerprint(),
                                   c.n_vocab);
     if (!loaded) return fail(capi::file_error(path, TKV_ERR_FORMAT), std::string(fn) + ": " + loaded.error());
     if (loaded->tokens.size() > size_t(ctx->n_ctx))
@@ -235,7 +235,7 @@ tkv_status tkv_perplexity(const tkv_model* m, const char* text, size_t text_len,
     o.batch = p.batch;
     o.threads = capi::resolve_threads(p.threads);
     if (tkv_status s = capi::cache_options(fn, p.type_k, p.type_v, p.mean_center, p.preset, p.policy_path,
-                                           m->model->config().n_layer, m->model.get(), o.cache))
+                                           m->model->config().kv_shape().n_layer, m->model.get(), o.cache))
       return s;
     auto r = perplexity(*m->model, normalize_newlines(std::string(text ? text : "", text_len)), o);
     if (!r) return fail(TKV_ERR_ARGUMENT, std::string(fn) + ": " + r.error());

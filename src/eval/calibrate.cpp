@@ -66,7 +66,8 @@ void log_softmax_rows(const float* logits, int n, int V, std::vector<float>& out
 Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const CalibrateOptions& o,
                              CalibrateReport* report, const std::function<bool(const std::string&)>& progress) {
   const ModelConfig& cfg = model.config();
-  const int L = cfg.n_layer, H = cfg.n_head_kv, d = cfg.head_dim, V = cfg.n_vocab, n_ctx = o.n_ctx;
+  const KvShape shape = cfg.kv_shape();  // the layers with a KV cache
+  const int L = shape.n_layer, H = cfg.n_head_kv, d = cfg.head_dim, V = cfg.n_vocab, n_ctx = o.n_ctx;
   auto say = [&](const std::string& m) { return !progress || progress(m); };
   const Status stopped = Status::Error("calibrate: stopped by the progress callback");
   if (n_ctx < 8) return Status::Error("calibrate: -c must be at least 8");
@@ -95,7 +96,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
   f32.type_k = f32.type_v = "f32";
   f32.capacity = n_ctx;
   for (int ch = 0; ch < chunks; ++ch) {
-    auto cache = KvCache::create(L, H, d, f32);
+    auto cache = KvCache::create(shape, f32);
     if (!cache) return cache.status();
     const auto batch = chunk_tokens(ch);
     auto observe = [&](int layer, int, int n, const float* k, const float* v) {
@@ -210,7 +211,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
     for (int ch = 0; ch < kld_chunks; ++ch) {
       const auto batch = chunk_tokens(ch);
       {
-        auto cache = KvCache::create(L, H, d, f32);
+        auto cache = KvCache::create(shape, f32);
         if (!cache) return cache.status();
         Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), true);
         if (!s.ok()) return s;
@@ -220,7 +221,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
         KvCacheOptions co;
         co.capacity = n_ctx;
         co.policy = probes[pi];
-        auto cache = KvCache::create(L, H, d, co);
+        auto cache = KvCache::create(shape, co);
         if (!cache) return cache.status();
         Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), true);
         if (!s.ok()) return s;

@@ -109,7 +109,7 @@ Expected<std::vector<NiahCell>> niah_run(const Model& model, const std::string& 
         if (p.haystack_tokens == 0) return Status::Error("niah: context " + std::to_string(ctx) + " leaves no room for haystack");
         KvCacheOptions co = o.cache;
         co.capacity = static_cast<int>(p.tokens.size()) + 16;
-        auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+        auto cache = KvCache::create(c.kv_shape(), co);
         if (!cache) return cache.status();
         std::vector<float> logits(c.n_vocab);
         for (size_t b0 = 0; b0 < p.tokens.size(); b0 += 512) {

@@ -86,7 +86,7 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
   std::vector<float> logits(size_t(n_ctx) * V), lp(V);
   std::vector<float> base(V);
   for (int ch = 0; ch < chunks; ++ch) {
-    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+    auto cache = KvCache::create(c.kv_shape(), co);
     if (!cache) return cache.status();
     std::vector<int32_t> batch(tokens.begin() + size_t(ch) * n_ctx, tokens.begin() + size_t(ch + 1) * n_ctx);
     if (model.tokenizer().bos() >= 0 && model.tokenizer().add_bos()) batch[0] = model.tokenizer().bos();

@@ -1,5 +1,6 @@
 #include "model/gen_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -46,11 +47,21 @@ Vocab synthetic_vocab(int size) {
 }  // namespace
 
 Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, const std::string& out_path) {
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "phi3" && o.arch != "qwen3moe")
-    return Status::Error("gen-model: --arch must be llama, qwen2, qwen3, phi3 or qwen3moe, not '" + o.arch + "'");
-  const bool moe = o.arch == "qwen3moe";
+  const std::string known[] = {"llama", "qwen2", "qwen3", "phi3", "qwen3moe", "gemma3", "qwen35", "qwen35moe"};
+  if (std::find(std::begin(known), std::end(known), o.arch) == std::end(known))
+    return Status::Error("gen-model: --arch must be llama, qwen2, qwen3, phi3, qwen3moe, gemma3, qwen35 or qwen35moe, not '" +
+                         o.arch + "'");
+  const bool moe = o.arch == "qwen3moe" || o.arch == "qwen35moe";
+  const bool gemma = o.arch == "gemma3", q35 = o.arch == "qwen35" || o.arch == "qwen35moe";
   if (moe && (o.experts < 1 || o.experts_used < 1 || o.experts_used > o.experts))
-    return Status::Error("gen-model: qwen3moe needs 1 <= --experts-used <= --experts");
+    return Status::Error("gen-model: " + o.arch + " needs 1 <= --experts-used <= --experts");
+  if (q35 && (o.ssm_groups < 1 || o.ssm_v_heads % o.ssm_groups || o.ssm_state < 2 || o.ssm_conv < 2 ||
+              o.full_attn_interval < 1))
+    return Status::Error("gen-model: qwen35 needs --ssm-v-heads a multiple of --ssm-groups, --ssm-state >= 2, "
+                         "--ssm-conv >= 2");
+  const int rope_dims = o.rope_dims > 0 ? o.rope_dims : q35 ? std::max(2, o.head_dim / 4) / 2 * 2 : o.head_dim;
+  if (rope_dims > o.head_dim || rope_dims % 2) return Status::Error("gen-model: --rope-dims must be even and <= head dim");
+  const float rope_base = o.rope_base > 0 ? o.rope_base : gemma ? 1e6f : q35 ? 1e7f : 10000.0f;
   if (o.rope_orig_ctx && o.arch != "phi3") return Status::Error("gen-model: --rope-orig-ctx is for phi3");
   const gguf::TensorType* tt = gguf::tensor_type(o.type);
   const bool block_type = o.type == "Q8_0" || o.type == "Q4_0" || o.type == "Q4_1" || o.type == "Q5_0" ||
@@ -63,9 +74,12 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
     return Status::Error("gen-model: bad shape (heads must be a multiple of kv-heads, head dim even and >= 8)");
   const bool quant = tt->block > 1;
   const int blk = static_cast<int>(tt->block);
-  if (quant && (o.dim % blk || o.ffn % blk || (o.heads * o.head_dim) % blk))
-    return Status::Error("gen-model: " + o.type + " needs dim, ffn and heads*head_dim to be multiples of " +
-                         std::to_string(blk));
+  const int Dss = o.ssm_v_heads * o.ssm_state;  // qwen35: value dims of a DeltaNet layer
+  const int shared_ffn = o.shared_ffn > 0 ? o.shared_ffn : o.ffn;
+  if (quant && (o.dim % blk || o.ffn % blk || (o.heads * o.head_dim) % blk || (q35 && Dss % blk) ||
+                (o.arch == "qwen35moe" && shared_ffn % blk)))
+    return Status::Error("gen-model: " + o.type + " needs dim, ffn, heads*head_dim (and the DeltaNet value dims) to be "
+                         "multiples of " + std::to_string(blk));
   Vocab vocab;
   gguf::Writer w;
   std::string tok_model = "llama";
@@ -96,13 +110,28 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   w.add_u32(a + ".attention.head_count_kv", o.kv_heads);
   w.add_u32(a + ".attention.key_length", o.head_dim);
   w.add_u32(a + ".attention.value_length", o.head_dim);
-  w.add_u32(a + ".rope.dimension_count", o.head_dim);
-  w.add_f32(a + ".rope.freq_base", o.rope_base);
-  w.add_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_u32(a + ".rope.dimension_count", rope_dims);
+  w.add_f32(a + ".rope.freq_base", rope_base);
+  w.add_f32(a + ".attention.layer_norm_rms_epsilon", gemma || q35 ? 1e-6f : 1e-5f);
   if (moe) {
     w.add_u32(a + ".expert_count", o.experts);
     w.add_u32(a + ".expert_used_count", o.experts_used);
     w.add_u32(a + ".expert_feed_forward_length", o.ffn);
+    if (o.arch == "qwen35moe") w.add_u32(a + ".expert_shared_feed_forward_length", shared_ffn);
+  }
+  if (gemma) {  // llama.cpp's gemma3 reads the window; the period only when it is not 6
+    w.add_u32(a + ".attention.sliding_window", o.window);
+    if (o.swa_period != 6) w.add_u32(a + ".attention.sliding_window_pattern", o.swa_period);
+  }
+  if (q35) {  // as Qwen3_5's converter writes them
+    w.add_u32(a + ".ssm.conv_kernel", o.ssm_conv);
+    w.add_u32(a + ".ssm.state_size", o.ssm_state);
+    w.add_u32(a + ".ssm.group_count", o.ssm_groups);
+    w.add_u32(a + ".ssm.time_step_rank", o.ssm_v_heads);
+    w.add_u32(a + ".ssm.inner_size", Dss);
+    w.add_u32(a + ".full_attention_interval", o.full_attn_interval);
+    const int pairs = rope_dims / 2;  // IMROPE sections over the rotated pairs (text: t = h = w)
+    w.add_i32_array(a + ".rope.dimension_sections", {(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0});
   }
   if (o.rope_orig_ctx) {  // Phi-3 LongRoPE, as its converter writes it
     w.add_u32(a + ".rope.scaling.original_context_length", o.rope_orig_ctx);
@@ -156,9 +185,10 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   const float s = o.weight_scale;
   Status st;
 #define TKV_ADD(...) if (!(st = add(__VA_ARGS__)).ok()) return st
-  TKV_ADD("token_embd.weight", E, V, true, 1.0f, 0.0f);
+  // Gemma scales its embeddings by sqrt(dim): smaller rows keep the same size.
+  TKV_ADD("token_embd.weight", E, V, true, gemma ? 1.0f / std::sqrt(float(E)) : 1.0f, 0.0f);
   TKV_ADD("output_norm.weight", E, 1, false, 0.1f, 1.0f);
-  TKV_ADD("output.weight", E, V, true, s / std::sqrt(float(E)), 0.0f);
+  if (!gemma) TKV_ADD("output.weight", E, V, true, s / std::sqrt(float(E)), 0.0f);  // gemma3: tied
   const bool phi3 = o.arch == "phi3";
   if (o.rope_orig_ctx) {  // one factor per rotated pair: short ones near 1, long ones growing to ~8
     std::vector<float> fl(o.head_dim / 2), fs(o.head_dim / 2);
@@ -172,29 +202,53 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   for (int l = 0; l < o.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     TKV_ADD(p + "attn_norm.weight", E, 1, false, 0.1f, 1.0f);
-    if (phi3) {  // Q, K, V rows in one tensor
+    if (q35 && (l + 1) % o.full_attn_interval != 0) {  // a Gated DeltaNet layer
+      const int Hv = o.ssm_v_heads, ch = 2 * o.ssm_groups * o.ssm_state + Dss;
+      TKV_ADD(p + "attn_qkv.weight", E, ch, true, s / std::sqrt(float(E)), 0.0f);
+      TKV_ADD(p + "attn_gate.weight", E, Dss, true, s / std::sqrt(float(E)), 0.0f);
+      TKV_ADD(p + "ssm_conv1d.weight", o.ssm_conv, ch, false, 0.5f, 0.0f);
+      TKV_ADD(p + "ssm_dt.bias", Hv, 1, false, 0.5f, 0.0f);
+      std::vector<float> A(Hv);  // -exp(A_log), as the converter stores it
+      for (auto& x : A) x = -std::exp(static_cast<float>(rng.gaussian()) * 0.5f);
+      if (!(st = w.add_tensor(p + "ssm_a", {uint64_t(Hv)}, 0, A.data(), 4 * A.size())).ok()) return st;
+      TKV_ADD(p + "ssm_beta.weight", E, Hv, true, s / std::sqrt(float(E)), 0.0f);
+      TKV_ADD(p + "ssm_alpha.weight", E, Hv, true, s / std::sqrt(float(E)), 0.0f);
+      TKV_ADD(p + "ssm_norm.weight", o.ssm_state, 1, false, 0.1f, 1.0f);
+      TKV_ADD(p + "ssm_out.weight", Dss, E, true, s / std::sqrt(float(Dss)), 0.0f);
+    } else if (phi3) {  // Q, K, V rows in one tensor
       TKV_ADD(p + "attn_qkv.weight", E, Dq + 2 * Dkv, true, s / std::sqrt(float(E)), 0.0f);
     } else {
-      TKV_ADD(p + "attn_q.weight", E, Dq, true, s / std::sqrt(float(E)), 0.0f);
+      TKV_ADD(p + "attn_q.weight", E, q35 ? 2 * Dq : Dq, true, s / std::sqrt(float(E)), 0.0f);  // qwen35: query and gate per head
       TKV_ADD(p + "attn_k.weight", E, Dkv, true, s / std::sqrt(float(E)), 0.0f);
       TKV_ADD(p + "attn_v.weight", E, Dkv, true, s / std::sqrt(float(E)), 0.0f);
     }
-    TKV_ADD(p + "attn_output.weight", Dq, E, true, s / std::sqrt(float(Dq)), 0.0f);
+    const bool attn_layer = !q35 || (l + 1) % o.full_attn_interval == 0;
+    if (attn_layer) TKV_ADD(p + "attn_output.weight", Dq, E, true, s / std::sqrt(float(Dq)), 0.0f);
     if (o.arch == "qwen2") {  // Qwen2-style biases, with a large constant part on K
       TKV_ADD(p + "attn_q.bias", Dq, 1, false, 0.1f, 0.0f);
       TKV_ADD(p + "attn_k.bias", Dkv, 1, false, 2.0f, 0.0f);
       TKV_ADD(p + "attn_v.bias", Dkv, 1, false, 0.1f, 0.0f);
     }
-    if (o.arch == "qwen3" || moe) {
+    if (attn_layer && (o.arch == "qwen3" || moe || gemma || q35)) {
       TKV_ADD(p + "attn_q_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
       TKV_ADD(p + "attn_k_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
     }
-    TKV_ADD(p + "ffn_norm.weight", E, 1, false, 0.1f, 1.0f);
+    if (gemma) {
+      TKV_ADD(p + "post_attention_norm.weight", E, 1, false, 0.1f, 1.0f);
+      TKV_ADD(p + "post_ffw_norm.weight", E, 1, false, 0.1f, 1.0f);
+    }
+    TKV_ADD(p + (q35 ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, false, 0.1f, 1.0f);
     if (moe) {  // the router (F32, as llama.cpp's converter keeps it), then each expert's matrices
       if (!(st = add(p + "ffn_gate_inp.weight", E, o.experts, false, 1.0f / std::sqrt(float(E)), 0.0f)).ok()) return st;
       TKV_ADD(p + "ffn_gate_exps.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f, o.experts);
       TKV_ADD(p + "ffn_up_exps.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f, o.experts);
       TKV_ADD(p + "ffn_down_exps.weight", o.ffn, E, true, s / std::sqrt(float(o.ffn)), 0.0f, o.experts);
+      if (o.arch == "qwen35moe") {  // the shared expert and its gate
+        if (!(st = add(p + "ffn_gate_inp_shexp.weight", E, 1, false, 1.0f / std::sqrt(float(E)), 0.0f)).ok()) return st;
+        TKV_ADD(p + "ffn_gate_shexp.weight", E, shared_ffn, true, s / std::sqrt(float(E)), 0.0f);
+        TKV_ADD(p + "ffn_up_shexp.weight", E, shared_ffn, true, s / std::sqrt(float(E)), 0.0f);
+        TKV_ADD(p + "ffn_down_shexp.weight", shared_ffn, E, true, s / std::sqrt(float(shared_ffn)), 0.0f);
+      }
       continue;
     }
     if (phi3) {  // gate rows, then up rows

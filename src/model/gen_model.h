@@ -10,17 +10,24 @@
 namespace tkv {
 
 struct GenModelOptions {
-  std::string arch = "llama";  // llama, qwen2, qwen3, phi3 (fused attn_qkv and gate+up ffn_up), qwen3moe
+  std::string arch = "llama";  // llama, qwen2, qwen3, phi3 (fused attn_qkv and gate+up ffn_up), qwen3moe,
+                               // gemma3, qwen35, qwen35moe
   int layers = 2, dim = 64, heads = 4, kv_heads = 2, head_dim = 16, ffn = 128;
   std::string type = "F32";    // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
                                // (norms and biases stay F32)
   int ctx = 2048;
-  float rope_base = 10000.0f;
+  float rope_base = 0.0f;      // 0: the architecture's (1e6 gemma3, 1e7 qwen35, else 1e4)
+  int rope_dims = 0;           // rotated dims per head (0: head_dim; qwen35: head_dim / 4)
   uint64_t seed = 1;
   float weight_scale = 1.0f;   // multiplies the default init std (1/sqrt(fan_in))
   int vocab = 0;               // synthetic byte-level vocabulary size when no vocab file (>= 259)
   int rope_orig_ctx = 0;       // phi3: LongRoPE factors and original context (0: none)
-  int experts = 8, experts_used = 2;  // qwen3moe (--ffn is each expert's width)
+  int experts = 8, experts_used = 2;  // qwen3moe, qwen35moe (--ffn is each expert's width)
+  int shared_ffn = 0;          // qwen35moe: the shared expert's width (0: --ffn)
+  int window = 16, swa_period = 6;  // gemma3: sliding window, every period-th layer global
+  // qwen35: Gated DeltaNet key heads, value heads, head dim (state size), conv
+  // width; one layer in full_attn_interval has full attention.
+  int ssm_groups = 2, ssm_v_heads = 4, ssm_state = 16, ssm_conv = 4, full_attn_interval = 4;
 };
 
 // Copies the tokenizer from `vocab` when given, else makes a small

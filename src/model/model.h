@@ -1,6 +1,7 @@
-// Transformer models from GGUF: llama (Llama 2/3, Mistral, TinyLlama, SmolLM),
-// qwen2 (Q/K/V biases) and qwen3 (Q and K RMS norms), running attention on the
-// compressed KV cache. The forward pass reads top to bottom in forward().
+// Transformer models from GGUF, one file per architecture behind one table
+// (model/arch.h: llama, qwen2, qwen3, phi3, qwen3moe in arch_llama.cpp,
+// gemma3, qwen35), running attention on the compressed KV cache. The forward
+// pass (forward.cpp) reads top to bottom in Model::run.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -36,7 +37,45 @@ struct ModelConfig {
   float rope_attn_factor = 1.0f;
   // Mixture of experts (qwen3moe): 0 experts for a dense feed-forward.
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  int n_ff_shexp = 0;  // qwen35moe's shared expert (0: none)
   float expert_weights_scale = 0.0f;
+  // Gemma: embeddings times sqrt(n_embd), norms after attention and the
+  // feed-forward too, GELU (tanh) gating, a softmax scale of its own (0:
+  // 1/sqrt(head_dim)); sliding-window layers with their own rotary base and
+  // scale.
+  float embd_scale = 0.0f;  // 0: none
+  bool post_norms = false;
+  bool gelu = false;        // GeGLU instead of SwiGLU
+  float attn_scale = 0.0f;
+  float final_softcap = 0.0f;  // logits = cap * tanh(logits / cap) when > 0
+  float rope_base_swa = 10000.0f, rope_scale_swa = 1.0f;
+  // Per layer: its sliding window (0: full attention) and its KV cache layer
+  // (-1: a recurrent layer without one, qwen35's Gated DeltaNet).
+  std::vector<int> window, kv_layer;
+  // Qwen3.5 gated attention: attn_q gives each head's query and a gate;
+  // the attention output is multiplied by sigmoid(gate).
+  bool attn_gate = false;
+  // Gated DeltaNet (qwen35's recurrent layers): key heads, value heads, their
+  // dims, the causal convolution's width.
+  int ssm_k_heads = 0, ssm_v_heads = 0, ssm_k_dim = 0, ssm_v_dim = 0, ssm_conv = 0;
+  // The shape of the cache this model needs: its layers with a KV cache,
+  // their windows, the recurrent state per sequence.
+  KvShape kv_shape() const;
+  int n_kv_layer() const;
+  // f32 values of one recurrent layer's state: conv (conv-1 inputs) + delta-rule matrices.
+  size_t ssm_state_floats() const;
+};
+
+// One layer's weights (rows = 0 where absent).
+struct LayerWeights {
+  Matrix attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+  Matrix bq, bk, bv, q_norm, k_norm;
+  Matrix post_attn_norm, post_ffn_norm;  // gemma3
+  MoeWeights moe;                        // experts instead of w_gate/w_up/w_down (n_used > 0)
+  // Gated DeltaNet (qwen35): the q/k/v projection (wqkv), the output gate z
+  // (wz), per-head b (beta) and a (decay) projections, the convolution
+  // [conv][channels], dt bias, A, the output norm and projection (wo).
+  Matrix wqkv, wz, w_beta, w_alpha, conv, dt_bias, ssm_a, ssm_norm;
 };
 
 class Model {
@@ -60,6 +99,7 @@ class Model {
   // Called with each layer's K and V rows ([n][n_head_kv][head_dim], K after
   // RoPE) before they are written: what the cache stores, except that a row
   // with NaN or Inf reaches the observer as computed and is stored as zeros.
+  // `layer` is the cache layer (config().kv_layer[model layer]).
   using KvObserver = std::function<void(int layer, int pos, int n, const float* k, const float* v)>;
   Status forward(const int32_t* tokens, int n, int pos, KvCache& cache, int threads, float* logits,
                  bool all_logits = false, const KvObserver& observe = {}) const;
@@ -86,11 +126,9 @@ class Model {
   Status forward_batch(const std::vector<BatchSeq>& seqs, int threads) const;
 
  private:
-  struct Layer {
-    Matrix attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-    Matrix bq, bk, bv, q_norm, k_norm;  // optional (rows = 0 when absent)
-    MoeWeights moe;                     // experts instead of w_gate/w_up/w_down (n_used > 0)
-  };
+  using Layer = LayerWeights;
+  friend struct ArchLoader;
+  friend struct ForwardPass;  // forward.cpp
   Status run(const std::vector<BatchSeq>& seqs, int threads, bool all_logits, const KvObserver& observe) const;
   ModelConfig cfg_;
   std::shared_ptr<const gguf::File> file_;

@@ -77,6 +77,21 @@ void moe_ffn(const MoeWeights& w, const float* h, int n, float* out, const Matmu
       for (int i = 0; i < E; ++i) y[i] += r[t].weight[j] * s[i];
     }
   }
+  if (w.shared_gate.rows == 0) return;
+  const int F = static_cast<int>(w.shared_gate.rows);
+  g.resize(size_t(n) * F);
+  u.resize(g.size());
+  d.resize(size_t(n) * E);
+  std::vector<float> gate(n);
+  mm(w.shared_gate, h, n, g.data());
+  mm(w.shared_up, h, n, u.data());
+  mm(w.shared_router, h, n, gate.data());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  mm(w.shared_down, g.data(), n, d.data());
+  for (int t = 0; t < n; ++t) {
+    const float s = 1.0f / (1.0f + std::exp(-gate[t]));
+    for (int i = 0; i < E; ++i) out[size_t(t) * E + i] += s * d[size_t(t) * E + i];
+  }
 }
 
 }  // namespace tkv

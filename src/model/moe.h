@@ -2,7 +2,8 @@
 // with softmax gating): a router row per expert, the top k experts of
 // softmax(router · h) per token, their weights renormalised to sum 1 (and
 // multiplied by expert_weights_scale when the file sets one), and
-//   y = Σ_k w_k · down_k(silu(gate_k · h) ⊙ up_k · h).
+//   y = Σ_k w_k · down_k(silu(gate_k · h) ⊙ up_k · h)
+// plus, where the model has one, a shared expert weighted by a sigmoid gate.
 // Tokens are grouped by expert, so each expert's weights are read once per
 // call for the tokens that chose it and not at all when none did.
 #pragma once
@@ -19,6 +20,9 @@ struct MoeWeights {
   std::vector<Matrix> gate, up, down;          // per expert: [n_embd, n_ff_exp], [n_embd, n_ff_exp], [n_ff_exp, n_embd]
   int n_used = 0;                              // experts per token
   float weights_scale = 0.0f;                  // 0: none
+  // A shared expert every token takes (qwen35moe), scaled by
+  // sigmoid(shared_router . h): rows 0 when absent.
+  Matrix shared_gate, shared_up, shared_down, shared_router;
 };
 
 // The experts a token takes and their weights, in the order the sum uses

@@ -32,7 +32,7 @@ Expected<PromptCache> open_prompt_cache(const std::string& path, const Model& m,
   if (::stat(path.c_str(), &st) != 0) {
     pc.note = "no file yet";
   } else {
-    auto loaded = load_cache_file(path, c.n_layer, c.n_head_kv, c.head_dim, co, m.fingerprint(), c.n_vocab);
+    auto loaded = load_cache_file(path, c.kv_shape(), co, m.fingerprint(), c.n_vocab);
     if (!loaded) {
       pc.note = loaded.error();
     } else {
@@ -49,7 +49,7 @@ Expected<PromptCache> open_prompt_cache(const std::string& path, const Model& m,
     }
   }
   if (!pc.cache) {
-    auto fresh = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+    auto fresh = KvCache::create(c.kv_shape(), co);
     if (!fresh) return fresh.status();
     pc.cache = std::move(*fresh);
     pc.reused = 0;

@@ -22,7 +22,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const KvCac
   if (opt.n_batch < 1) return Status::Error("the batch size (-b) must be at least 1");
   KvCacheOptions o = co;
   o.capacity = opt.ctx;
-  auto layout = KvLayout::create(c.n_layer, c.n_head_kv, c.head_dim, o);
+  auto layout = KvLayout::create(c.kv_shape(), o);
   if (!layout) return layout.status();
   const int64_t n_blocks = BlockPool::blocks_for_budget(**layout, opt.block_tokens, opt.kv_budget);
   const int64_t per_ctx = (opt.ctx + opt.block_tokens - 1) / opt.block_tokens;

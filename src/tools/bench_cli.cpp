@@ -133,7 +133,7 @@ void register_bench(CLI::App& app) {
                   co.type_v = tv;
                   co.capacity = d + len + 1;
                   if (Status ks = apply_kv_policy_flags(o->kv, model, co); !ks.ok()) fail(ks.message());
-                  auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+                  auto cache = KvCache::create(c.kv_shape(), co);
                   if (!cache) fail(cache.error());
                   kv_mib = ((*cache)->k_bytes() + (*cache)->v_bytes()) / 1048576.0;
                   k_bits = (*cache)->k_bits_per_value();
@@ -149,9 +149,9 @@ void register_bench(CLI::App& app) {
                     Rng rng(7);
                     std::vector<float> kv(size_t(std::min(d, 512)) * c.n_head_kv * c.head_dim);
                     for (auto& x : kv) x = static_cast<float>(rng.gaussian());
-                    for (int l = 0; l < c.n_layer; ++l)
-                      for (int b0 = 0; b0 < d; b0 += 512) {
-                        Status s = (*cache)->append(l, b0, std::min(512, d - b0), kv.data(), kv.data());
+                    for (int l = 0; l < (*cache)->n_layer(); ++l)  // a window layer's ring takes kWindowStep at a time
+                      for (int b0 = 0, step = (*cache)->layout().window(l) > 0 ? kWindowStep : 512; b0 < d; b0 += step) {
+                        Status s = (*cache)->append(l, b0, std::min(step, d - b0), kv.data(), kv.data());
                         if (!s.ok()) fail(s.message());
                       }
                   }

@@ -64,7 +64,7 @@ void register_bench_model(CLI::App& app) {
     KvCacheOptions co;
     co.type_k = co.type_v = o->ctk;
     co.capacity = o->n_prompt + o->n_gen + 8;
-    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+    auto cache = KvCache::create(c.kv_shape(), co);
     if (!cache) fail(cache.error());
     std::vector<int32_t> prompt(o->n_prompt);
     for (int i = 0; i < o->n_prompt; ++i) prompt[i] = 3 + (i * 7919) % (c.n_vocab - 3);

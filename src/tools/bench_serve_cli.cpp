@@ -122,7 +122,7 @@ void register_bench_serve(CLI::App& app) {
     auto row = [&](const std::string& label, const KvCacheOptions& kco) {
       KvCacheOptions x = kco;
       x.capacity = o->ctx_fit;
-      auto layout = KvLayout::create(c.n_layer, c.n_head_kv, c.head_dim, x);
+      auto layout = KvLayout::create(c.kv_shape(), x);
       if (!layout) fail(layout.error());
       const int64_t blocks = BlockPool::blocks_for_budget(**layout, 256, *budget);
       const int64_t fit = blocks / ((o->ctx_fit + 255) / 256);

@@ -125,7 +125,7 @@ void add_build(CLI::App& parent) {
     // means from fewer rows than a run's cache, and the file would not load
     // into one ("mean centring over N rows").
     co.capacity = std::max(static_cast<int>(toks.size()), co.mean_tokens);
-    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+    auto cache = KvCache::create(c.kv_shape(), co);
     if (!cache) fail_command(name, cache.error());
     std::vector<float> logits(c.n_vocab);
     const auto t0 = Clock::now();
@@ -217,7 +217,7 @@ void add_verify(CLI::App& parent) {
       const ModelConfig& c = (*m)->config();
       KvCacheOptions co = options_from_header(h);
       if (Status s = apply_kv_policy_flags(o->kv, **m, co); !s.ok()) fail_command(name, s.message());
-      auto l = load_cache_file(**src, c.n_layer, c.n_head_kv, c.head_dim, co, (*m)->fingerprint(), c.n_vocab);
+      auto l = load_cache_file(**src, c.kv_shape(), co, (*m)->fingerprint(), c.n_vocab);
       if (!l) fail_command(name, o->file + ": " + l.error());
     }
     std::printf("%s: ok (%d tokens, %llu bytes, every checksum matches%s)\n", o->file.c_str(), h.n_tokens,
@@ -276,14 +276,14 @@ void add_bench(CLI::App& parent) {
       auto h = read_cache_header(**src);
       if (!h) fail_command(name, o->from + ": " + h.error());
       co.capacity = std::max(h->n_tokens + 1, co.mean_tokens);  // as `cache build` (see there)
-      auto l = load_cache_file(**src, c.n_layer, c.n_head_kv, c.head_dim, co, model.fingerprint(), c.n_vocab);
+      auto l = load_cache_file(**src, c.kv_shape(), co, model.fingerprint(), c.n_vocab);
       if (!l) fail_command(name, o->from + ": " + l.error());
       doc = std::move(l->tokens);
       cache = std::move(l->cache);
     } else {
       doc = document_tokens(model, o->file, o->tokens, name);
       co.capacity = std::max(static_cast<int>(doc.size()) + 1, co.mean_tokens);  // the document and one new token
-      auto made = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+      auto made = KvCache::create(c.kv_shape(), co);
       if (!made) fail_command(name, made.error());
       cache = std::move(*made);
     }
@@ -337,7 +337,7 @@ void add_bench(CLI::App& parent) {
     Status ls;
     std::unique_ptr<KvCache> loaded;
     auto load = [&] {
-      auto l = load_cache_file(o->out, c.n_layer, c.n_head_kv, c.head_dim, co, model.fingerprint(), c.n_vocab);
+      auto l = load_cache_file(o->out, c.kv_shape(), co, model.fingerprint(), c.n_vocab);
       ls = l.status();
       if (l) loaded = std::move(l->cache);
     };

@@ -179,7 +179,7 @@ Status demo_generate(std::ostream& out) {
     const auto k = kld(co);
     if (!k) return k.status();
     co.capacity = 128;
-    auto cache = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+    auto cache = KvCache::create(c.kv_shape(), co);
     if (!cache) return cache.status();
     std::vector<int32_t> seq = model.tokenizer().encode(prompt, true);
     const size_t n_prompt = seq.size();

@@ -1,4 +1,4 @@
-// `turbokv gen-model --arch llama|qwen2|qwen3 --layers L --dim D --heads H
+// `turbokv gen-model --arch llama|qwen2|qwen3|phi3|qwen3moe|gemma3|qwen35|qwen35moe --layers L --dim D --heads H
 // --kv-heads K --head-dim HD --ffn F [--vocab-from VOCAB.gguf] --type T -o OUT.gguf`
 #include <iostream>
 #include <memory>
@@ -15,10 +15,24 @@ void register_gen_model(CLI::App& app) {
   auto vocab = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("gen-model", "Write a GGUF model with random weights (any shape)");
-  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, phi3 or qwen3moe")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "qwen3moe"}));
-  cmd->add_option("--experts", o->experts, "qwen3moe: experts per layer (--ffn is each one's width)")->check(CLI::Range(1, 4096));
-  cmd->add_option("--experts-used", o->experts_used, "qwen3moe: experts per token")->check(CLI::Range(1, 4096));
+  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, phi3, qwen3moe, gemma3, qwen35 or qwen35moe")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "phi3", "qwen3moe", "gemma3", "qwen35", "qwen35moe"}));
+  cmd->add_option("--experts", o->experts, "qwen3moe/qwen35moe: experts per layer (--ffn is each one's width)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--experts-used", o->experts_used, "qwen3moe/qwen35moe: experts per token")->check(CLI::Range(1, 4096));
+  cmd->add_option("--shared-ffn", o->shared_ffn, "qwen35moe: the shared expert's width (default --ffn)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--window", o->window, "gemma3: sliding window of the local layers")->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--swa-period", o->swa_period, "gemma3: every N-th layer is global (default 6)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--ssm-groups", o->ssm_groups, "qwen35: Gated DeltaNet key heads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--ssm-v-heads", o->ssm_v_heads, "qwen35: Gated DeltaNet value heads")->check(CLI::Range(1, 4096));
+  cmd->add_option("--ssm-state", o->ssm_state, "qwen35: Gated DeltaNet head dim (state size)")->check(CLI::Range(2, 1024));
+  cmd->add_option("--ssm-conv", o->ssm_conv, "qwen35: causal convolution width")->check(CLI::Range(2, 64));
+  cmd->add_option("--full-attn-interval", o->full_attn_interval, "qwen35: one layer in N has full attention")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--rope-base", o->rope_base, "rotary base (default: the architecture's)");
+  cmd->add_option("--rope-dims", o->rope_dims, "rotated dims per head (default head dim; qwen35 a quarter)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--layers", o->layers, "blocks")->check(CLI::Range(1, 1024));
   cmd->add_option("--dim", o->dim, "embedding size")->check(CLI::Range(1, 65536));
   cmd->add_option("--heads", o->heads, "query heads")->check(CLI::Range(1, 1024));

@@ -13,9 +13,9 @@ Status kv_dump(const Model& model, const std::string& text, const std::vector<in
                const std::string& dir, int threads, const std::function<void(int, int)>& progress) {
   const ModelConfig& c = model.config();
   for (int l : layers)
-    if (l < 0 || l >= c.n_layer)
+    if (l < 0 || l >= c.kv_shape().n_layer)
       return Status::Error("kv-dump: layer " + std::to_string(l) + " does not exist (the model has " +
-                           std::to_string(c.n_layer) + ")");
+                           std::to_string(c.kv_shape().n_layer) + " layers with a KV cache)");
   std::vector<int32_t> toks = model.tokenizer().encode(text, true);
   if (static_cast<int>(toks.size()) > max_tokens) toks.resize(max_tokens);
   if (toks.empty()) return Status::Error("kv-dump: the text has no tokens");
@@ -36,7 +36,7 @@ Status kv_dump(const Model& model, const std::string& text, const std::vector<in
   KvCacheOptions co;
   co.type_k = co.type_v = "f32";  // the observer sees the rows before any coding anyway
   co.capacity = T;
-  auto cache = KvCache::create(c.n_layer, H, d, co);
+  auto cache = KvCache::create(c.kv_shape(), co);
   if (!cache) return cache.status();
   std::vector<float> logits(c.n_vocab);
   auto observe = [&](int layer, int pos, int n, const float* k, const float* v) {

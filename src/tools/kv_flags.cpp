@@ -12,7 +12,7 @@ void add_kv_policy_flags(CLI::App* cmd, KvPolicyFlags& f) {
 }
 
 Status apply_kv_policy_flags(const KvPolicyFlags& f, const Model& m, KvCacheOptions& co) {
-  return apply_kv_policy_or_preset(f.policy, f.preset, m.config().n_layer, f.policy.empty() ? 0 : m.fingerprint(), co);
+  return apply_kv_policy_or_preset(f.policy, f.preset, m.config().kv_shape().n_layer, f.policy.empty() ? 0 : m.fingerprint(), co);
 }
 
 void add_cache_flags(CLI::App* cmd, CacheFlags& f) {
@@ -34,7 +34,7 @@ Expected<std::pair<double, double>> cache_bits_per_value(const KvCacheOptions& c
   KvCacheOptions one = co;
   one.capacity = 1;
   const ModelConfig& c = m.config();
-  auto probe = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, one);
+  auto probe = KvCache::create(c.kv_shape(), one);
   if (!probe) return probe.status();
   return std::make_pair((*probe)->k_bits_per_value(), (*probe)->v_bits_per_value());
 }

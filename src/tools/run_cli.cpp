@@ -81,7 +81,7 @@ void register_run(CLI::App& app) {
     if (ctx == 0) {
       auto bits = cache_bits_per_value(co, model);
       if (!bits) fail(bits.error());
-      const double per_token = (bits->first + bits->second) / 8.0 * c.head_dim * c.n_head_kv * c.n_layer;
+      const double per_token = (bits->first + bits->second) / 8.0 * c.head_dim * c.n_head_kv * c.kv_shape().n_layer;
       const double avail = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
       ctx = static_cast<int>(std::min<double>(c.n_ctx_train, std::max(256.0, 0.5 * avail / per_token)));
     }
@@ -103,7 +103,7 @@ void register_run(CLI::App& app) {
       cache = std::move(pc->cache);
       reused = pc->reused;
     } else {
-      auto made = KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+      auto made = KvCache::create(c.kv_shape(), co);
       if (!made) fail(made.error());
       cache = std::move(*made);
     }

@@ -1,0 +1,388 @@
+// The forward pass: embeddings, then per layer its token mixer (attention on
+// the compressed cache, or a Gated DeltaNet on the sequence's recurrent
+// state) and its feed-forward (SwiGLU, GeGLU or experts), then the logits.
+// Every architecture runs through here, by the features its loader set.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/delta_net.h"
+#include "model/model.h"
+
+namespace tkv {
+namespace {
+
+// out = x / rms(x) * w for one row, w already as floats.
+void rmsnorm_row(const float* x, const float* w, int n, float eps, float* out) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
+  for (int i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
+}
+
+void rmsnorm(const float* x, const Matrix& w, int n, float eps, float* out, std::vector<float>& wbuf) {
+  wbuf.resize(n);
+  dequantize_row(w, 0, wbuf.data());
+  rmsnorm_row(x, wbuf.data(), n, eps, out);
+}
+
+// The elementwise parts of a prompt run on every thread: on one they were 8 %
+// of an F16 pp512 at two threads (perf: rope's sincos/pow per head, the
+// SwiGLU exp, norms), time the second core spent waiting in a barrier.
+// Decode (a few rows) stays on the calling thread. Each row's arithmetic is
+// the same either way, so the bits do not depend on the thread count.
+constexpr int kParallelRows = 8;
+// The widest head the loader accepts (Model::from_file checks head_dim).
+constexpr int kMaxHeadDim = 1024;
+
+// rmsnorm of n_rows rows of width n, the weight dequantized once.
+void rmsnorm_rows(const float* x, int n_rows, const Matrix& w, int n, float eps, float* out, int threads) {
+  std::vector<float> wv(n);
+  dequantize_row(w, 0, wv.data());
+#pragma omp parallel for num_threads(threads) schedule(static) if (n_rows >= kParallelRows)
+  for (int t = 0; t < n_rows; ++t) rmsnorm_row(x + size_t(t) * n, wv.data(), n, eps, out + size_t(t) * n);
+}
+
+// The rotation angles of one position: cos and sin of p * base^(-2i/dims)
+// (divided by factors[i], LongRoPE, when given; both scaled by
+// rope_attn_factor then).
+// base and scale are the layer's (gemma3's window layers have their own).
+void rope_angles(int dims, int pos, float base, float scale, const ModelConfig& c, const float* factors, float* cs,
+                 float* sn) {
+  const float p = static_cast<float>(pos) / scale;
+  for (int i = 0; i < dims / 2; ++i) {
+    float theta = p * std::pow(base, -2.0f * i / dims);
+    if (factors) theta /= factors[i];
+    cs[i] = std::cos(theta);
+    sn[i] = std::sin(theta);
+    if (factors) {
+      cs[i] *= c.rope_attn_factor;
+      sn[i] *= c.rope_attn_factor;
+    }
+  }
+}
+
+// Rotates pairs of one head vector in place by the angles of its position.
+void rope(float* v, int dims, const float* cs, const float* sn, const ModelConfig& c) {
+  for (int i = 0; i < dims / 2; ++i) {
+    const int a = c.rope_neox ? i : 2 * i;
+    const int b = c.rope_neox ? i + dims / 2 : 2 * i + 1;
+    const float x0 = v[a], x1 = v[b];
+    v[a] = x0 * cs[i] - x1 * sn[i];
+    v[b] = x0 * sn[i] + x1 * cs[i];
+  }
+}
+
+}  // namespace
+
+Status Model::forward(const int32_t* tokens, int n, int pos, KvCache& cache, int threads, float* logits,
+                      bool all_logits, const KvObserver& observe) const {
+  return run({BatchSeq{&cache, tokens, n, pos, logits}}, threads, all_logits, observe);
+}
+
+Status Model::forward_batch(const std::vector<BatchSeq>& seqs, int threads) const {
+  return run(seqs, threads, false, {});
+}
+
+namespace {
+
+// NaN or Inf logits come from broken weights or an activation that overflowed;
+// sampling or scoring them would give garbage text or a NaN perplexity.
+Status check_logits(const float* lg, int n_vocab, int pos) {
+  for (int v = 0; v < n_vocab; ++v)
+    if (!std::isfinite(lg[v]))
+      return Status::Error("model: the logits of the token at position " + std::to_string(pos) + " are not finite (" +
+                           std::to_string(lg[v]) + " at vocabulary index " + std::to_string(v) +
+                           "): the model's weights are broken or an activation overflowed");
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct ForwardPass {
+  const Model& M;
+  const ModelConfig& c;
+  const std::vector<Model::BatchSeq>& seqs;
+  const int threads;
+  // Rows: the one-token sequences first (one matmul_tokens group), then each
+  // longer sequence's rows (one matmul each).
+  std::vector<size_t> order, row0;
+  int n_single = 0, n = 0;
+  std::vector<float> x, h, tmp, wbuf;
+  std::vector<int> row_pos;
+  std::vector<const float*> row_factors;
+
+  ForwardPass(const Model& m, const std::vector<Model::BatchSeq>& s, int th)
+      : M(m), c(m.cfg_), seqs(s), threads(th) {}
+
+  // y = W x over every row, grouped as above.
+  void mm(const Matrix& w, const float* in, float* out) const {
+    if (n_single > 0) matmul_tokens(w, in, n_single, out, threads);
+    for (size_t k = n_single; k < order.size(); ++k) {
+      const size_t i = order[k];
+      matmul(w, in + row0[i] * w.cols, seqs[i].n, out + row0[i] * w.rows, threads);
+    }
+  }
+  void add_rows(float* dst, const float* src) const {  // the residual connection
+    const int64_t n_x = static_cast<int64_t>(x.size());
+#pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)
+    for (int64_t i = 0; i < n_x; ++i) dst[i] += src[i];
+  }
+  // A layer's output, normed first where the architecture has post norms.
+  void residual(const Matrix& post_norm) {
+    if (post_norm.rows) rmsnorm_rows(tmp.data(), n, post_norm, c.n_embd, c.eps, tmp.data(), threads);
+    add_rows(x.data(), tmp.data());
+  }
+
+  Status plan() {
+    if (seqs.empty()) return Status::Error("forward: no sequences");
+    row0.assign(seqs.size(), 0);
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (seqs[i].n == 1) order.push_back(i);
+    n_single = static_cast<int>(order.size());
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (seqs[i].n != 1) order.push_back(i);
+    for (size_t i : order) {
+      const Model::BatchSeq& s = seqs[i];
+      if (s.n < 1 || !s.cache || !s.tokens) return Status::Error("forward: sequence " + std::to_string(i) + " has no tokens");
+      if (s.cache->n_layer() != c.n_kv_layer() || s.cache->n_kv_heads() != c.n_head_kv ||
+          s.cache->head_dim() != c.head_dim || s.cache->has_state() != (c.n_kv_layer() < c.n_layer))
+        return Status::Error("forward: the cache of sequence " + std::to_string(i) +
+                             " was not made for this model's shape (Model::config().kv_shape())");
+      for (int t = 0; t < s.n; ++t)
+        if (s.tokens[t] < 0 || s.tokens[t] >= c.n_vocab)
+          return Status::Error("forward: token id " + std::to_string(s.tokens[t]) + " is outside the vocabulary (" +
+                               std::to_string(c.n_vocab) + ")");
+      row0[i] = static_cast<size_t>(n);
+      n += s.n;
+    }
+    // Each row's position (its sequence's start + its index there), and its
+    // LongRoPE factors: long ones for a sequence whose cache holds more than
+    // the original context (as llama.cpp chooses by context size).
+    row_pos.assign(n, 0);
+    row_factors.assign(n, nullptr);
+    for (size_t i : order)
+      for (int t = 0; t < seqs[i].n; ++t) {
+        row_pos[row0[i] + t] = seqs[i].pos + t;
+        if (!M.rope_long_.empty())
+          row_factors[row0[i] + t] =
+              seqs[i].cache->capacity() > c.n_ctx_orig ? M.rope_long_.data() : M.rope_short_.data();
+      }
+    return Status::Ok();
+  }
+
+  void embed() {
+    const int E = c.n_embd;
+    x.assign(size_t(n) * E, 0.0f);
+    h.assign(x.size(), 0.0f);
+    tmp.assign(x.size(), 0.0f);
+    wbuf.resize(std::max(E, c.n_head * c.head_dim * 2));
+    for (size_t i : order)
+      for (int t = 0; t < seqs[i].n; ++t) dequantize_row(M.tok_embd_, seqs[i].tokens[t], &x[(row0[i] + t) * E]);
+    if (c.embd_scale > 0.0f)
+      for (float& v : x) v *= c.embd_scale;
+  }
+
+  void add_bias(std::vector<float>& y, const Matrix& b, int width) {
+    if (b.rows == 0) return;
+    dequantize_row(b, 0, wbuf.data());
+    for (int t = 0; t < n; ++t)
+      for (int i = 0; i < width; ++i) y[size_t(t) * width + i] += wbuf[i];
+  }
+
+  // Attention on layer l's cache layer kl: Q/K/V, their norms and rotary
+  // positions, the rows appended, attention per sequence (a window layer in
+  // steps of kWindowStep tokens, the most its ring takes at once).
+  Status attention_layer(int l, int kl, const Model::KvObserver& observe) {
+    const LayerWeights& L = M.layers_[l];
+    const int hd = c.head_dim, Dq = c.n_head * hd, Dkv = c.n_head_kv * hd;
+    const int W = c.window[l];
+    std::vector<float> q(size_t(n) * Dq), k(size_t(n) * Dkv), v(size_t(n) * Dkv), att(size_t(n) * Dq), gate;
+    rmsnorm_rows(x.data(), n, L.attn_norm, c.n_embd, c.eps, h.data(), threads);
+    if (c.attn_gate) {  // qwen35: per head its query then its gate
+      std::vector<float> qg(size_t(n) * Dq * 2);
+      mm(L.wq, h.data(), qg.data());
+      gate.resize(q.size());
+      for (int r = 0; r < n; ++r)
+        for (int hh = 0; hh < c.n_head; ++hh) {
+          const float* src = &qg[(size_t(r) * c.n_head + hh) * 2 * hd];
+          std::memcpy(&q[(size_t(r) * c.n_head + hh) * hd], src, sizeof(float) * hd);
+          std::memcpy(&gate[(size_t(r) * c.n_head + hh) * hd], src + hd, sizeof(float) * hd);
+        }
+    } else {
+      mm(L.wq, h.data(), q.data());
+    }
+    mm(L.wk, h.data(), k.data());
+    mm(L.wv, h.data(), v.data());
+    add_bias(q, L.bq, Dq);
+    add_bias(k, L.bk, Dkv);
+    add_bias(v, L.bv, Dkv);
+    std::vector<float> qn, kn;
+    if (L.q_norm.rows) {
+      qn.resize(hd);
+      kn.resize(hd);
+      dequantize_row(L.q_norm, 0, qn.data());
+      dequantize_row(L.k_norm, 0, kn.data());
+    }
+    const float base = W > 0 ? c.rope_base_swa : c.rope_base, scale = W > 0 ? c.rope_scale_swa : c.rope_scale;
+#pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)
+    for (int r = 0; r < n; ++r) {
+      float head[kMaxHeadDim], cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
+      rope_angles(c.rope_dims, row_pos[r], base, scale, c, row_factors[r], cs, sn);
+      for (int hh = 0; hh < c.n_head + c.n_head_kv; ++hh) {
+        float* vv = hh < c.n_head ? &q[size_t(r) * Dq + hh * hd] : &k[size_t(r) * Dkv + (hh - c.n_head) * hd];
+        if (!qn.empty()) {
+          rmsnorm_row(vv, hh < c.n_head ? qn.data() : kn.data(), hd, c.eps, head);
+          std::memcpy(vv, head, sizeof(float) * hd);
+        }
+        rope(vv, c.rope_dims, cs, sn, c);
+      }
+    }
+    for (size_t i : order) {
+      const Model::BatchSeq& s = seqs[i];
+      const float* ks = &k[row0[i] * Dkv];
+      const float* vs = &v[row0[i] * Dkv];
+      if (observe) observe(kl, s.pos, s.n, ks, vs);
+      const int step = W > 0 ? kWindowStep : s.n;
+      for (int j = 0; j < s.n; j += step) {
+        const int m = std::min(step, s.n - j);
+        Status st = s.cache->append(kl, s.pos + j, m, ks + size_t(j) * Dkv, vs + size_t(j) * Dkv);
+        if (!st.ok()) return st;
+        AttentionArgs a;
+        a.q = &q[(row0[i] + j) * Dq];
+        a.n_q = m;
+        a.n_q_heads = c.n_head;
+        a.n_kv = s.pos + j + m;
+        a.n_kv_heads = c.n_head_kv;
+        a.d = hd;
+        a.k = s.cache->k_rows(kl);
+        a.v = s.cache->v_rows(kl);
+        a.causal_offset = s.pos + j;
+        a.window = W;
+        a.scale = c.attn_scale;
+        a.mu_k = s.cache->mu_k(kl);
+        a.mu_v = s.cache->mu_v(kl);
+        a.threads = threads;
+        a.out = &att[(row0[i] + j) * Dq];
+        st = attention(a);
+        if (!st.ok()) return st;
+      }
+    }
+    if (c.attn_gate)
+      for (size_t e = 0; e < att.size(); ++e) att[e] *= 1.0f / (1.0f + std::exp(-gate[e]));
+    mm(L.wo, att.data(), tmp.data());
+    return Status::Ok();
+  }
+
+  // A Gated DeltaNet layer (qwen35): projections over every row, then the
+  // recurrence per sequence on its state, then the output projection.
+  Status delta_layer(int l, int si) {
+    const LayerWeights& L = M.layers_[l];
+    const DeltaNetShape sh{c.ssm_k_heads, c.ssm_v_heads, c.ssm_k_dim, c.ssm_v_dim, c.ssm_conv};
+    const int channels = sh.channels(), Dv = sh.v_heads * sh.v_dim;
+    std::vector<float> qkv(size_t(n) * channels), z(size_t(n) * Dv), b(size_t(n) * sh.v_heads),
+        al(size_t(n) * sh.v_heads), o(size_t(n) * Dv);
+    rmsnorm_rows(x.data(), n, L.attn_norm, c.n_embd, c.eps, h.data(), threads);
+    mm(L.wqkv, h.data(), qkv.data());
+    mm(L.wz, h.data(), z.data());
+    mm(L.w_beta, h.data(), b.data());
+    mm(L.w_alpha, h.data(), al.data());
+    const DeltaNetWeights w = delta_net_weights(L.conv, L.dt_bias, L.ssm_a, L.ssm_norm, sh);
+    for (size_t i : order) {
+      const Model::BatchSeq& s = seqs[i];
+      const size_t r = row0[i];
+      delta_net(sh, w, s.n, &qkv[r * channels], &z[r * Dv], &b[r * sh.v_heads], &al[r * sh.v_heads], c.eps,
+                s.cache->state(si), &o[r * Dv], threads);
+    }
+    mm(L.wo, o.data(), tmp.data());
+    return Status::Ok();
+  }
+
+  void ffn_layer(int l) {
+    const LayerWeights& L = M.layers_[l];
+    rmsnorm_rows(x.data(), n, L.ffn_norm, c.n_embd, c.eps, h.data(), threads);
+    if (L.moe.n_used > 0) {  // experts, grouped as the matrix products above
+      if (n_single > 0)
+        moe_ffn(L.moe, h.data(), n_single, tmp.data(),
+                [&](const Matrix& w, const float* xi, int m, float* y) { matmul_tokens(w, xi, m, y, threads); });
+      for (size_t k = n_single; k < order.size(); ++k) {
+        const size_t i = order[k];
+        moe_ffn(L.moe, &h[row0[i] * c.n_embd], seqs[i].n, &tmp[row0[i] * c.n_embd],
+                [&](const Matrix& w, const float* xi, int m, float* y) { matmul(w, xi, m, y, threads); });
+      }
+      return;
+    }
+    const int ff = static_cast<int>(L.w_gate.rows);
+    std::vector<float> g(size_t(n) * ff), u(size_t(n) * ff);
+    mm(L.w_gate, h.data(), g.data());
+    mm(L.w_up, h.data(), u.data());
+    const int64_t n_g = static_cast<int64_t>(g.size());
+    if (c.gelu) {  // GeGLU, GELU's tanh form (llama.cpp's ggml_gelu)
+#pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)
+      for (int64_t i = 0; i < n_g; ++i) {
+        const float a = g[i];
+        g[i] = 0.5f * a * (1.0f + std::tanh(0.7978845608028654f * (a + 0.044715f * a * a * a))) * u[i];
+      }
+    } else {
+#pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)
+      for (int64_t i = 0; i < n_g; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SwiGLU
+    }
+    mm(L.w_down, g.data(), tmp.data());
+  }
+
+  void softcap(float* lg, size_t count) const {
+    if (c.final_softcap > 0.0f)
+      for (size_t i = 0; i < count; ++i) lg[i] = c.final_softcap * std::tanh(lg[i] / c.final_softcap);
+  }
+
+  Status output(bool all_logits) {
+    const int E = c.n_embd;
+    if (all_logits) {  // every token of the one sequence (perplexity)
+      rmsnorm_rows(x.data(), n, M.out_norm_, E, c.eps, h.data(), threads);
+      matmul(M.output_, h.data(), n, seqs[0].logits, threads);
+      softcap(seqs[0].logits, size_t(n) * c.n_vocab);
+      for (int t = 0; t < n; ++t)
+        if (Status st = check_logits(seqs[0].logits + size_t(t) * c.n_vocab, c.n_vocab, seqs[0].pos + t); !st.ok())
+          return st;
+      return Status::Ok();
+    }
+    // The last token of each sequence that wants logits, as one-token rows.
+    std::vector<size_t> want;
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (seqs[i].logits) want.push_back(i);
+    if (want.empty()) return Status::Ok();
+    for (size_t j = 0; j < want.size(); ++j) {
+      const size_t last = row0[want[j]] + seqs[want[j]].n - 1;
+      rmsnorm(&x[last * E], M.out_norm_, E, c.eps, &h[j * E], wbuf);
+    }
+    std::vector<float> lg(want.size() * size_t(c.n_vocab));
+    matmul_tokens(M.output_, h.data(), static_cast<int>(want.size()), lg.data(), threads);
+    softcap(lg.data(), lg.size());
+    for (size_t j = 0; j < want.size(); ++j) {
+      const Model::BatchSeq& s = seqs[want[j]];
+      std::memcpy(s.logits, &lg[j * c.n_vocab], sizeof(float) * c.n_vocab);
+      Status st = check_logits(s.logits, c.n_vocab, s.pos + s.n - 1);
+      if (s.nonfinite_logits) *s.nonfinite_logits = !st.ok();
+      else if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  }
+};
+
+Status Model::run(const std::vector<BatchSeq>& seqs, int threads, bool all_logits, const KvObserver& observe) const {
+  ForwardPass f(*this, seqs, threads);
+  if (Status s = f.plan(); !s.ok()) return s;
+  if (all_logits && seqs.size() != 1) return Status::Error("forward: all logits need a single sequence");
+  f.embed();
+  for (int l = 0, si = 0; l < cfg_.n_layer; ++l) {
+    const int kl = cfg_.kv_layer[l];
+    Status s = kl >= 0 ? f.attention_layer(l, kl, observe) : f.delta_layer(l, si++);
+    if (!s.ok()) return s;
+    f.residual(layers_[l].post_attn_norm);
+    f.ffn_layer(l);
+    f.residual(layers_[l].post_ffn_norm);
+  }
+  return f.output(all_logits);
+}
+
+}  // namespace tkv
