@@ -98,6 +98,42 @@ TEST(Tokenizer, BosAndSpecialTokens) {
   EXPECT_EQ(tok->decode({1, 15043, 3186, 2}), "Hello world");
 }
 
+// The SentencePiece settings of Gemma and Phi-3 GGUFs (llama.cpp's SPM
+// path): Gemma's converter writes add_space_prefix = false; add_eos_token
+// appends EOS; a vocabulary named Phi-3 drops the whitespace after a special
+// token (llama.cpp gives its special tokens rstrip), then the space prefix
+// goes before the text as after any special token.
+TEST(Tokenizer, GemmaAndPhi3SentencePieceSettings) {
+  auto make = [](const std::string& name, bool space_prefix, bool eos) {
+    gguf::Writer w;
+    w.add_string("general.name", name);
+    w.add_string("tokenizer.ggml.model", "llama");
+    // ids: 0 <unk>, 1 <s>, 2 </s>, 3 <|user|> (user-defined), 4.. pieces
+    w.add_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "<|user|>", "\xe2\x96\x81", "a", "b",
+                                                 "\xe2\x96\x81" "a", "ab", "\xe2\x96\x81" "ab"});
+    w.add_f32_array("tokenizer.ggml.scores", {0, 0, 0, 0, -1, -2, -3, -4, -5, -6});
+    w.add_i32_array("tokenizer.ggml.token_type", {2, 3, 3, 4, 1, 1, 1, 1, 1, 1});
+    w.add_bool("tokenizer.ggml.add_space_prefix", space_prefix);
+    w.add_bool("tokenizer.ggml.add_eos_token", eos);
+    const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_spm_" + name + ".gguf";
+    EXPECT_TRUE(w.write(path).ok());
+    auto f = gguf::File::open(path);
+    EXPECT_TRUE(f.ok());
+    auto tok = Tokenizer::from_gguf(**f);
+    EXPECT_TRUE(tok.ok()) << tok.error();
+    std::remove(path.c_str());
+    return *tok;
+  };
+  const Tokenizer gemma = make("gemma-3-1b-it", false, true);
+  EXPECT_EQ(gemma.encode("ab", true), (std::vector<int32_t>{1, 8, 2})) << "no space prefix, EOS appended";
+  EXPECT_EQ(gemma.encode("ab", false), (std::vector<int32_t>{8}));
+  const Tokenizer phi3 = make("Phi-3-mini-4k-instruct", true, false);
+  EXPECT_EQ(phi3.encode("ab", true), (std::vector<int32_t>{1, 9})) << "space prefix";
+  EXPECT_EQ(phi3.encode("<|user|>  ab", false), (std::vector<int32_t>{3, 9})) << "whitespace after the special dropped";
+  const Tokenizer plain = make("llama", true, false);
+  EXPECT_EQ(plain.encode("<|user|> ab", false), (std::vector<int32_t>{3, 4, 9})) << "kept elsewhere";
+}
+
 TEST(Tokenizer, UnsupportedModelIsAClearError) {
   gguf::Writer w;
   w.add_string("tokenizer.ggml.model", "rwkv");

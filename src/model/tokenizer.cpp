@@ -1,6 +1,7 @@
 #include "model/tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <queue>
 
@@ -131,6 +132,15 @@ Expected<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   t.unk_ = *unk;
   if (const gguf::Value* v = f.find("tokenizer.ggml.add_bos_token")) t.add_bos_ = v->u != 0;
   if (const gguf::Value* v = f.find("tokenizer.ggml.add_space_prefix")) t.add_space_prefix_ = v->u != 0;
+  if (const gguf::Value* v = f.find("tokenizer.ggml.add_eos_token")) t.add_eos_ = v->u != 0;
+  if (t.add_eos_ && t.eos_ < 0) return Status::Error(f.path() + ": tokenizer.ggml.add_eos_token without an EOS token id");
+  if (t.add_bos_ && t.bos_ < 0 && f.find("tokenizer.ggml.add_bos_token"))
+    return Status::Error(f.path() + ": tokenizer.ggml.add_bos_token without a BOS token id");
+  // llama.cpp strips the whitespace after every special token of a Phi-3
+  // vocabulary (its tokens carry rstrip), recognised by the model's name.
+  std::string name = f.get_string_or("general.name", "");
+  for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  t.rstrip_after_special_ = !t.bpe_ && (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos);
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
@@ -250,10 +260,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
       prev_special = true;
       continue;
     }
+    if (rstrip_after_special_ && prev_special && &frag != &parts[0].first) {
+      size_t k = 0;
+      while (k < frag.size() && std::isspace(static_cast<unsigned char>(frag[k]))) ++k;
+      frag.erase(0, k);
+      if (frag.empty()) continue;
+    }
     if (bpe_) encode_bpe(frag, out);
     else encode_spm(add_space_prefix_ && prev_special ? " " + frag : frag, out);
     prev_special = false;
   }
+  if (add_bos && add_eos_ && eos_ >= 0) out.push_back(eos_);
   return out;
 }
 

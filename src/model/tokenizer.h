@@ -38,6 +38,7 @@ class Tokenizer {
   int32_t bos() const { return bos_; }
   int32_t eos() const { return eos_; }
   bool add_bos() const { return add_bos_; }
+  bool add_eos() const { return add_eos_; }
   bool is_control(int32_t id) const { return types_[id] == kControl; }
 
  private:
@@ -59,6 +60,8 @@ class Tokenizer {
   int32_t byte_tokens_[256];
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = true, add_space_prefix_ = true;
+  bool add_eos_ = false;              // tokenizer.ggml.add_eos_token: EOS after the text
+  bool rstrip_after_special_ = false; // Phi-3 (llama.cpp, by general.name): whitespace after a special token dropped
 };
 
 }  // namespace tkv
