@@ -42,6 +42,29 @@ size_t ModelConfig::ssm_state_floats() const {
   return size_t(std::max(0, ssm_conv - 1)) * channels + size_t(ssm_v_heads) * ssm_k_dim * ssm_v_dim;
 }
 
+std::string ModelConfig::describe() const {
+  int full = 0, recurrent = 0;
+  std::map<int, int> windows;
+  for (int l = 0; l < n_layer; ++l) {
+    if (!kv_layer.empty() && kv_layer[l] < 0) ++recurrent;
+    else if (!window.empty() && window[l] > 0) ++windows[window[l]];
+    else ++full;
+  }
+  std::string s = arch + ", " + std::to_string(n_layer) + " layers: " + std::to_string(full) + " full attention";
+  for (auto [w, count] : windows)
+    s += ", " + std::to_string(count) + " sliding-window (" + std::to_string(w) + " tokens)";
+  if (recurrent)
+    s += ", " + std::to_string(recurrent) + " Gated DeltaNet (" + std::to_string(ssm_v_heads) + " value heads of " +
+         std::to_string(ssm_k_dim) + "x" + std::to_string(ssm_v_dim) + " state, " +
+         std::to_string(ssm_state_floats() * 4 / 1024) + " KiB per sequence each)";
+  s += "; " + std::to_string(n_head) + "/" + std::to_string(n_head_kv) + " heads of " + std::to_string(head_dim) +
+       ", rotary on " + std::to_string(rope_dims);
+  if (n_expert > 0)
+    s += "; " + std::to_string(n_expert_used) + " of " + std::to_string(n_expert) + " experts" +
+         (n_ff_shexp > 0 ? " + a shared one" : "");
+  return s;
+}
+
 Matrix row_range(const Matrix& m, int64_t r0, int64_t n) {
   Matrix v = m;
   v.data = m.data + r0 * m.row_bytes;

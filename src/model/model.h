@@ -64,6 +64,9 @@ struct ModelConfig {
   int n_kv_layer() const;
   // f32 values of one recurrent layer's state: conv (conv-1 inputs) + delta-rule matrices.
   size_t ssm_state_floats() const;
+  // One line on the layer stack: the kinds of layers and their counts
+  // ("26 layers: 22 sliding-window (512 tokens), 4 full attention"), experts.
+  std::string describe() const;
 };
 
 // One layer's weights (rows = 0 where absent).

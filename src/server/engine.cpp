@@ -24,7 +24,18 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const KvCac
   o.capacity = opt.ctx;
   auto layout = KvLayout::create(c.kv_shape(), o);
   if (!layout) return layout.status();
-  const int64_t n_blocks = BlockPool::blocks_for_budget(**layout, opt.block_tokens, opt.kv_budget);
+  // What each slot's sequence holds outside the pool: its sliding-window
+  // ring and its recurrent state (fixed sizes), out of the budget first.
+  int ring = 0;
+  for (int l = 0; l < (*layout)->n_layer(); ++l) ring = std::max(ring, (*layout)->ring_tokens(l));
+  size_t fixed = size_t(ring) * (*layout)->bytes_per_token(true);
+  for (size_t f : (*layout)->shape().state_floats) fixed += f * sizeof(float);
+  if (fixed * size_t(opt.n_parallel) >= opt.kv_budget)
+    return Status::Error("--kv-budget of " + std::to_string(opt.kv_budget >> 20) + " MiB does not hold the " +
+                         std::to_string(opt.n_parallel) + " slots' sliding-window rings and recurrent state (" +
+                         std::to_string((fixed * opt.n_parallel) >> 20) + " MiB); raise --kv-budget or lower -np");
+  const int64_t n_blocks =
+      BlockPool::blocks_for_budget(**layout, opt.block_tokens, opt.kv_budget - fixed * size_t(opt.n_parallel));
   const int64_t per_ctx = (opt.ctx + opt.block_tokens - 1) / opt.block_tokens;
   if (n_blocks < per_ctx)
     return Status::Error("--kv-budget of " + std::to_string(opt.kv_budget >> 20) + " MiB holds " +

@@ -135,7 +135,7 @@ void register_bench(CLI::App& app) {
                   if (Status ks = apply_kv_policy_flags(o->kv, model, co); !ks.ok()) fail(ks.message());
                   auto cache = KvCache::create(c.kv_shape(), co);
                   if (!cache) fail(cache.error());
-                  kv_mib = ((*cache)->k_bytes() + (*cache)->v_bytes()) / 1048576.0;
+                  kv_mib = ((*cache)->k_bytes() + (*cache)->v_bytes() + (*cache)->state_bytes()) / 1048576.0;
                   k_bits = (*cache)->k_bits_per_value();
                   v_bits = (*cache)->v_bits_per_value();
                   std::vector<int32_t> toks(d + len);

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "model/gguf.h"
+#include "model/model.h"
 #include "tools/subcommands.h"
 
 namespace tkv {
@@ -57,6 +58,16 @@ void register_inspect(CLI::App& app) {
                 static_cast<unsigned long>(file.alignment()), static_cast<unsigned long>(file.data_offset()));
     for (const auto& [k, v] : file.metadata())
       std::printf("  %-45s %-7s %s\n", k.c_str(), gguf::type_name(v.type), show(v).c_str());
+    // The layer stack as the runtime reads it (a vocabulary-only file is no model).
+    if (file.find("general.architecture")) {
+      auto m = Model::from_file(*f);
+      if (m) {
+        std::printf("model: %s\n", (*m)->config().describe().c_str());
+        std::printf("KV cache: %d of %d layers\n", (*m)->config().n_kv_layer(), (*m)->config().n_layer);
+      } else {
+        std::printf("model: not loadable: %s\n", m.error().c_str());
+      }
+    }
     if (*no_tensors) return;
     uint64_t total = 0;
     for (const auto& t : file.tensors()) {

@@ -108,11 +108,17 @@ void register_run(CLI::App& app) {
       cache = std::move(*made);
     }
     const std::string tk = o->cache.k_label(), tv = o->cache.v_label();
-    std::fprintf(stderr, "model: %s, %d layers, %d/%d heads, head dim %d, %.1f MiB weights\n", c.arch.c_str(), c.n_layer,
-                 c.n_head, c.n_head_kv, c.head_dim, model.weight_bytes() / 1048576.0);
-    std::fprintf(stderr, "KV cache: %d tokens, K %s %.3f bits/value %.2f MiB, V %s %.3f bits/value %.2f MiB\n", ctx,
-                 tk.c_str(), cache->k_bits_per_value(), cache->k_bytes() / 1048576.0, tv.c_str(),
+    std::fprintf(stderr, "model: %s; %.1f MiB weights\n", c.describe().c_str(), model.weight_bytes() / 1048576.0);
+    std::fprintf(stderr, "KV cache: %d tokens in %d layers, K %s %.3f bits/value %.2f MiB, V %s %.3f bits/value %.2f MiB",
+                 ctx, cache->n_layer(), tk.c_str(), cache->k_bits_per_value(), cache->k_bytes() / 1048576.0, tv.c_str(),
                  cache->v_bits_per_value(), cache->v_bytes() / 1048576.0);
+    for (int l = 0; l < cache->n_layer(); ++l)
+      if (cache->layout().window(l) > 0) {
+        std::fprintf(stderr, " (sliding-window layers: a ring of %d tokens)", cache->layer_slots(l));
+        break;
+      }
+    if (cache->has_state()) std::fprintf(stderr, ", recurrent state %.2f MiB f32", cache->state_bytes() / 1048576.0);
+    std::fprintf(stderr, "\n");
     std::vector<float> logits(c.n_vocab);
     Sampler sampler(o->s);
     std::vector<int32_t> history = prompt;
