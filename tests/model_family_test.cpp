@@ -19,6 +19,10 @@
 #include "model/matmul.h"
 #include "model/model.h"
 #include "util/rng.h"
+#include "shared_data.h"
+
+#include <fstream>
+#include <sstream>
 
 namespace tkv {
 namespace family {
@@ -505,6 +509,68 @@ TEST(ModelFamily, SlidingWindowRingHoldsItsWindowNotTheContext) {
   // A prefix whose window the ring no longer holds cannot be kept.
   EXPECT_EQ((*c)->keepable_prefix(599), 599);
   EXPECT_EQ((*c)->keepable_prefix(300), 0);
+}
+
+// A tq4 cache against the f32 one on WikiText-2 text, per architecture:
+// finite, and per layer with a KV cache of the order of llama's (a sanity
+// bound on random models with a real 32K vocabulary, not a tuning target;
+// qwen35 has a KV cache in one layer of four). The measured values are in
+// RESULTS §10.2.
+TEST(ModelFamily, Tq4KlDivergenceOnWikiTextIsOfLlamasOrder) {
+  TKV_NEED_SHARED("data/text/wikitext-2-raw-test.txt", "data/tokenizer/ggml-vocab-llama-spm.gguf");
+  auto vocab = gguf::File::open(shared_path("data/tokenizer/ggml-vocab-llama-spm.gguf"));
+  ASSERT_TRUE(vocab.ok());
+  std::ifstream in(shared_path("data/text/wikitext-2-raw-test.txt"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str().substr(0, 4000);
+  double llama = 0;
+  for (const char* arch : {"llama", "gemma3", "qwen35", "phi3", "qwen3moe", "qwen35moe"}) {
+    GenModelOptions o = std::string(arch) == "gemma3" ? gemma3_options("F32") : qwen35_options(arch, "F32");
+    if (std::string(arch) == "gemma3") o.head_dim = 128;
+    o.arch = arch;
+    o.layers = 8;
+    o.window = 64;
+    const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_kl_" + arch + ".gguf";
+    ASSERT_TRUE(generate_model(o, vocab->get(), path).ok());
+    auto m = Model::load(path);
+    ASSERT_TRUE(m.ok()) << m.error();
+    const ModelConfig& c = (*m)->config();
+    auto toks = (*m)->tokenizer().encode(text, true);
+    toks.resize(256);
+    std::vector<std::vector<float>> lg(2, std::vector<float>(toks.size() * size_t(c.n_vocab)));
+    for (int i = 0; i < 2; ++i) {
+      KvCacheOptions co;
+      co.type_k = co.type_v = i == 0 ? "f32" : "tq4";
+      co.capacity = 256;
+      auto cache = KvCache::create(c.kv_shape(), co);
+      ASSERT_TRUE(cache.ok());
+      ASSERT_TRUE((*m)->forward(toks.data(), 256, 0, **cache, 2, lg[i].data(), true).ok());
+    }
+    double kl = 0;
+    for (size_t t = 0; t < toks.size(); ++t) {
+      const float* p = &lg[0][t * c.n_vocab];
+      const float* q = &lg[1][t * c.n_vocab];
+      const double mp = *std::max_element(p, p + c.n_vocab), mq = *std::max_element(q, q + c.n_vocab);
+      double zp = 0, zq = 0;
+      for (int v = 0; v < c.n_vocab; ++v) {
+        zp += std::exp(p[v] - mp);
+        zq += std::exp(q[v] - mq);
+      }
+      for (int v = 0; v < c.n_vocab; ++v) {
+        const double lp = p[v] - mp - std::log(zp), lq = q[v] - mq - std::log(zq);
+        kl += std::exp(lp) * (lp - lq);
+      }
+    }
+    kl /= double(toks.size());
+    std::printf("%-10s tq4 vs f32 KL divergence %.3g (%d layers with a KV cache)\n", arch, kl, c.n_kv_layer());
+    EXPECT_TRUE(std::isfinite(kl)) << arch;
+    EXPECT_GT(kl, 0.0) << arch;
+    kl /= c.n_kv_layer();
+    if (llama == 0) llama = kl;
+    else EXPECT_TRUE(kl < 30 * llama && kl > llama / 30) << arch << " " << kl << " vs llama " << llama;
+    std::remove(path.c_str());
+  }
 }
 
 }  // namespace family
