@@ -3,7 +3,8 @@
 // model construction (shapes, types, tensor sizes) and, when a model comes
 // out, two tokens through it on an f16 cache (the forward pass must either
 // work or fail with an error, e.g. on NaN logits). Seeds in fuzz/corpus/gguf/:
-// small generated models of each architecture and weight type.
+// small generated models of each architecture and weight type (gemma3's
+// window layers, qwen35's Gated DeltaNet layers and shared experts too).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -34,11 +35,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const tkv::ModelConfig& c = (*m)->config();
   // Wide models would only spend the time budget in matmuls the fuzzer
   // learns nothing from (the tensors fit in the input, so this is rare).
-  if (size_t(c.n_embd) * c.n_layer > (1u << 16) || c.n_ff > (1 << 14) || c.n_head > 256) return 0;
+  if (size_t(c.n_embd) * c.n_layer > (1u << 16) || c.n_ff > (1 << 14) || c.n_head > 256 ||
+      c.ssm_state_floats() > (1u << 20))
+    return 0;
   tkv::KvCacheOptions co;
   co.type_k = co.type_v = "f16";
   co.capacity = 4;
-  auto cache = tkv::KvCache::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+  auto cache = tkv::KvCache::create(c.kv_shape(), co);  // windows and recurrent state as the model needs
   if (!cache) return 0;
   std::vector<float> logits(c.n_vocab);
   const int32_t toks[2] = {0, c.n_vocab - 1};

@@ -297,6 +297,19 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
   return m;
 }
 
+std::string Model::weight_type() const {
+  std::map<std::string, uint64_t> bytes;
+  for (const auto& t : file_->tensors()) bytes[t.info().name] += t.n_bytes;
+  std::string best = "?";
+  uint64_t most = 0;
+  for (const auto& [name, b] : bytes)
+    if (b > most) {
+      most = b;
+      best = name;
+    }
+  return best;
+}
+
 uint64_t Model::fingerprint() const {
   uint64_t h = fnv1a(cfg_.arch.data(), cfg_.arch.size());
   const int dims[] = {cfg_.n_layer, cfg_.n_embd, cfg_.n_head, cfg_.n_head_kv, cfg_.head_dim, cfg_.n_ff, cfg_.n_vocab};

@@ -91,6 +91,8 @@ class Model {
   const Tokenizer& tokenizer() const { return *tok_; }
   const gguf::File& file() const { return *file_; }
   size_t weight_bytes() const { return weight_bytes_; }
+  // The weight type holding most of the bytes ("Q8_0"), as benchmarks name a model.
+  std::string weight_type() const;
   // Identifies the model: a hash of its shape, tensor infos and a sample of
   // each tensor's bytes (binds KL base files and KV policies to it).
   uint64_t fingerprint() const;

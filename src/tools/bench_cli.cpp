@@ -97,7 +97,7 @@ void register_bench(CLI::App& app) {
     for (const auto& t : model.file().tensors()) params += t.n_elements;
     char model_name[128];
     std::snprintf(model_name, sizeof(model_name), "%s %.2fM %s", c.arch.c_str(), params / 1e6,
-                  model.file().tensors().empty() ? "?" : model.file().tensor("blk.0.attn_q.weight")->info().name);
+                  model.weight_type().c_str());
     nlohmann::json results = nlohmann::json::array();
     const bool md = o->out == "md";
     if (md) {

@@ -91,9 +91,8 @@ void register_bench_model(CLI::App& app) {
       tok = 3 + (tok * 31) % (c.n_vocab - 3);
     }
     const double mean = total / o->n_gen;
-    // The weight type: the generated model's, or a given file's first layer's.
-    const gguf::Tensor* wt = model.file().tensor("blk.0.attn_output.weight");
-    const std::string type = o->model.empty() || !wt ? o->type : wt->info().name;
+    // The weight type: the generated model's, or a given file's main one.
+    const std::string type = o->model.empty() ? o->type : model.weight_type();
     std::printf("model %s: %.1f MiB of weights read per token (%s), %d layers, %d threads\n", path.c_str(), bytes / 1048576.0,
                 type.c_str(), c.n_layer, o->threads);
     std::printf("bandwidth: copy %.1f GB/s (read+write traffic), read-only %.1f GB/s\n", bw.copy_gbs, bw.read_gbs);
