@@ -36,7 +36,7 @@ void check_batch_matches_alone(const Model& m, const std::string& fmt) {
   KvCacheOptions co;
   co.type_k = co.type_v = fmt;
   co.capacity = 512;
-  auto layout = KvLayout::create(c.n_layer, c.n_head_kv, c.head_dim, co);
+  auto layout = KvLayout::create(c.kv_shape(), co);
   ASSERT_TRUE(layout.ok()) << layout.error();
   auto pool = BlockPool::create(*layout, 16, 3 * 512 / 16);
   ASSERT_TRUE(pool.ok()) << pool.error();
@@ -91,7 +91,7 @@ void check_batch_matches_alone(const Model& m, const std::string& fmt) {
   }
   // The rows too, every layer and head.
   for (size_t s = 0; s < plans.size(); ++s)
-    for (int l = 0; l < c.n_layer; ++l)
+    for (int l = 0; l < seqs[s]->n_layer(); ++l)
       for (int t = 0; t < pos[s]; t += 7)
         for (int h = 0; h < c.n_head_kv; ++h) {
           const size_t rb = seqs[s]->layout().layer(l).k_row;
@@ -116,6 +116,31 @@ TEST(Batch, MixtureOfExpertsStepsGiveEachSequenceItsBitsAlone) {
     g.experts = 8;
     g.experts_used = 2;
     const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_batch_moe.gguf";
+    ASSERT_TRUE(generate_model(g, nullptr, path).ok());
+    auto m = Model::load(path);
+    ASSERT_TRUE(m.ok()) << m.error();
+    check_batch_matches_alone(**m, "tq4");
+    std::remove(path.c_str());
+  }
+}
+
+// Sliding-window layers (their rings wrap; prompts of 70 and 77 tokens go
+// through in steps) and Gated DeltaNet layers (each sequence's recurrent
+// state): still each sequence's bits alone.
+TEST(Batch, WindowAndRecurrentStepsGiveEachSequenceItsBitsAlone) {
+  for (const char* arch : {"gemma3", "qwen35"}) {
+    GenModelOptions g;
+    g.arch = arch;
+    g.type = "Q8_0";
+    g.layers = 4;
+    g.dim = 64;
+    g.heads = 4;
+    g.kv_heads = 2;
+    g.head_dim = 32;
+    g.ffn = 64;
+    g.window = 16;
+    g.ssm_state = 16;
+    const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_batch_" + arch + ".gguf";
     ASSERT_TRUE(generate_model(g, nullptr, path).ok());
     auto m = Model::load(path);
     ASSERT_TRUE(m.ok()) << m.error();
