@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/cache_file.h"
 #include "cache/kv_cache.h"
 #include "model/delta_net.h"
 #include "model/gen_model.h"
@@ -509,6 +510,37 @@ TEST(ModelFamily, SlidingWindowRingHoldsItsWindowNotTheContext) {
   // A prefix whose window the ring no longer holds cannot be kept.
   EXPECT_EQ((*c)->keepable_prefix(599), 599);
   EXPECT_EQ((*c)->keepable_prefix(300), 0);
+  EXPECT_FALSE((*c)->truncate(300).ok());
+  EXPECT_EQ((*c)->share_prefix(nullptr, 0), 0);
+  // A cache file would need the rows the ring dropped: a clear error.
+  std::vector<int32_t> toks(600, 1);
+  const Status st = save_cache_file(testing::TempDir() + "tkv_ring.tkvc", **c, 0, toks, {});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("sliding-window"), std::string::npos) << st.message();
+}
+
+// A recurrent state holds every token up to its end: no shorter prefix, no
+// file; truncate(0) starts it again from zeros.
+TEST(ModelFamily, RecurrentStateKeepsNoPrefix) {
+  KvShape shape(1, 1, 16);
+  shape.state_floats = {10, 20};
+  KvCacheOptions o;
+  o.type_k = o.type_v = "f32";
+  o.capacity = 64;
+  auto c = KvCache::create(shape, o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->state_bytes(), 30u * 4);
+  std::vector<float> kv(16 * 8, 1.0f);
+  ASSERT_TRUE((*c)->append(0, 0, 8, kv.data(), kv.data()).ok());
+  (*c)->state(1)[3] = 5.0f;
+  EXPECT_EQ((*c)->keepable_prefix(8), 8);
+  EXPECT_EQ((*c)->keepable_prefix(7), 0);
+  EXPECT_FALSE((*c)->truncate(4).ok());
+  std::vector<int32_t> toks(8, 1);
+  const Status st = save_cache_file(testing::TempDir() + "tkv_state.tkvc", **c, 0, toks, {});
+  EXPECT_NE(st.message().find("recurrent"), std::string::npos) << st.message();
+  ASSERT_TRUE((*c)->truncate(0).ok());
+  EXPECT_EQ((*c)->state(1)[3], 0.0f);
 }
 
 // A tq4 cache against the f32 one on WikiText-2 text, per architecture:
