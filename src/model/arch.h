@@ -24,6 +24,8 @@ struct ArchLoader {
   Expected<int> optional(const std::string& key, uint64_t fallback, uint64_t lo, uint64_t hi) const;
   // A matrix of exactly cols x rows (a vector: rows 1); absent and optional: rows 0.
   Expected<Matrix> tensor(const std::string& name, int64_t cols, int64_t rows, bool optional = false) const;
+  // Layer il's tensor "blk.<il>.<name>" into dst (rows 0 when optional and absent).
+  Status load(Matrix& dst, int il, const std::string& name, int64_t cols, int64_t rows, bool optional = false) const;
   // A 3-D tensor [cols, rows, n] as n matrices (a mixture's experts).
   Expected<std::vector<Matrix>> experts(const std::string& name, int64_t cols, int64_t rows, int64_t n) const;
   Status error(const std::string& what) const { return Status::Error(path + ": " + what); }

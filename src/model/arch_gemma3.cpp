@@ -42,14 +42,8 @@ Status gemma3_hparams(const ArchLoader& a) {
 Status gemma3_layer(const ArchLoader& a, int il, LayerWeights& L) {
   if (Status s = load_attention(a, il, L, a.c.n_head * a.c.head_dim); !s.ok()) return s;
   if (Status s = load_ffn(a, il, L, "ffn_norm.weight"); !s.ok()) return s;
-  const std::string p = "blk." + std::to_string(il) + ".";
-  auto pa = a.tensor(p + "post_attention_norm.weight", a.c.n_embd, 1);
-  if (!pa) return pa.status();
-  L.post_attn_norm = *pa;
-  auto pf = a.tensor(p + "post_ffw_norm.weight", a.c.n_embd, 1);
-  if (!pf) return pf.status();
-  L.post_ffn_norm = *pf;
-  return Status::Ok();
+  if (Status s = a.load(L.post_attn_norm, il, "post_attention_norm.weight", a.c.n_embd, 1); !s.ok()) return s;
+  return a.load(L.post_ffn_norm, il, "post_ffw_norm.weight", a.c.n_embd, 1);
 }
 
 }  // namespace

@@ -12,16 +12,10 @@ Status load_attention(const ArchLoader& a, int il, LayerWeights& L, int q_rows) 
   const ModelConfig& c = a.c;
   const int E = c.n_embd, Dq = c.n_head * c.head_dim, Dkv = c.n_head_kv * c.head_dim;
   const std::string p = "blk." + std::to_string(il) + ".";
-  auto get = [&](Matrix& dst, const std::string& name, int64_t cols, int64_t rows, bool opt) -> Status {
-    auto t = a.tensor(p + name, cols, rows, opt);
-    if (!t) return t.status();
-    dst = *t;
-    return Status::Ok();
-  };
-  if (Status s = get(L.attn_norm, "attn_norm.weight", E, 1, false); !s.ok()) return s;
+  if (Status s = a.load(L.attn_norm, il, "attn_norm.weight", E, 1); !s.ok()) return s;
   if (a.g.tensor(p + "attn_qkv.weight")) {  // Q, K and V rows in one tensor (Phi-3)
     Matrix qkv;
-    if (Status s = get(qkv, "attn_qkv.weight", E, q_rows + 2 * Dkv, false); !s.ok()) return s;
+    if (Status s = a.load(qkv, il, "attn_qkv.weight", E, q_rows + 2 * Dkv); !s.ok()) return s;
     L.wq = row_range(qkv, 0, q_rows);
     L.wk = row_range(qkv, q_rows, Dkv);
     L.wv = row_range(qkv, q_rows + Dkv, Dkv);
@@ -29,30 +23,24 @@ Status load_attention(const ArchLoader& a, int il, LayerWeights& L, int q_rows) 
     for (auto [dst, name, rows] : {std::tuple<Matrix*, const char*, int>{&L.wq, "attn_q.weight", q_rows},
                                    {&L.wk, "attn_k.weight", Dkv},
                                    {&L.wv, "attn_v.weight", Dkv}})
-      if (Status s = get(*dst, name, E, rows, false); !s.ok()) return s;
+      if (Status s = a.load(*dst, il, name, E, rows); !s.ok()) return s;
   }
-  if (Status s = get(L.wo, "attn_output.weight", Dq, E, false); !s.ok()) return s;
+  if (Status s = a.load(L.wo, il, "attn_output.weight", Dq, E); !s.ok()) return s;
   for (auto [dst, name, cols] : {std::tuple<Matrix*, const char*, int>{&L.bq, "attn_q.bias", q_rows},
                                  {&L.bk, "attn_k.bias", Dkv},
                                  {&L.bv, "attn_v.bias", Dkv}})
-    if (Status s = get(*dst, name, cols, 1, true); !s.ok()) return s;
-  if (Status s = get(L.q_norm, "attn_q_norm.weight", c.head_dim, 1, !c.qk_norm); !s.ok()) return s;
-  return get(L.k_norm, "attn_k_norm.weight", c.head_dim, 1, !c.qk_norm);
+    if (Status s = a.load(*dst, il, name, cols, 1, true); !s.ok()) return s;
+  if (Status s = a.load(L.q_norm, il, "attn_q_norm.weight", c.head_dim, 1, !c.qk_norm); !s.ok()) return s;
+  return a.load(L.k_norm, il, "attn_k_norm.weight", c.head_dim, 1, !c.qk_norm);
 }
 
 Status load_ffn(const ArchLoader& a, int il, LayerWeights& L, const char* norm) {
   const ModelConfig& c = a.c;
   const int E = c.n_embd;
   const std::string p = "blk." + std::to_string(il) + ".";
-  auto get = [&](Matrix& dst, const std::string& name, int64_t cols, int64_t rows, bool opt) -> Status {
-    auto t = a.tensor(p + name, cols, rows, opt);
-    if (!t) return t.status();
-    dst = *t;
-    return Status::Ok();
-  };
-  if (Status s = get(L.ffn_norm, norm, E, 1, false); !s.ok()) return s;
+  if (Status s = a.load(L.ffn_norm, il, norm, E, 1); !s.ok()) return s;
   if (c.n_expert > 0) {  // the router and every expert's three matrices (one 3-D tensor each)
-    if (Status s = get(L.moe.router, "ffn_gate_inp.weight", E, c.n_expert, false); !s.ok()) return s;
+    if (Status s = a.load(L.moe.router, il, "ffn_gate_inp.weight", E, c.n_expert); !s.ok()) return s;
     L.moe.n_used = c.n_expert_used;
     L.moe.weights_scale = c.expert_weights_scale;
     for (auto [name, dst, cols, rows] :
@@ -69,23 +57,23 @@ Status load_ffn(const ArchLoader& a, int il, LayerWeights& L, const char* norm) 
             {&L.moe.shared_up, "ffn_up_shexp.weight", E, c.n_ff_shexp},
             {&L.moe.shared_down, "ffn_down_shexp.weight", c.n_ff_shexp, E},
             {&L.moe.shared_router, "ffn_gate_inp_shexp.weight", E, 1}})
-        if (Status s = get(*dst, name, cols, rows, false); !s.ok()) return s;
+        if (Status s = a.load(*dst, il, name, cols, rows); !s.ok()) return s;
     }
     return Status::Ok();
   }
   if (c.n_ff < 1) return a.error(c.arch + ".feed_forward_length is missing or 0");
-  if (a.g.tensor(p + "ffn_gate.weight") == nullptr && a.g.tensor(p + "ffn_up.weight") != nullptr &&
-      a.g.tensor(p + "ffn_up.weight")->dims.size() == 2 && a.g.tensor(p + "ffn_up.weight")->dims[1] == uint64_t(2) * c.n_ff) {
+  const gguf::Tensor* up = a.g.tensor(p + "ffn_up.weight");
+  if (!a.g.tensor(p + "ffn_gate.weight") && up && up->dims.size() == 2 && up->dims[1] == uint64_t(2) * c.n_ff) {
     // Phi-3: gate rows then up rows in ffn_up (llama.cpp's fused SwiGLU: silu of the first half)
     Matrix up2;
-    if (Status s = get(up2, "ffn_up.weight", E, 2 * c.n_ff, false); !s.ok()) return s;
+    if (Status s = a.load(up2, il, "ffn_up.weight", E, 2 * c.n_ff); !s.ok()) return s;
     L.w_gate = row_range(up2, 0, c.n_ff);
     L.w_up = row_range(up2, c.n_ff, c.n_ff);
   } else {
-    if (Status s = get(L.w_gate, "ffn_gate.weight", E, c.n_ff, false); !s.ok()) return s;
-    if (Status s = get(L.w_up, "ffn_up.weight", E, c.n_ff, false); !s.ok()) return s;
+    if (Status s = a.load(L.w_gate, il, "ffn_gate.weight", E, c.n_ff); !s.ok()) return s;
+    if (Status s = a.load(L.w_up, il, "ffn_up.weight", E, c.n_ff); !s.ok()) return s;
   }
-  return get(L.w_down, "ffn_down.weight", c.n_ff, E, false);
+  return a.load(L.w_down, il, "ffn_down.weight", c.n_ff, E);
 }
 
 namespace {

@@ -70,7 +70,6 @@ Status delta_tensors(const ArchLoader& a, int il, LayerWeights& L) {
   const ModelConfig& c = a.c;
   const int E = c.n_embd, Dv = c.ssm_v_heads * c.ssm_v_dim;
   const int channels = 2 * c.ssm_k_heads * c.ssm_k_dim + Dv;
-  const std::string p = "blk." + std::to_string(il) + ".";
   for (auto [dst, name, cols, rows] : {std::tuple<Matrix*, const char*, int, int>{&L.attn_norm, "attn_norm.weight", E, 1},
                                        {&L.wqkv, "attn_qkv.weight", E, channels},
                                        {&L.wz, "attn_gate.weight", E, Dv},
@@ -80,11 +79,8 @@ Status delta_tensors(const ArchLoader& a, int il, LayerWeights& L) {
                                        {&L.w_beta, "ssm_beta.weight", E, c.ssm_v_heads},
                                        {&L.w_alpha, "ssm_alpha.weight", E, c.ssm_v_heads},
                                        {&L.ssm_norm, "ssm_norm.weight", c.ssm_v_dim, 1},
-                                       {&L.wo, "ssm_out.weight", Dv, E}}) {
-    auto t = a.tensor(p + name, cols, rows);
-    if (!t) return t.status();
-    *dst = *t;
-  }
+                                       {&L.wo, "ssm_out.weight", Dv, E}})
+    if (Status s = a.load(*dst, il, name, cols, rows); !s.ok()) return s;
   return Status::Ok();
 }
 

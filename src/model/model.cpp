@@ -103,6 +103,13 @@ Expected<Matrix> ArchLoader::tensor(const std::string& name, int64_t cols, int64
   return *mat;
 }
 
+Status ArchLoader::load(Matrix& dst, int il, const std::string& name, int64_t cols, int64_t rows, bool opt) const {
+  auto t = tensor("blk." + std::to_string(il) + "." + name, cols, rows, opt);
+  if (!t) return t.status();
+  dst = *t;
+  return Status::Ok();
+}
+
 Expected<std::vector<Matrix>> ArchLoader::experts(const std::string& name, int64_t cols, int64_t rows, int64_t n) const {
   const gguf::Tensor* t = g.tensor(name);
   if (!t) return error("missing tensor '" + name + "'");
