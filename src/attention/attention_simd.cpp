@@ -40,6 +40,8 @@ bool FastOk(const RowLayout& L, int d) {
     case RowLayout::Kind::kQ8_0:
     case RowLayout::Kind::kQ4_0:
       return 32 % N == 0;
+    case RowLayout::Kind::kOpaque:
+      return false;
     case RowLayout::Kind::kTurbo:
       if (N < 8) return false;  // planes need whole bytes per chunk
       for (int p = 0; p < L.nparts; ++p)
@@ -680,6 +682,7 @@ void ByKind(Kind k, Args&&... args) {  // calls F<k>::Run(args...)
     case Kind::kQ8_0: F<Kind::kQ8_0>::Run(args...); break;
     case Kind::kQ4_0: F<Kind::kQ4_0>::Run(args...); break;
     case Kind::kTurbo: F<Kind::kTurbo>::Run(args...); break;
+    case Kind::kOpaque: break;  // never fast (FastOk): PrepareRows decodes these to f32
   }
 }
 template <Kind K>

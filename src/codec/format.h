@@ -21,7 +21,8 @@ enum class FormatFamily { kPlain, kLlamaBlock, kTurbo, kCalibrated };
 // What attention kernels need to read rows without going through Codec:
 // the kind of row, and for tq rows the code planes and centroid tables.
 struct RowLayout {
-  enum class Kind { kF32, kF16, kBF16, kQ8_0, kQ4_0, kTurbo };
+  // kOpaque: rows only the codec decodes (no fast reader; QJL residuals).
+  enum class Kind { kF32, kF16, kBF16, kQ8_0, kQ4_0, kTurbo, kOpaque };
   struct Plane {
     int width = 0;      // bits per code in this plane: 1, 2, 4 or 8
     int shift = 0;      // where these bits go in the code
@@ -74,6 +75,7 @@ class Codec {
   void decode_unscaled(const uint8_t* row, float* out, Impl impl = Impl::kSimd) const { decode_row(row, out, impl); }
 
  protected:
+  friend class QjlCodec;  // codes a tq row inside its own (format_qjl.cpp)
   Codec(std::string name, int d, FormatFamily fam) : name_(std::move(name)), d_(d), family_(fam) {}
   // Encode one finite row already in the coding domain (rotated if rotation()).
   // `row` is a copy padded with zeros to padded(d) floats; it may be modified.
@@ -91,8 +93,9 @@ class Codec {
 
 // Creates a codec by name: f32 f16 bf16 q8_0 q4_0 q8_0r q4_0r tqB (B = 1..8),
 // tqB.5 (B = 1..7, B.5 bits per value in total, norm included), each with an
-// optional suffix -nc (norm correction) or -ip (unbiased inner products). d from 8 to 1024 (q formats: any d, the last
-// block zero-padded); the seed picks the rotation.
+// optional suffix -nc (norm correction) or -ip (unbiased inner products), then
+// optionally -qjl (a 1-bit sign sketch of the residual). d from 8 to 1024 (q
+// formats: any d, the last block zero-padded); the seed picks the rotation.
 Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64_t seed = kDefaultSeed);
 
 // The formats `all` means in tools, in table order.
@@ -104,5 +107,6 @@ Expected<std::vector<std::string>> parse_format_list(std::string_view list);
 std::unique_ptr<Codec> make_plain_codec(std::string_view name, int d);
 std::unique_ptr<Codec> make_llama_codec(std::string_view name, int d, uint64_t seed);
 std::unique_ptr<Codec> make_turbo_codec(std::string_view name, int d, uint64_t seed);
+std::unique_ptr<Codec> make_qjl_codec(std::string_view name, int d, uint64_t seed);
 
 }  // namespace tkv

@@ -1,0 +1,159 @@
+// Low-bit codes (issue 20): the QJL residual formats tqB-qjl. Their bytes,
+// their decoder against a plain re-implementation of the estimator, the
+// estimator's unbiasedness over sketch seeds, and attention on them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "attention/attention.h"
+#include "codec/format.h"
+#include "util/fp16.h"
+#include "util/rng.h"
+
+namespace tkv {
+namespace lowbit {
+
+std::vector<float> gaussian_row(Rng& rng, int d) {
+  std::vector<float> x(d);
+  for (float& v : x) v = static_cast<float>(rng.gaussian());
+  return x;
+}
+
+TEST(Qjl, RowBytesAreTheTqRowPlusNormAndSigns) {
+  for (int d : {64, 128, 256})
+    for (const char* base : {"tq1", "tq2", "tq2.5", "tq3", "tq2-ip"}) {
+      auto b = make_codec(base, d);
+      auto q = make_codec(std::string(base) + "-qjl", d);
+      ASSERT_TRUE(b.ok() && q.ok()) << base;
+      EXPECT_EQ((*q)->row_bytes(), (*b)->row_bytes() + 2 + size_t(d) / 8) << base << " d " << d;
+      // The tq row comes first, unchanged.
+      Rng rng(d);
+      const auto x = gaussian_row(rng, d);
+      std::vector<uint8_t> rb((*b)->row_bytes()), rq((*q)->row_bytes());
+      ASSERT_TRUE((*b)->quantize(x.data(), 1, rb.data()).ok());
+      ASSERT_TRUE((*q)->quantize(x.data(), 1, rq.data()).ok());
+      EXPECT_EQ(0, std::memcmp(rb.data(), rq.data(), rb.size())) << base << " d " << d;
+    }
+  EXPECT_FALSE(make_codec("tq9-qjl", 64).ok());
+  EXPECT_FALSE(make_codec("q4_0-qjl", 64).ok());
+}
+
+// The decoder equals the estimator written out here: in the rotated domain,
+// ŷ_tq + sqrt(pi/2)/d |r| Sᵀ sign(S r), with |r| and the signs read from the
+// row's tail (so the encoder's signs are checked against S r too).
+TEST(Qjl, DecoderIsTheEstimator) {
+  const int d = 64;
+  auto b = make_codec("tq2", d);
+  auto q = make_codec("tq2-qjl", d);
+  ASSERT_TRUE(b.ok() && q.ok());
+  Rng rng(3);
+  const auto x = gaussian_row(rng, d);
+  std::vector<uint8_t> row((*q)->row_bytes());
+  ASSERT_TRUE((*q)->quantize(x.data(), 1, row.data()).ok());
+  std::vector<float> y(d), yb(d), got(d);
+  (*q)->rotation()->forward(x.data(), y.data(), Impl::kRef);
+  (*b)->decode_rotated(row.data(), yb.data(), Impl::kRef);
+  (*q)->decode_rotated(row.data(), got.data(), Impl::kRef);
+  std::vector<double> r(d);
+  double rn = 0;
+  for (int i = 0; i < d; ++i) {
+    r[i] = y[i] - yb[i];
+    rn += r[i] * r[i];
+  }
+  rn = std::sqrt(rn);
+  uint16_t h;
+  std::memcpy(&h, row.data() + (*b)->row_bytes(), 2);
+  EXPECT_NEAR(unorm16_to_f32(h), rn, rn * 1e-3);
+  // S from the codec's seed, as format_qjl.cpp draws it (docs/FORMATS.md §4e).
+  Rng srng(kDefaultSeed ^ 0x51a3c0de5eed0001ull);
+  std::vector<double> S(size_t(d) * d);
+  for (double& s : S) s = static_cast<float>(srng.gaussian());
+  const uint8_t* signs = row.data() + (*b)->row_bytes() + 2;
+  const double c = std::sqrt(M_PI / 2) / d * unorm16_to_f32(h);
+  int sign_errors = 0;
+  for (int j = 0; j < d; ++j) {
+    double sr = 0;
+    for (int i = 0; i < d; ++i) sr += S[size_t(j) * d + i] * r[i];
+    const bool bit = (signs[j >> 3] >> (j & 7)) & 1;
+    sign_errors += bit != (sr >= 0) && std::abs(sr) > 1e-5;
+    for (int i = 0; i < d; ++i) yb[i] += static_cast<float>((bit ? c : -c) * S[size_t(j) * d + i]);
+  }
+  EXPECT_EQ(sign_errors, 0);
+  for (int i = 0; i < d; ++i) EXPECT_NEAR(got[i], yb[i], 1e-4) << i;
+}
+
+// QJL's estimator is unbiased: for the residual r of each seed's tq2 row,
+// E_S[r · r̂] = |r|² (r̂ the decoded row minus the tq2 row). The ratio
+// r·r̂/|r|² has standard deviation sqrt((pi/2 - 1)/d) per seed; over 2000
+// seeds its mean is 1 within 4 standard errors (a factor of 1/d instead of
+// sqrt(pi/2)/d, 0.8, is 40 standard errors off).
+TEST(Qjl, InnerProductEstimatorIsUnbiasedOverSeeds) {
+  const int d = 64, trials = 2000;
+  Rng rng(17);
+  const auto x = gaussian_row(rng, d);
+  double sum = 0, sum2 = 0;
+  for (int s = 0; s < trials; ++s) {
+    auto b = make_codec("tq2", d, 1000 + s);
+    auto q = make_codec("tq2-qjl", d, 1000 + s);
+    ASSERT_TRUE(b.ok() && q.ok());
+    std::vector<uint8_t> row((*q)->row_bytes());
+    ASSERT_TRUE((*q)->quantize(x.data(), 1, row.data()).ok());
+    std::vector<float> y(d), yb(d), yq(d);
+    (*q)->rotation()->forward(x.data(), y.data(), Impl::kRef);
+    (*b)->decode_rotated(row.data(), yb.data(), Impl::kRef);  // the tq2 row comes first
+    (*q)->decode_rotated(row.data(), yq.data(), Impl::kRef);
+    double rr = 0, rh = 0;
+    for (int i = 0; i < d; ++i) {
+      const double r = double(y[i]) - yb[i];
+      rr += r * r;
+      rh += r * (double(yq[i]) - yb[i]);
+    }
+    const double ratio = rh / rr;
+    sum += ratio;
+    sum2 += ratio * ratio;
+  }
+  const double mean = sum / trials, se = std::sqrt((sum2 / trials - mean * mean) / trials);
+  EXPECT_LT(std::abs(mean - 1.0), 4 * se) << "mean " << mean << " se " << se;
+  EXPECT_NEAR(se * std::sqrt(double(trials)), std::sqrt((M_PI / 2 - 1) / d), 0.01) << "the estimator's spread";
+}
+
+// Attention's fast path reads these rows through the codec (kOpaque); it
+// must equal the float64 reference.
+TEST(Qjl, AttentionMatchesReference) {
+  Rng rng(9);
+  for (int d : {64, 128}) {
+    auto codec = make_codec("tq2-qjl", d);
+    ASSERT_TRUE(codec.ok());
+    const int n_kv = 45, H = 2, Hq = 4, n_q = 5;
+    std::vector<float> x(size_t(n_kv) * H * d), q(size_t(n_q) * Hq * d);
+    for (float& v : x) v = static_cast<float>(rng.gaussian());
+    for (float& v : q) v = static_cast<float>(rng.gaussian());
+    const size_t rb = (*codec)->row_bytes();
+    std::vector<uint8_t> k(size_t(n_kv) * H * rb + 64), v(k.size());
+    ASSERT_TRUE((*codec)->quantize(x.data(), n_kv * H, k.data()).ok());
+    for (float& e : x) e = static_cast<float>(rng.gaussian());
+    ASSERT_TRUE((*codec)->quantize(x.data(), n_kv * H, v.data()).ok());
+    std::vector<float> got(q.size()), want(q.size());
+    AttentionArgs a;
+    a.q = q.data();
+    a.n_q = n_q;
+    a.n_q_heads = Hq;
+    a.n_kv = n_kv;
+    a.n_kv_heads = H;
+    a.d = d;
+    a.k = {codec->get(), k.data()};
+    a.v = {codec->get(), v.data()};
+    a.causal_offset = n_kv - n_q;
+    a.threads = 2;
+    a.out = got.data();
+    ASSERT_TRUE(attention(a).ok());
+    a.out = want.data();
+    ASSERT_TRUE(attention_ref(a).ok());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << d << " " << i;
+  }
+}
+
+}  // namespace lowbit
+}  // namespace tkv
