@@ -124,11 +124,14 @@ Status attention(const AttentionArgs& a) {
   const int n_tiles = (a.n_q + tile - 1) / tile;
   const int G_max = tile * g;
   auto limit_of = [&](int i) {
-    return a.causal_offset < 0 ? a.n_kv : std::clamp(a.causal_offset + i + 1, 0, a.n_kv);
+    return a.causal_offset < 0 ? a.n_kv : std::clamp(a.causal_offset + i + 1 - a.causal_lag, 0, a.n_kv);
   };
   // The first visible token (a sliding window's lower edge; rows before it
   // are never read, so a ring may have overwritten them).
-  auto start_of = [&](int i) { return a.window > 0 ? std::clamp(a.causal_offset + i + 1 - a.window, 0, a.n_kv) : 0; };
+  auto start_of = [&](int i) {
+    const int w = a.window > 0 ? a.causal_offset + i + 1 - a.window : 0;
+    return std::clamp(std::max(w, a.kv_begin), 0, a.n_kv);
+  };
   struct Item { int tile, h0, h1, r0, r1; };
   std::vector<Item> items;
   std::vector<size_t> first_item(n_tiles + 1, 0);
@@ -235,6 +238,8 @@ Status attention(const AttentionArgs& a) {
             m = std::max(m, mbuf[it * per_item + (h - items[it].h0) * G + jq]);
         float* ofq = of.data() + static_cast<size_t>(hq) * d;
         empty[hq] = m == -std::numeric_limits<float>::infinity();  // nothing visible
+        float* lse = a.lse ? a.lse + static_cast<size_t>(i) * a.n_q_heads + h * g + hq : nullptr;
+        if (lse) *lse = m;  // finished below once l is known
         if (empty[hq]) {
           std::memset(ofq, 0, sizeof(float) * d);
           continue;
@@ -253,6 +258,7 @@ Status attention(const AttentionArgs& a) {
         }
         for (int c = 0; c < dp; ++c)
           if (VR.perm[c] < d) ofq[VR.perm[c]] = static_cast<float>(o[c] / l) * (vsc ? vsc[VR.perm[c]] : 1.0f);
+        if (lse) *lse = static_cast<float>(m + std::log(l));
       }
       if (const Rotation* R = a.v.head(h)->rotation()) {
         R->inverse(of.data(), res.data(), Impl::kSimd, g);

@@ -62,6 +62,16 @@ struct AttentionArgs {
   // Sliding window (with a causal mask): query i sees only the last `window`
   // tokens, j > causal_offset + i - window (gemma3's local layers). 0: all.
   int window = 0;
+  // Keys before this index are not seen (a range of the cache; protected
+  // tokens split the keys into ranges read from different rows).
+  int kv_begin = 0;
+  // With a causal mask: query i sees keys < causal_offset + i + 1 - causal_lag
+  // (the keys before a recent window, read from other rows).
+  int causal_lag = 0;
+  // Optional [n_q][n_q_heads]: the log of each output's softmax denominator,
+  // in units of the scaled scores (-inf where nothing is visible), so that
+  // outputs over disjoint key ranges can be merged exactly (merge_attention).
+  float* lse = nullptr;
   float scale = 0.0f;        // softmax scale; 0 means 1/sqrt(d)
   // Exact mean centring: rows hold codes of (k - mu_k) and (v - mu_v);
   // [n_kv_heads][d] each, or null.
@@ -80,5 +90,9 @@ Status attention(const AttentionArgs& a);
 Status attention_ref(const AttentionArgs& a);
 // Validates shapes and pointers (shared by both).
 Status check_attention_args(const AttentionArgs& a);
+// Merges attention outputs over disjoint key ranges into out: each part's
+// weight is exp(lse_i - max lse); n rows of d ([n][d] outputs, [n] lse).
+// Rows whose parts all saw nothing are zero.
+void merge_attention(const float* const* outs, const float* const* lses, int parts, int n, int d, float* out);
 
 }  // namespace tkv

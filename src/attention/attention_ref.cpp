@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ Status check_attention_args(const AttentionArgs& a) {
         if (!r->heads[h] || r->heads[h]->dim() != a.d || r->heads[h]->row_bytes() != r->codec->row_bytes())
           return err("per-head codec " + std::to_string(h) + " is missing or does not match the head dim / row size");
   if (a.threads < 1) return err("threads must be >= 1");
+  if (a.kv_begin < 0 || a.causal_lag < 0) return err("kv_begin and causal_lag must be >= 0");
   if (a.window < 0 || (a.window > 0 && a.causal_offset < 0))
     return err("a sliding window (" + std::to_string(a.window) + ") needs a causal mask and must be >= 0");
   if (!(a.sparse_v >= 0.0f && a.sparse_v < 1.0f)) return err("sparse_v threshold must be in [0, 1)");
@@ -62,9 +64,11 @@ Status attention_ref(const AttentionArgs& a) {
       const int h = hq / g;
       const float* q = a.q + (static_cast<size_t>(i) * a.n_q_heads + hq) * d;
       float* o = a.out + (static_cast<size_t>(i) * a.n_q_heads + hq) * d;
-      int limit = a.causal_offset < 0 ? a.n_kv : std::min(a.n_kv, a.causal_offset + i + 1);
-      const int start = a.window > 0 ? std::max(0, a.causal_offset + i + 1 - a.window) : 0;
-      if (limit <= start) {  // nothing visible: output zeros (plus nothing)
+      int limit = a.causal_offset < 0 ? a.n_kv : std::min(a.n_kv, a.causal_offset + i + 1 - a.causal_lag);
+      const int start = std::max(a.kv_begin, a.window > 0 ? std::max(0, a.causal_offset + i + 1 - a.window) : 0);
+      float* lse = a.lse ? a.lse + static_cast<size_t>(i) * a.n_q_heads + hq : nullptr;
+      if (limit <= start) {
+        if (lse) *lse = -INFINITY;  // nothing visible: output zeros (plus nothing)
         for (int c = 0; c < d; ++c) o[c] = 0.0f;
         continue;
       }
@@ -85,8 +89,25 @@ Status attention_ref(const AttentionArgs& a) {
         for (int c = 0; c < d; ++c) acc[c] += p * vr[c];
       }
       for (int c = 0; c < d; ++c) o[c] = static_cast<float>(acc[c] / sum);
+      if (lse) *lse = static_cast<float>(mx + std::log(sum));
     }
   return Status::Ok();
+}
+
+void merge_attention(const float* const* outs, const float* const* lses, int parts, int n, int d, float* out) {
+  for (int r = 0; r < n; ++r) {
+    float m = -INFINITY;
+    for (int p = 0; p < parts; ++p) m = std::max(m, lses[p][r]);
+    float* o = out + static_cast<size_t>(r) * d;
+    std::fill(o, o + d, 0.0f);
+    if (m == -INFINITY) continue;
+    double wsum = 0;
+    double w[8];
+    for (int p = 0; p < parts; ++p) wsum += (w[p] = lses[p][r] == -INFINITY ? 0.0 : std::exp(double(lses[p][r]) - m));
+    for (int p = 0; p < parts; ++p)
+      if (w[p] > 0)
+        for (int c = 0; c < d; ++c) o[c] += static_cast<float>(w[p] / wsum) * outs[p][static_cast<size_t>(r) * d + c];
+  }
 }
 
 }  // namespace tkv

@@ -296,6 +296,8 @@ Status kept_in_files(const KvCache& c) {
   if (c.layout().has_windows() || c.has_state())
     return Status::Error("cache files do not hold sliding-window or recurrent layers yet (this model has " +
                          std::string(c.layout().has_windows() ? "sliding-window" : "recurrent") + " layers)");
+  if (c.layout().protected_layout())
+    return Status::Error("cache files do not hold protected tokens' rows yet (--kv-protect)");
   return Status::Ok();
 }
 }  // namespace

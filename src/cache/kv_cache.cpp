@@ -42,6 +42,18 @@ Expected<std::unique_ptr<KvCache>> KvCache::create_in(std::shared_ptr<BlockPool>
     for (int i = 0; i < n; ++i) c->ring_.push_back(c->ring_pool_->allocate());
     for (int j = 0; j < (capacity + kRingBlock - 1) / kRingBlock; ++j) c->ring_view_.push_back(c->ring_[j % n]);
   }
+  if (const auto& hl = L.protected_layout_ptr()) {  // sinks, then the recent ring
+    const int sink_blocks = (std::min(L.options().protect_sinks, capacity) + kRingBlock - 1) / kRingBlock;
+    const int ring_blocks = L.protect_ring_tokens() / kRingBlock;
+    auto hp = BlockPool::create(hl, kRingBlock, std::max(1, sink_blocks + ring_blocks));
+    if (!hp) return hp.status();
+    c->hi_pool_ = std::move(*hp);
+    for (int i = 0; i < sink_blocks; ++i) c->hi_sinks_.push_back(c->hi_pool_->allocate());
+    std::vector<int32_t> ring;
+    for (int i = 0; i < ring_blocks; ++i) ring.push_back(c->hi_pool_->allocate());
+    if (!ring.empty())
+      for (int j = 0; j < (capacity + kRingBlock - 1) / kRingBlock; ++j) c->hi_view_.push_back(ring[j % ring.size()]);
+  }
   const KvPolicy* pol = L.options().policy.get();
   for (int l = 0; l < L.n_layer(); ++l) {
     Seq& S = c->seq_[l];
@@ -79,17 +91,89 @@ uint64_t means_key(const SequenceMeans* m) {
 }
 }  // namespace
 
+uint8_t* KvCache::hi_row(int layer, int t, int h, bool v, bool sink) {
+  BlockPool& P = *hi_pool_;
+  const LayerCodecs& L = layout_->protected_layout()->layer(layer);
+  const size_t rb = v ? L.v_row : L.k_row;
+  uint8_t* base = v ? P.v_base(layer) : P.k_base(layer);
+  const size_t bb = v ? P.v_block_bytes(layer) : P.k_block_bytes(layer);
+  const int32_t b = (sink ? hi_sinks_ : hi_view_)[t / kRingBlock];
+  return base + size_t(b) * bb + (size_t(h) * kRingBlock + t % kRingBlock) * rb;
+}
+
+KvRows KvCache::protected_rows(int layer, bool v, bool sinks) const {
+  const BlockPool& P = *hi_pool_;
+  const LayerCodecs& L = layout_->protected_layout()->layer(layer);
+  const size_t rb = v ? L.v_row : L.k_row;
+  KvRows r{(v ? L.vp : L.kp)[0], v ? P.v_base(layer) : P.k_base(layer), rb, rb * kRingBlock};
+  r.blocks = sinks ? hi_sinks_.data() : hi_view_.data();
+  r.block_shift = P.block_shift();
+  r.block_bytes = v ? P.v_block_bytes(layer) : P.k_block_bytes(layer);
+  r.end = v ? P.v_end(layer) : P.k_end(layer);
+  return r;
+}
+
+Status KvCache::attend(int layer, AttentionArgs a) const {
+  a.k = k_rows(layer);
+  a.v = v_rows(layer);
+  a.mu_k = mu_k(layer);
+  a.mu_v = mu_v(layer);
+  a.n_kv = layer_tokens(layer);
+  // Staged rows are f16 already; a window layer keeps no old rows.
+  if (!layout_->protects(layer) || seq_[layer].staging || a.window > 0 || a.causal_offset < 0) return attention(a);
+  const KvCacheOptions& o = options();
+  const int S = std::min(o.protect_sinks, a.n_kv), W = o.protect_recent;
+  const size_t n_out = size_t(a.n_q) * a.n_q_heads;
+  std::vector<float> outs(3 * n_out * a.d), lses(3 * n_out, -INFINITY);
+  const float* op[3];
+  const float* lp[3];
+  int parts = 0;
+  auto pass = [&](AttentionArgs b) -> Status {
+    b.out = &outs[parts * n_out * a.d];
+    b.lse = &lses[parts * n_out];
+    op[parts] = b.out;
+    lp[parts] = b.lse;
+    ++parts;
+    return attention(b);
+  };
+  AttentionArgs sinks = a, middle = a, recent = a;
+  // Keys [0, S) at the protected width, before each query's recent window.
+  sinks.k = protected_rows(layer, false, true);
+  sinks.v = protected_rows(layer, true, true);
+  sinks.n_kv = S;
+  sinks.causal_lag = W;
+  if (S > 0)
+    if (Status s = pass(sinks); !s.ok()) return s;
+  // Keys [S, p - W + 1) at the base width.
+  middle.kv_begin = S;
+  middle.causal_lag = W;
+  if (Status s = pass(middle); !s.ok()) return s;
+  // Keys [p - W + 1, p] at the protected width, from the recent ring.
+  if (W > 0) {
+    recent.k = protected_rows(layer, false, false);
+    recent.v = protected_rows(layer, true, false);
+    recent.window = W;
+    if (Status s = pass(recent); !s.ok()) return s;
+  }
+  merge_attention(op, lp, parts, static_cast<int>(n_out), a.d, a.out);
+  return Status::Ok();
+}
+
 int KvCache::layer_slots(int layer) const {
   return layout_->window(layer) > 0 ? static_cast<int>(ring_.size()) * kRingBlock : capacity_;
 }
-size_t KvCache::k_bytes() const {
+size_t KvCache::k_bytes() const { return side_bytes(false); }
+size_t KvCache::v_bytes() const { return side_bytes(true); }
+size_t KvCache::side_bytes(bool v) const {
   size_t b = 0;
-  for (int l = 0; l < n_layer(); ++l) b += layout_->layer(l).k_row * size_t(n_kv_heads()) * layer_slots(l);
-  return b;
-}
-size_t KvCache::v_bytes() const {
-  size_t b = 0;
-  for (int l = 0; l < n_layer(); ++l) b += layout_->layer(l).v_row * size_t(n_kv_heads()) * layer_slots(l);
+  const int hi_tokens = int(hi_sinks_.size() * kRingBlock) + layout_->protect_ring_tokens();
+  for (int l = 0; l < n_layer(); ++l) {
+    b += (v ? layout_->layer(l).v_row : layout_->layer(l).k_row) * size_t(n_kv_heads()) * layer_slots(l);
+    if (layout_->protects(l)) {
+      const LayerCodecs& h = layout_->protected_layout()->layer(l);
+      b += (v ? h.v_row : h.k_row) * size_t(n_kv_heads()) * hi_tokens;
+    }
+  }
   return b;
 }
 size_t KvCache::state_bytes() const {
@@ -97,14 +181,19 @@ size_t KvCache::state_bytes() const {
   for (const auto& s : state_) b += s.size() * sizeof(float);
   return b;
 }
-double KvCache::k_bits_per_value() const {
+// With protected tokens, the real average over the capacity: the base rows
+// plus the protected rows (sinks and the recent ring) spread over it.
+double KvCache::k_bits_per_value() const { return side_bits(false); }
+double KvCache::v_bits_per_value() const { return side_bits(true); }
+double KvCache::side_bits(bool v) const {
   double s = 0;
-  for (int l = 0; l < n_layer(); ++l) s += layout_->layer(l).kc[0]->bits_per_value();
-  return s / n_layer();
-}
-double KvCache::v_bits_per_value() const {
-  double s = 0;
-  for (int l = 0; l < n_layer(); ++l) s += layout_->layer(l).vc[0]->bits_per_value();
+  const int hi_tokens = int(hi_sinks_.size() * kRingBlock) + layout_->protect_ring_tokens();
+  for (int l = 0; l < n_layer(); ++l) {
+    s += (v ? layout_->layer(l).vc : layout_->layer(l).kc)[0]->bits_per_value();
+    if (layout_->protects(l))
+      s += (v ? layout_->protected_layout()->layer(l).vc : layout_->protected_layout()->layer(l).kc)[0]->bits_per_value() *
+           hi_tokens / capacity_;
+  }
   return s / n_layer();
 }
 
@@ -143,20 +232,28 @@ Status KvCache::quantize_rows(int layer, int pos, int n, const float* k, const f
   const LayerCodecs& L = layout_->layer(layer);
   const Seq& S = seq_[layer];
   std::vector<float> row(d);
+  const LayerCodecs* hi = layout_->protects(layer) ? &layout_->protected_layout()->layer(layer) : nullptr;
+  const int sinks = layout_->options().protect_sinks;
   for (int t = 0; t < n; ++t)
     for (int h = 0; h < H; ++h) {
       const float* kr = k + (size_t(t) * H + h) * d;
       const float* vr = v + (size_t(t) * H + h) * d;
-      for (int i = 0; i < d; ++i) row[i] = kr[i] - (S.centred ? S.mu_k[h * d + i] : 0.0f);
-      Status s = L.k_codec(h)->quantize(row.data(), 1, k_row(layer, pos + t, h));
-      if (!s.ok())
-        return Status::Error("layer " + std::to_string(layer) + " K, token " + std::to_string(pos + t) + ", head " +
-                             std::to_string(h) + ": " + s.message());
-      for (int i = 0; i < d; ++i) row[i] = vr[i] - (S.centred ? S.mu_v[h * d + i] : 0.0f);
-      s = L.v_codec(h)->quantize(row.data(), 1, v_row(layer, pos + t, h));
-      if (!s.ok())
-        return Status::Error("layer " + std::to_string(layer) + " V, token " + std::to_string(pos + t) + ", head " +
-                             std::to_string(h) + ": " + s.message());
+      for (int side = 0; side < 2; ++side) {  // K, then V, by one path
+        const bool v_side = side == 1;
+        const float* x = v_side ? vr : kr;
+        const std::vector<float>& mu = v_side ? S.mu_v : S.mu_k;
+        for (int i = 0; i < d; ++i) row[i] = x[i] - (S.centred ? mu[h * d + i] : 0.0f);
+        const Codec* c = v_side ? L.v_codec(h) : L.k_codec(h);
+        Status s = c->quantize(row.data(), 1, v_side ? v_row(layer, pos + t, h) : k_row(layer, pos + t, h));
+        if (s.ok() && hi) {  // the protected rows: the recent ring always, the sinks while t < S
+          const Codec* hc = v_side ? hi->v_codec(h) : hi->k_codec(h);
+          if (!hi_view_.empty()) s = hc->quantize(row.data(), 1, hi_row(layer, pos + t, h, v_side, false));
+          if (s.ok() && pos + t < sinks) s = hc->quantize(row.data(), 1, hi_row(layer, pos + t, h, v_side, true));
+        }
+        if (!s.ok())
+          return Status::Error("layer " + std::to_string(layer) + (v_side ? " V" : " K") + ", token " +
+                               std::to_string(pos + t) + ", head " + std::to_string(h) + ": " + s.message());
+      }
     }
   return Status::Ok();
 }
@@ -246,7 +343,7 @@ std::shared_ptr<const SequenceMeans> KvCache::means() const {
 }
 
 int KvCache::share_prefix(const int32_t* tokens, int max_tokens) {
-  if (n_tokens() != 0 || !table_.empty() || !ring_.empty() || !state_.empty()) return 0;
+  if (n_tokens() != 0 || !table_.empty() || !ring_.empty() || !state_.empty() || hi_pool_) return 0;
   const int B = pool_->block_tokens();
   uint64_t key = 0;
   std::shared_ptr<const SequenceMeans> m;
@@ -278,7 +375,7 @@ int KvCache::share_prefix(const int32_t* tokens, int max_tokens) {
 }
 
 void KvCache::publish(const int32_t* tokens) {
-  if (!ring_.empty() || !state_.empty()) return;  // (see share_prefix)
+  if (!ring_.empty() || !state_.empty() || hi_pool_) return;  // (see share_prefix)
   for (const Seq& S : seq_)
     if (S.staging || S.written != n_tokens()) return;  // rows not final yet
   const int B = pool_->block_tokens(), full = n_tokens() / B;
@@ -325,10 +422,10 @@ Status KvCache::append(int layer, int pos, int n, const float* k, const float* v
   if (pos != S.written) return Status::Error("kv cache: layer " + std::to_string(layer) + " expects position " +
                                              std::to_string(S.written) + ", got " + std::to_string(pos));
   if (n < 1) return Status::Error("kv cache: nothing to append");
-  if (layout_->window(layer) > 0 && n > kWindowStep)
-    return Status::Error("kv cache: layer " + std::to_string(layer) + " is a sliding-window layer; " +
-                         std::to_string(n) + " tokens at once is more than its ring allows (" +
-                         std::to_string(kWindowStep) + ")");
+  if (const int step = layout_->append_step(layer); step > 0 && n > step)
+    return Status::Error("kv cache: layer " + std::to_string(layer) + " keeps a ring (sliding window or protected "
+                         "recent tokens); " + std::to_string(n) + " tokens at once is more than its ring allows (" +
+                         std::to_string(step) + ")");
   if (Status s = reserve(pos + n); !s.ok()) return s;
   std::vector<float> k_copy, v_copy;
   k = zero_nonfinite(layer, pos, n, k, false, k_copy);

@@ -39,6 +39,12 @@ class KvCache {
   // are taken from the pool as needed (fails when it has none left). A
   // sliding-window layer takes at most kWindowStep tokens a call.
   Status append(int layer, int pos, int n, const float* k, const float* v);
+  // Attention of a's queries (q, n_q, heads, d, causal_offset, window,
+  // scale, threads, out set by the caller) on one layer: the rows, means and
+  // n_kv come from here. With protected tokens, three passes (the sinks and
+  // the recent window at the protected width, the rest at the base width)
+  // merged exactly (docs/ARCHITECTURE.md "Protected tokens").
+  Status attend(int layer, AttentionArgs a) const;
   KvRows k_rows(int layer) const { return rows(layer, false); }
   KvRows v_rows(int layer) const { return rows(layer, true); }
   const float* mu_k(int layer) const { return seq_[layer].centred ? seq_[layer].mu_k.data() : nullptr; }
@@ -146,6 +152,14 @@ class KvCache {
   // of kRingBlock tokens, the ring block that holds it (ring_[j % size]).
   std::shared_ptr<BlockPool> ring_pool_;
   std::vector<int32_t> ring_, ring_view_;
+  // Protected tokens: the sinks' blocks and the recent ring's view table, in
+  // a pool of the protected layout (blocks of kRingBlock tokens).
+  std::shared_ptr<BlockPool> hi_pool_;
+  std::vector<int32_t> hi_sinks_, hi_view_;
+  KvRows protected_rows(int layer, bool v, bool sinks) const;
+  size_t side_bytes(bool v) const;
+  double side_bits(bool v) const;
+  uint8_t* hi_row(int layer, int t, int h, bool v, bool sink);
   std::vector<std::vector<float>> state_;
   std::vector<Seq> seq_;
   NonFinite nonfinite_;

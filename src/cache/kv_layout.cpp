@@ -146,6 +146,19 @@ Expected<std::shared_ptr<const KvLayout>> KvLayout::create(const KvShape& shape,
     const bool tq = L.kc[0]->family() == FormatFamily::kTurbo || L.vc[0]->family() == FormatFamily::kTurbo;
     L.mean_rows = pol || !o.mean_center || o.mean_tokens <= 0 || !tq ? 0 : std::min(o.mean_tokens, o.capacity);
   }
+  if (o.protect_sinks < 0 || o.protect_recent < 0 || o.protect_sinks > (1 << 20) || o.protect_recent > (1 << 20))
+    return Status::Error("kv cache: protected tokens (sinks " + std::to_string(o.protect_sinks) + ", recent " +
+                         std::to_string(o.protect_recent) + ") out of range");
+  if (o.protect_sinks > 0 || o.protect_recent > 0) {  // the protected rows: every layer in protect_type
+    KvCacheOptions h;
+    h.type_k = h.type_v = o.protect_type;
+    h.capacity = o.capacity;
+    h.seed = o.seed;
+    h.mean_center = false;
+    auto hl = create(KvShape(n_layer, n_kv_heads, head_dim), h);
+    if (!hl) return Status::Error("protected tokens: " + hl.error());
+    c->hi_ = std::move(*hl);
+  }
   return std::shared_ptr<const KvLayout>(std::move(c));
 }
 
@@ -168,6 +181,18 @@ bool KvLayout::has_windows() const {
   return false;
 }
 
+int KvLayout::append_step(int l) const {
+  if (window(l) > 0) return kWindowStep;
+  if (protects(l) && opt_.protect_recent > 0) return kProtectStep;
+  return 0;
+}
+
+int KvLayout::protect_ring_tokens() const {
+  if (!hi_ || opt_.protect_recent == 0) return 0;
+  const int need = std::min(opt_.protect_recent - 1 + kProtectStep, opt_.capacity);
+  return (need + kRingBlock - 1) / kRingBlock * kRingBlock;
+}
+
 int KvLayout::ring_tokens(int l) const {
   const int w = window(l);
   if (w == 0) return 0;
@@ -179,6 +204,9 @@ int KvLayout::ring_tokens(int l) const {
 bool KvLayout::compatible(const KvLayout& o) const {
   if (n_layer() != o.n_layer() || n_kv_heads_ != o.n_kv_heads_ || d_ != o.d_ || opt_.seed != o.opt_.seed) return false;
   if (shape_.window != o.shape_.window && (has_windows() || o.has_windows())) return false;
+  if (opt_.protect_sinks != o.opt_.protect_sinks || opt_.protect_recent != o.opt_.protect_recent ||
+      (hi_ && opt_.protect_type != o.opt_.protect_type))
+    return false;
   if ((opt_.policy ? opt_.policy->fingerprint() : 0) != (o.opt_.policy ? o.opt_.policy->fingerprint() : 0)) return false;
   for (int l = 0; l < n_layer(); ++l) {
     const LayerCodecs &a = layers_[l], &b = o.layers_[l];

@@ -38,6 +38,14 @@ struct KvCacheOptions {
   // KV head, and the means, which are then used from the first token (no
   // staging). Overrides every type above.
   std::shared_ptr<const KvPolicy> policy;
+  // Protected tokens (docs/ARCHITECTURE.md "Protected tokens"): the first
+  // protect_sinks tokens, and for each query its last protect_recent tokens,
+  // are read at protect_type's width from rows kept besides the base rows
+  // (the sinks, and a ring of the recent ones); every token also has its
+  // base-width row, read once it has left the recent window. Full-attention
+  // layers only. 0 and 0: none.
+  int protect_sinks = 0, protect_recent = 0;
+  std::string protect_type = "q8_0";
 };
 
 // Named per-layer plain formats for users who do not calibrate (README):
@@ -56,6 +64,11 @@ Status apply_kv_policy_or_preset(const std::string& policy_path, const std::stri
 // on gemma3's 512- or 1024-token windows: 6-12 % more than the window.
 constexpr int kWindowStep = 64;
 constexpr int kRingBlock = 32;  // tokens per block of a ring
+// The most tokens one append writes to a layer with protected recent tokens:
+// their ring holds protect_recent + kProtectStep - 1 rows. Smaller than a
+// window layer's step because the ring is extra memory at the protected
+// width, counted against the short contexts' bits per value (RESULTS §17).
+constexpr int kProtectStep = 16;
 
 // What a model's cache must hold, fixed by its architecture: the layers that
 // have a KV cache (a hybrid model's recurrent layers have none; they are not
@@ -96,6 +109,15 @@ class KvLayout {
   int n_layer() const { return static_cast<int>(layers_.size()); }
   const KvShape& shape() const { return shape_; }
   int window(int l) const { return shape_.window_of(l); }
+  // The protected rows' codecs (every layer in protect_type), or null.
+  const KvLayout* protected_layout() const { return hi_.get(); }
+  const std::shared_ptr<const KvLayout>& protected_layout_ptr() const { return hi_; }
+  bool protects(int l) const { return hi_ && window(l) == 0; }
+  // The most tokens one append may write to layer l (a ring's step), or 0: any.
+  int append_step(int l) const;
+  // Tokens the protected-recent ring holds (protect_recent + kProtectStep - 1,
+  // rounded up to ring blocks); 0 without protection.
+  int protect_ring_tokens() const;
   bool has_windows() const;
   // Tokens a window layer's ring holds: its window, plus the most tokens one
   // append writes (KvCache::kWindowStep) less one, rounded up to ring blocks;
@@ -120,6 +142,7 @@ class KvLayout {
   int n_kv_heads_ = 0, d_ = 0;
   std::unique_ptr<Codec> f16_;
   std::vector<LayerCodecs> layers_;
+  std::shared_ptr<const KvLayout> hi_;
 };
 
 }  // namespace tkv

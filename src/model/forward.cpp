@@ -243,7 +243,9 @@ struct ForwardPass {
       const float* ks = &k[row0[i] * Dkv];
       const float* vs = &v[row0[i] * Dkv];
       if (observe) observe(kl, s.pos, s.n, ks, vs);
-      const int step = W > 0 ? kWindowStep : s.n;
+      // A ring (window layer, protected recent tokens) takes a few tokens a step.
+      const int ring_step = s.cache->layout().append_step(kl);
+      const int step = ring_step > 0 ? ring_step : s.n;
       for (int j = 0; j < s.n; j += step) {
         const int m = std::min(step, s.n - j);
         Status st = s.cache->append(kl, s.pos + j, m, ks + size_t(j) * Dkv, vs + size_t(j) * Dkv);
@@ -252,19 +254,14 @@ struct ForwardPass {
         a.q = &q[(row0[i] + j) * Dq];
         a.n_q = m;
         a.n_q_heads = c.n_head;
-        a.n_kv = s.pos + j + m;
         a.n_kv_heads = c.n_head_kv;
         a.d = hd;
-        a.k = s.cache->k_rows(kl);
-        a.v = s.cache->v_rows(kl);
         a.causal_offset = s.pos + j;
         a.window = W;
         a.scale = c.attn_scale;
-        a.mu_k = s.cache->mu_k(kl);
-        a.mu_v = s.cache->mu_v(kl);
         a.threads = threads;
         a.out = &att[(row0[i] + j) * Dq];
-        st = attention(a);
+        st = s.cache->attend(kl, a);
         if (!st.ok()) return st;
       }
     }

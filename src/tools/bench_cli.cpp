@@ -149,8 +149,9 @@ void register_bench(CLI::App& app) {
                     Rng rng(7);
                     std::vector<float> kv(size_t(std::min(d, 512)) * c.n_head_kv * c.head_dim);
                     for (auto& x : kv) x = static_cast<float>(rng.gaussian());
-                    for (int l = 0; l < (*cache)->n_layer(); ++l)  // a window layer's ring takes kWindowStep at a time
-                      for (int b0 = 0, step = (*cache)->layout().window(l) > 0 ? kWindowStep : 512; b0 < d; b0 += step) {
+                    for (int l = 0; l < (*cache)->n_layer(); ++l)  // a ring takes a few tokens at a time
+                      for (int b0 = 0, step = (*cache)->layout().append_step(l) > 0 ? (*cache)->layout().append_step(l) : 512;
+                           b0 < d; b0 += step) {
                         Status s = (*cache)->append(l, b0, std::min(step, d - b0), kv.data(), kv.data());
                         if (!s.ok()) fail(s.message());
                       }

@@ -9,9 +9,25 @@ void add_kv_policy_flags(CLI::App* cmd, KvPolicyFlags& f) {
   auto* s = cmd->add_option("--kv-preset", f.preset, "per-layer plain KV formats: quality, balanced or compact")
                 ->check(CLI::IsMember({"quality", "balanced", "compact"}));
   p->excludes(s);
+  cmd->add_option("--kv-protect", f.protect,
+                  "protected tokens SINKS,RECENT[,FORMAT]: the first SINKS tokens and each query's last RECENT "
+                  "tokens read at FORMAT's width (default q8_0) besides the base rows, e.g. 4,64 or 4,64,f16");
 }
 
 Status apply_kv_policy_flags(const KvPolicyFlags& f, const Model& m, KvCacheOptions& co) {
+  if (!f.protect.empty()) {  // SINKS,RECENT[,FORMAT]
+    const std::string& p = f.protect;
+    const size_t c1 = p.find(','), c2 = c1 == std::string::npos ? c1 : p.find(',', c1 + 1);
+    auto number = [](const std::string& s, int& out) {
+      if (s.empty() || s.size() > 8 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+      out = std::stoi(s);
+      return true;
+    };
+    if (c1 == std::string::npos || !number(p.substr(0, c1), co.protect_sinks) ||
+        !number(p.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1), co.protect_recent))
+      return Status::Error("--kv-protect '" + p + "': expected SINKS,RECENT[,FORMAT] (two counts, e.g. 4,64,q8_0)");
+    if (c2 != std::string::npos) co.protect_type = p.substr(c2 + 1);
+  }
   return apply_kv_policy_or_preset(f.policy, f.preset, m.config().kv_shape().n_layer, f.policy.empty() ? 0 : m.fingerprint(), co);
 }
 
@@ -31,8 +47,7 @@ Status apply_cache_flags(const CacheFlags& f, const Model& m, KvCacheOptions& co
 }
 
 Expected<std::pair<double, double>> cache_bits_per_value(const KvCacheOptions& co, const Model& m) {
-  KvCacheOptions one = co;
-  one.capacity = 1;
+  KvCacheOptions one = co;  // at the real context: protected tokens' rows are averaged over it
   const ModelConfig& c = m.config();
   auto probe = KvCache::create(c.kv_shape(), one);
   if (!probe) return probe.status();

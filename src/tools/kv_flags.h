@@ -17,6 +17,7 @@ namespace tkv {
 struct KvPolicyFlags {
   std::string policy;  // file from `turbokv calibrate`
   std::string preset;  // quality | balanced | compact
+  std::string protect; // --kv-protect SINKS,RECENT[,FORMAT]: protected tokens
   bool any() const { return !policy.empty() || !preset.empty(); }
   // "policy FILE" / "preset NAME", for logs and JSON.
   std::string label() const { return !policy.empty() ? "policy " + policy : "preset " + preset; }
@@ -32,8 +33,9 @@ struct CacheFlags {
   std::string ctk, ctv, mean_center = "on";
   KvPolicyFlags kv;
   // What K / V are stored as, for logs and JSON: the formats, or the policy / preset.
-  std::string k_label() const { return kv.any() ? kv.label() : ctk; }
-  std::string v_label() const { return kv.any() ? kv.label() : ctv; }
+  std::string k_label() const { return (kv.any() ? kv.label() : ctk) + protect_label(); }
+  std::string v_label() const { return (kv.any() ? kv.label() : ctv) + protect_label(); }
+  std::string protect_label() const { return kv.protect.empty() ? "" : " (protected " + kv.protect + ")"; }
 };
 
 // -ctk/-ctv (defaults: f's values), --kv-mean-center on|off, --kv-policy, --kv-preset.

@@ -56,10 +56,13 @@ void register_perplexity(CLI::App& app) {
     po.batch = o->batch;
     po.threads = resolve_threads(o->threads);
     if (Status ks = apply_cache_flags(o->cache, **m, po.cache); !ks.ok()) fail(ks.message());
-    const std::string kv_desc = o->cache.kv.any() ? o->cache.kv.label() : "K " + o->cache.ctk + " V " + o->cache.ctv;
+    const std::string kv_desc = (o->cache.kv.any() ? o->cache.kv.label() : "K " + o->cache.ctk + " V " + o->cache.ctv) +
+                                o->cache.protect_label();
     po.kl_base = o->kl_base;
     po.kl_write = !o->kl_base.empty() && !o->kl;
-    auto bits = cache_bits_per_value(po.cache, **m);
+    KvCacheOptions at_ctx = po.cache;  // bits per value at this context (protected tokens are averaged over it)
+    at_ctx.capacity = o->ctx;
+    auto bits = cache_bits_per_value(at_ctx, **m);
     if (!bits) fail(bits.error());
     const auto [k_bits, v_bits] = *bits;
     std::fprintf(stderr, "perplexity: %s, -c %d, cache %s (K %.4f, V %.4f bits/value)\n", o->model.c_str(), o->ctx,
