@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "cache/kv_cache.h"
 #include "codec/format.h"
 #include "util/fp16.h"
 #include "util/rng.h"
@@ -153,6 +154,130 @@ TEST(Qjl, AttentionMatchesReference) {
     ASSERT_TRUE(attention_ref(a).ok());
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << d << " " << i;
   }
+}
+
+}  // namespace lowbit
+}  // namespace tkv
+
+namespace tkv {
+namespace lowbit {
+
+// Attention over disjoint key ranges (kv_begin, causal_lag, window), merged
+// by their log-sum-exps, equals attention over all keys.
+TEST(Protected, RangesMergedByLogSumExpEqualOnePass) {
+  Rng rng(4);
+  const int d = 64, H = 2, Hq = 4, n_kv = 70, n_q = 9, off = n_kv - n_q;
+  auto codec = make_codec("tq3", d);
+  ASSERT_TRUE(codec.ok());
+  std::vector<float> x(size_t(n_kv) * H * d), q(size_t(n_q) * Hq * d);
+  for (float& v : x) v = static_cast<float>(rng.gaussian());
+  for (float& v : q) v = static_cast<float>(rng.gaussian());
+  const size_t rb = (*codec)->row_bytes();
+  std::vector<uint8_t> k(size_t(n_kv) * H * rb + 64), v(k.size());
+  ASSERT_TRUE((*codec)->quantize(x.data(), n_kv * H, k.data()).ok());
+  for (float& e : x) e = static_cast<float>(rng.gaussian());
+  ASSERT_TRUE((*codec)->quantize(x.data(), n_kv * H, v.data()).ok());
+  AttentionArgs a;
+  a.q = q.data();
+  a.n_q = n_q;
+  a.n_q_heads = Hq;
+  a.n_kv = n_kv;
+  a.n_kv_heads = H;
+  a.d = d;
+  a.k = {codec->get(), k.data()};
+  a.v = {codec->get(), v.data()};
+  a.causal_offset = off;
+  a.threads = 2;
+  const size_t n_out = size_t(n_q) * Hq;
+  std::vector<float> whole(n_out * d);
+  a.out = whole.data();
+  ASSERT_TRUE(attention(a).ok());
+  for (auto fn : {attention, attention_ref}) {
+    const int S = 5, W = 12;
+    std::vector<float> o[3], l[3];
+    AttentionArgs p[3] = {a, a, a};
+    p[0].n_kv = S;  // sinks, before each query's window
+    p[0].causal_lag = W;
+    p[1].kv_begin = S;  // the middle
+    p[1].causal_lag = W;
+    p[2].window = W;  // each query's last W
+    for (int i = 0; i < 3; ++i) {
+      o[i].assign(n_out * d, 0.0f);
+      l[i].assign(n_out, 0.0f);
+      p[i].out = o[i].data();
+      p[i].lse = l[i].data();
+      ASSERT_TRUE(fn(p[i]).ok());
+    }
+    const float* op[3] = {o[0].data(), o[1].data(), o[2].data()};
+    const float* lp[3] = {l[0].data(), l[1].data(), l[2].data()};
+    std::vector<float> merged(n_out * d);
+    merge_attention(op, lp, 3, static_cast<int>(n_out), d, merged.data());
+    for (size_t i = 0; i < merged.size(); ++i) EXPECT_NEAR(merged[i], whole[i], 2e-5) << i;
+  }
+}
+
+// A cache whose protected format is its own base format gives the same
+// attention as no protection (the three passes read the same rows); with f32
+// protection covering every token (sinks or the recent window) it gives the
+// f32 cache's attention.
+TEST(Protected, CacheAttentionEqualsTheRowsItReads) {
+  const int d = 64, H = 2, Hq = 4, n = 90;
+  Rng rng(6);
+  std::vector<float> k(size_t(n) * H * d), v(k.size()), q(size_t(kProtectStep) * Hq * d);
+  for (float& e : k) e = static_cast<float>(rng.gaussian());
+  for (float& e : v) e = static_cast<float>(rng.gaussian());
+  for (float& e : q) e = static_cast<float>(rng.gaussian());
+  // centre: mean centring (its first 64 rows are staged in f16, so their
+  // protected rows are f16-rounded too; off for the exact comparisons).
+  auto run = [&](const std::string& base, int sinks, int recent, const std::string& hi, bool centre = false) {
+    KvCacheOptions o;
+    o.mean_center = centre;
+    o.type_k = o.type_v = base;
+    o.capacity = 128;
+    o.protect_sinks = sinks;
+    o.protect_recent = recent;
+    o.protect_type = hi;
+    auto c = KvCache::create(1, H, d, o);
+    EXPECT_TRUE(c.ok()) << c.error();
+    for (int p = 0; p < n; p += kProtectStep) {
+      const int m = std::min(kProtectStep, n - p);
+      EXPECT_TRUE((*c)->append(0, p, m, &k[size_t(p) * H * d], &v[size_t(p) * H * d]).ok());
+    }
+    std::vector<float> out(q.size());
+    AttentionArgs a;
+    a.q = q.data();
+    a.n_q = kProtectStep;
+    a.n_q_heads = Hq;
+    a.n_kv_heads = H;
+    a.d = d;
+    a.causal_offset = n - kProtectStep;
+    a.threads = 2;
+    a.out = out.data();
+    EXPECT_TRUE((*c)->attend(0, a).ok());
+    return out;
+  };
+  auto close = [](const std::vector<float>& x, const std::vector<float>& y, double tol) {
+    double e = 0;
+    for (size_t i = 0; i < x.size(); ++i) e = std::max(e, std::abs(double(x[i]) - y[i]));
+    if (e >= tol) std::printf("max error %g\n", e);
+    return e < tol;
+  };
+  EXPECT_TRUE(close(run("tq2", 3, 20, "tq2", true), run("tq2", 0, 0, "q8_0", true), 2e-5))
+      << "protected rows in the base format, centred";
+  const auto plain = run("tq2", 0, 0, "q8_0");
+  EXPECT_TRUE(close(run("tq2", 3, 20, "tq2"), plain, 2e-5)) << "protected rows in the base format";
+  const auto exact = run("f32", 0, 0, "q8_0");
+  EXPECT_FALSE(close(plain, exact, 1e-3)) << "tq2 differs from f32 (the check can fail)";
+  EXPECT_TRUE(close(run("tq2", 0, n, "f32"), exact, 2e-5)) << "every key in the recent window";
+  EXPECT_TRUE(close(run("tq2", n, 0, "f32"), exact, 2e-5)) << "every key a sink";
+  // The bits per value count the protected rows over the context.
+  KvCacheOptions o;
+  o.type_k = o.type_v = "tq2";
+  o.capacity = 512;
+  o.protect_recent = 16;
+  auto c = KvCache::create(1, H, d, o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NEAR((*c)->k_bits_per_value(), 2.25 + 8.5 * 32 / 512, 1e-9);
 }
 
 }  // namespace lowbit

@@ -6,8 +6,9 @@ namespace tkv {
 
 void add_kv_policy_flags(CLI::App* cmd, KvPolicyFlags& f) {
   auto* p = cmd->add_option("--kv-policy", f.policy, "per-layer KV formats from `turbokv calibrate` (replaces -ctk/-ctv)");
-  auto* s = cmd->add_option("--kv-preset", f.preset, "per-layer plain KV formats: quality, balanced or compact")
-                ->check(CLI::IsMember({"quality", "balanced", "compact"}));
+  auto* s = cmd->add_option("--kv-preset", f.preset,
+                            "per-layer plain KV formats: quality, balanced, compact or tiny (~2.5 bits, recent tokens protected)")
+                ->check(CLI::IsMember({"quality", "balanced", "compact", "tiny"}));
   p->excludes(s);
   cmd->add_option("--kv-protect", f.protect,
                   "protected tokens SINKS,RECENT[,FORMAT]: the first SINKS tokens and each query's last RECENT "
@@ -15,20 +16,22 @@ void add_kv_policy_flags(CLI::App* cmd, KvPolicyFlags& f) {
 }
 
 Status apply_kv_policy_flags(const KvPolicyFlags& f, const Model& m, KvCacheOptions& co) {
-  if (!f.protect.empty()) {  // SINKS,RECENT[,FORMAT]
-    const std::string& p = f.protect;
-    const size_t c1 = p.find(','), c2 = c1 == std::string::npos ? c1 : p.find(',', c1 + 1);
-    auto number = [](const std::string& s, int& out) {
-      if (s.empty() || s.size() > 8 || s.find_first_not_of("0123456789") != std::string::npos) return false;
-      out = std::stoi(s);
-      return true;
-    };
-    if (c1 == std::string::npos || !number(p.substr(0, c1), co.protect_sinks) ||
-        !number(p.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1), co.protect_recent))
-      return Status::Error("--kv-protect '" + p + "': expected SINKS,RECENT[,FORMAT] (two counts, e.g. 4,64,q8_0)");
-    if (c2 != std::string::npos) co.protect_type = p.substr(c2 + 1);
-  }
-  return apply_kv_policy_or_preset(f.policy, f.preset, m.config().kv_shape().n_layer, f.policy.empty() ? 0 : m.fingerprint(), co);
+  Status st = apply_kv_policy_or_preset(f.policy, f.preset, m.config().kv_shape().n_layer,
+                                        f.policy.empty() ? 0 : m.fingerprint(), co);
+  if (!st.ok() || f.protect.empty()) return st;
+  // SINKS,RECENT[,FORMAT], after the preset: an explicit flag wins.
+  const std::string& p = f.protect;
+  const size_t c1 = p.find(','), c2 = c1 == std::string::npos ? c1 : p.find(',', c1 + 1);
+  auto number = [](const std::string& s, int& out) {
+    if (s.empty() || s.size() > 8 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+    out = std::stoi(s);
+    return true;
+  };
+  if (c1 == std::string::npos || !number(p.substr(0, c1), co.protect_sinks) ||
+      !number(p.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1), co.protect_recent))
+    return Status::Error("--kv-protect '" + p + "': expected SINKS,RECENT[,FORMAT] (two counts, e.g. 4,64,q8_0)");
+  if (c2 != std::string::npos) co.protect_type = p.substr(c2 + 1);
+  return Status::Ok();
 }
 
 void add_cache_flags(CLI::App* cmd, CacheFlags& f) {
