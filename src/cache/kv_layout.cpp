@@ -89,11 +89,13 @@ Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o
   } else if (preset == "compact") {
     k_mid = "tq3.5-ip"; v_mid = "tq3-ip"; k_edge = "tq4-ip"; v_edge = "tq3.5-ip";
   } else if (preset == "tiny") {
-    // Long contexts at ~2.5 bits: each query's last 16 tokens read from q8_0
-    // rows (protected tokens, RESULTS §17: 2.51 bits per value at 2048
-    // tokens, KLD 0.0134 on ref-5m against plain tq2.5-ip's 0.0267; the ring
-    // of 32 q8_0 rows costs 0.53 bits at 512 tokens, 0.03 at 8K).
-    k_mid = k_edge = "tq2.5-ip"; v_mid = v_edge = "tq2-ip";
+    // Long contexts below 2.5 bits: each query's last 16 tokens read from
+    // q8_0 rows (protected tokens, RESULTS §17: 2.38 bits per value at 2048
+    // tokens, KLD 0.0172 on ref-5m against plain tq2.5-ip's 0.0267 at 2.5;
+    // the ring of 32 q8_0 rows costs 0.53 bits at 512 tokens, 0.03 at 8K;
+    // decode at 64K as fast as tq2's. tq2.5-ip for K: 0.0134 at 2.51 bits,
+    // but 0.89x tq2's decode speed at 64K).
+    k_mid = k_edge = v_mid = v_edge = "tq2-ip";
     o.protect_sinks = 0;
     o.protect_recent = 16;
     o.protect_type = "q8_0";

@@ -89,6 +89,8 @@ void register_bench(CLI::App& app) {
       for (const auto& k : ks)
         for (const auto& v : vs) pairs.push_back({k, v});
     }
+    // Protected tokens are not a format of their own: shown after K's and V's.
+    const std::string prot = o->kv.protect.empty() ? "" : " +protect " + o->kv.protect;
     auto m = Model::load(o->model);
     if (!m) fail(m.error());
     const Model& model = **m;
@@ -180,7 +182,7 @@ void register_bench(CLI::App& app) {
                                          (d > 0 ? " @ d" + std::to_string(d) : "") +
                                        (mm.first.empty() ? "" : " matmul " + mm.first);
                 nlohmann::json j = {{"model", model_name}, {"model_file", o->model}, {"size_bytes", model.weight_bytes()},
-                                    {"params", params}, {"threads", th}, {"type_k", tk}, {"type_v", tv}, {"test", test},
+                                    {"params", params}, {"threads", th}, {"type_k", tk + prot}, {"type_v", tv + prot}, {"test", test},
                                     {"n_prompt", mode == 0 ? len : 0}, {"n_gen", mode == 1 ? len : 0}, {"n_depth", d},
                                     {"avg_ts", mean}, {"stddev_ts", sd}, {"samples_ts", tps}, {"kv_mib", kv_mib},
                                     {"depth_fill", o->depth_fill}, {"command_line", command_line()},
@@ -189,11 +191,11 @@ void register_bench(CLI::App& app) {
                 results.push_back(j);
                 if (md) {
                   std::printf("| %s | %.2f MiB | %.2f M | %d | %s | %s | %s | %.2f ± %.2f | %.2f |\n", model_name,
-                              model.weight_bytes() / 1048576.0, params / 1e6, th, tk.c_str(), tv.c_str(), test.c_str(), mean,
+                              model.weight_bytes() / 1048576.0, params / 1e6, th, (tk + prot).c_str(), (tv + prot).c_str(), test.c_str(), mean,
                               sd, kv_mib);
                 } else if (o->out == "csv") {
                   std::printf("\"%s\",%zu,%lu,%d,%s,%s,\"%s\",%d,%d,%d,%.4f,%.4f,%.4f\n", model_name, model.weight_bytes(),
-                              static_cast<unsigned long>(params), th, tk.c_str(), tv.c_str(), test.c_str(),
+                              static_cast<unsigned long>(params), th, (tk + prot).c_str(), (tv + prot).c_str(), test.c_str(),
                               mode == 0 ? len : 0, mode == 1 ? len : 0, d, mean, sd, kv_mib);
                 }
                 std::fflush(stdout);
