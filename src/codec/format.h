@@ -94,7 +94,8 @@ class Codec {
 // Creates a codec by name: f32 f16 bf16 q8_0 q4_0 q8_0r q4_0r tqB (B = 1..8),
 // tqB.5 (B = 1..7, B.5 bits per value in total, norm included), each with an
 // optional suffix -nc (norm correction) or -ip (unbiased inner products), then
-// optionally -qjl (a 1-bit sign sketch of the residual). d from 8 to 1024 (q
+// optionally -qjl (a 1-bit sign sketch of the residual); ttB (B = 1..4, a
+// 64-state bitshift trellis). d from 8 to 1024 (q
 // formats: any d, the last block zero-padded); the seed picks the rotation.
 Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64_t seed = kDefaultSeed);
 
@@ -108,5 +109,6 @@ std::unique_ptr<Codec> make_plain_codec(std::string_view name, int d);
 std::unique_ptr<Codec> make_llama_codec(std::string_view name, int d, uint64_t seed);
 std::unique_ptr<Codec> make_turbo_codec(std::string_view name, int d, uint64_t seed);
 std::unique_ptr<Codec> make_qjl_codec(std::string_view name, int d, uint64_t seed);
+std::unique_ptr<Codec> make_trellis_codec(std::string_view name, int d, uint64_t seed);
 
 }  // namespace tkv

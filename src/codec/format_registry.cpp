@@ -60,6 +60,8 @@ Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64
     return Status::Error("format " + std::string(name) +
                          ": calibrated formats need a calibration (a policy from `turbokv calibrate`, "
                          "or kv-stats --calibrated)");
+  } else if (name.substr(0, 2) == "tt") {
+    c = make_trellis_codec(name, d, seed);
   } else if (name.substr(0, 2) == "tq" && name.size() > 4 && name.substr(name.size() - 4) == "-qjl") {
     c = make_qjl_codec(name, d, seed);
   } else if (name.substr(0, 2) == "tq") {
@@ -69,7 +71,7 @@ Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64
     std::string known;
     for (const auto& n : all_format_names()) known += (known.empty() ? "" : " ") + n;
     return Status::Error("unknown KV format '" + std::string(name) + "' (known: " + known +
-                         ", and tq1..tq8, tq1.5..tq7.5 with optional -nc or -ip, then optional -qjl)");
+                         ", and tq1..tq8, tq1.5..tq7.5 with optional -nc or -ip, then optional -qjl; tt1..tt4)");
   }
   return c;
 }
