@@ -20,17 +20,16 @@
 
 #include "codec/format.h"
 #include "codec/kernels.h"
+#include "codec/trellis.h"
 #include "util/fp16.h"
 #include "util/rng.h"
 
 namespace tkv {
 namespace {
+constexpr int kStateBits = kTrellisStateBits, kStates = kTrellisStates;
+}  // namespace
 
-constexpr int kStateBits = 6, kStates = 1 << kStateBits;
-
-// Viterbi over n values x: the code sequence (B bits each, into codes) with
-// the least squared error against table[state]; returns that error.
-double viterbi(const float* x, int n, int bits, const float* table, uint8_t* codes) {
+double trellis_viterbi(const float* x, int n, int bits, const float* table, uint8_t* codes) {
   const int branches = 1 << bits;
   std::vector<double> cost(kStates, std::numeric_limits<double>::infinity()), next(kStates);
   std::vector<uint8_t> from(size_t(n) * kStates);  // the predecessor's top bits, per (t, state)
@@ -86,7 +85,7 @@ const std::vector<float>& trellis_table(int bits) {
   for (int it = 0; it < 12; ++it) {
     std::vector<double> sum(kStates, 0.0), cnt(kStates, 0.0);
     for (int r = 0; r < rows; ++r) {
-      viterbi(&x[size_t(r) * n], n, bits, t.data(), codes.data());
+      trellis_viterbi(&x[size_t(r) * n], n, bits, t.data(), codes.data());
       int s = 0;
       for (int i = 0; i < n; ++i) {
         s = ((s << bits) | codes[i]) & (kStates - 1);
@@ -99,8 +98,6 @@ const std::vector<float>& trellis_table(int bits) {
   }
   return t;
 }
-
-}  // namespace
 
 class TrellisCodec final : public Codec {
  public:
@@ -122,7 +119,7 @@ class TrellisCodec final : public Codec {
     std::vector<float> u(d_);
     for (int i = 0; i < d_; ++i) u[i] = y[i] * inv;
     std::vector<uint8_t> codes(d_);
-    viterbi(u.data(), d_, bits_, table_.data(), codes.data());
+    trellis_viterbi(u.data(), d_, bits_, table_.data(), codes.data());
     // The stored norm scales the decoded row to the least-squares fit of y.
     double num = 0, den = 0;
     for (int i = 0, s = 0; i < d_; ++i) {
