@@ -40,8 +40,7 @@ bool FastOk(const RowLayout& L, int d) {
     case RowLayout::Kind::kQ8_0:
     case RowLayout::Kind::kQ4_0:
       return 32 % N == 0;
-    case RowLayout::Kind::kOpaque:
-      return false;
+    case RowLayout::Kind::kOpaque: return false;  // rows only the codec decodes
     case RowLayout::Kind::kTurbo:
       if (N < 8) return false;  // planes need whole bytes per chunk
       for (int p = 0; p < L.nparts; ++p)
