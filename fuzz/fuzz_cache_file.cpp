@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   co.mean_center = h->mean_rows > 0;
   if (h->mean_rows > 0) co.mean_tokens = h->mean_rows;
   co.capacity = h->n_tokens > 0 ? h->n_tokens : 1;
-  auto l = tkv::load_cache_file(*src, h->n_layer, h->n_kv_heads, h->head_dim, co, h->model, 0);
+  auto l = tkv::load_cache_file(*src, tkv::KvShape(h->n_layer, h->n_kv_heads, h->head_dim), co, h->model, 0);
   if (l) {
     const int n = l->cache->n_tokens();
     (void)l->cache->truncate(l->cache->keepable_prefix(n / 2));

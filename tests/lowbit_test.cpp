@@ -14,6 +14,7 @@
 #include "codec/trellis.h"
 #include "util/fp16.h"
 #include "util/rng.h"
+#include "attn_case.h"
 
 namespace tkv {
 namespace lowbit {
@@ -127,34 +128,13 @@ TEST(Qjl, InnerProductEstimatorIsUnbiasedOverSeeds) {
 TEST(Qjl, AttentionMatchesReference) {
   Rng rng(9);
   for (int d : {64, 128}) {
-    auto codec = make_codec("tq2-qjl", d);
-    ASSERT_TRUE(codec.ok());
-    const int n_kv = 45, H = 2, Hq = 4, n_q = 5;
-    std::vector<float> x(size_t(n_kv) * H * d), q(size_t(n_q) * Hq * d);
-    for (float& v : x) v = static_cast<float>(rng.gaussian());
-    for (float& v : q) v = static_cast<float>(rng.gaussian());
-    const size_t rb = (*codec)->row_bytes();
-    std::vector<uint8_t> k(size_t(n_kv) * H * rb + 64), v(k.size());
-    ASSERT_TRUE((*codec)->quantize(x.data(), n_kv * H, k.data()).ok());
-    for (float& e : x) e = static_cast<float>(rng.gaussian());
-    ASSERT_TRUE((*codec)->quantize(x.data(), n_kv * H, v.data()).ok());
-    std::vector<float> got(q.size()), want(q.size());
-    AttentionArgs a;
-    a.q = q.data();
-    a.n_q = n_q;
-    a.n_q_heads = Hq;
-    a.n_kv = n_kv;
-    a.n_kv_heads = H;
-    a.d = d;
-    a.k = {codec->get(), k.data()};
-    a.v = {codec->get(), v.data()};
-    a.causal_offset = n_kv - n_q;
-    a.threads = 2;
-    a.out = got.data();
-    ASSERT_TRUE(attention(a).ok());
-    a.out = want.data();
-    ASSERT_TRUE(attention_ref(a).ok());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << d << " " << i;
+    AttnCase c("tq2-qjl", d, 2, 4, 45, 5, rng);
+    std::vector<float> got(c.out_size()), want(c.out_size());
+    c.a.out = got.data();
+    ASSERT_TRUE(attention(c.a).ok());
+    c.a.out = want.data();
+    ASSERT_TRUE(attention_ref(c.a).ok());
+    EXPECT_LT(max_rel(got, want), 1e-4) << d;
   }
 }
 
@@ -168,43 +148,23 @@ namespace lowbit {
 // by their log-sum-exps, equals attention over all keys.
 TEST(Protected, RangesMergedByLogSumExpEqualOnePass) {
   Rng rng(4);
-  const int d = 64, H = 2, Hq = 4, n_kv = 70, n_q = 9, off = n_kv - n_q;
-  auto codec = make_codec("tq3", d);
-  ASSERT_TRUE(codec.ok());
-  std::vector<float> x(size_t(n_kv) * H * d), q(size_t(n_q) * Hq * d);
-  for (float& v : x) v = static_cast<float>(rng.gaussian());
-  for (float& v : q) v = static_cast<float>(rng.gaussian());
-  const size_t rb = (*codec)->row_bytes();
-  std::vector<uint8_t> k(size_t(n_kv) * H * rb + 64), v(k.size());
-  ASSERT_TRUE((*codec)->quantize(x.data(), n_kv * H, k.data()).ok());
-  for (float& e : x) e = static_cast<float>(rng.gaussian());
-  ASSERT_TRUE((*codec)->quantize(x.data(), n_kv * H, v.data()).ok());
-  AttentionArgs a;
-  a.q = q.data();
-  a.n_q = n_q;
-  a.n_q_heads = Hq;
-  a.n_kv = n_kv;
-  a.n_kv_heads = H;
-  a.d = d;
-  a.k = {codec->get(), k.data()};
-  a.v = {codec->get(), v.data()};
-  a.causal_offset = off;
-  a.threads = 2;
-  const size_t n_out = size_t(n_q) * Hq;
-  std::vector<float> whole(n_out * d);
-  a.out = whole.data();
-  ASSERT_TRUE(attention(a).ok());
+  const int d = 64, n_q = 9;
+  AttnCase c("tq3", d, 2, 4, 70, n_q, rng);
+  std::vector<float> whole(c.out_size());
+  c.a.out = whole.data();
+  ASSERT_TRUE(attention(c.a).ok());
+  const size_t n_out = c.out_size() / d;
   for (auto fn : {attention, attention_ref}) {
     const int S = 5, W = 12;
     std::vector<float> o[3], l[3];
-    AttentionArgs p[3] = {a, a, a};
+    AttentionArgs p[3] = {c.a, c.a, c.a};
     p[0].n_kv = S;  // sinks, before each query's window
     p[0].causal_lag = W;
     p[1].kv_begin = S;  // the middle
     p[1].causal_lag = W;
     p[2].window = W;  // each query's last W
     for (int i = 0; i < 3; ++i) {
-      o[i].assign(n_out * d, 0.0f);
+      o[i].assign(c.out_size(), 0.0f);
       l[i].assign(n_out, 0.0f);
       p[i].out = o[i].data();
       p[i].lse = l[i].data();
@@ -212,7 +172,7 @@ TEST(Protected, RangesMergedByLogSumExpEqualOnePass) {
     }
     const float* op[3] = {o[0].data(), o[1].data(), o[2].data()};
     const float* lp[3] = {l[0].data(), l[1].data(), l[2].data()};
-    std::vector<float> merged(n_out * d);
+    std::vector<float> merged(c.out_size());
     merge_attention(op, lp, 3, static_cast<int>(n_out), d, merged.data());
     for (size_t i = 0; i < merged.size(); ++i) EXPECT_NEAR(merged[i], whole[i], 2e-5) << i;
   }
@@ -280,6 +240,12 @@ TEST(Protected, CacheAttentionEqualsTheRowsItReads) {
   auto c = KvCache::create(1, H, d, o);
   ASSERT_TRUE(c.ok());
   EXPECT_NEAR((*c)->k_bits_per_value(), 2.25 + 8.5 * 32 / 512, 1e-9);
+  // A prefix whose recent window the ring (32 rows) no longer holds cannot
+  // be kept; one it still holds can.
+  std::vector<float> kv(size_t(kProtectStep) * H * d, 0.5f);
+  for (int p = 0; p < 208; p += kProtectStep) ASSERT_TRUE((*c)->append(0, p, kProtectStep, kv.data(), kv.data()).ok());
+  EXPECT_EQ((*c)->keepable_prefix(200), 200);  // needs rows 185..199; the ring holds 176..207
+  EXPECT_EQ((*c)->keepable_prefix(150), 0);
 }
 
 }  // namespace lowbit

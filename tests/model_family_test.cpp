@@ -20,6 +20,7 @@
 #include "model/matmul.h"
 #include "model/model.h"
 #include "util/rng.h"
+#include "attn_case.h"
 #include "shared_data.h"
 
 #include <fstream>
@@ -431,44 +432,17 @@ TEST(ModelFamily, ChunkedDeltaNetEqualsTheRecurrence) {
 // than a tile.
 TEST(ModelFamily, WindowedAttentionMatchesReference) {
   Rng rng(5);
-  const int d = 48, H = 2, Hq = 6;
   for (const char* fmt : {"f32", "tq4"})
     for (int W : {1, 7, 40})
       for (int n_q : {1, 23}) {
-        auto codec = make_codec(fmt, d);
-        ASSERT_TRUE(codec.ok());
-        const int n_kv = 63, off = n_kv - n_q;
-        std::vector<float> x(size_t(n_kv) * H * d), q(size_t(n_q) * Hq * d);
-        for (float& v : x) v = static_cast<float>(rng.gaussian());
-        for (float& v : q) v = static_cast<float>(rng.gaussian());
-        const size_t rb = (*codec)->row_bytes();
-        std::vector<uint8_t> k(size_t(n_kv) * H * rb + 64), v(k.size());
-        ASSERT_TRUE((*codec)->quantize(x.data(), n_kv * H, k.data()).ok());
-        for (float& e : x) e = static_cast<float>(rng.gaussian());
-        ASSERT_TRUE((*codec)->quantize(x.data(), n_kv * H, v.data()).ok());
-        std::vector<float> got(q.size()), want(q.size());
-        AttentionArgs a;
-        a.q = q.data();
-        a.n_q = n_q;
-        a.n_q_heads = Hq;
-        a.n_kv = n_kv;
-        a.n_kv_heads = H;
-        a.d = d;
-        a.k = {codec->get(), k.data()};
-        a.v = {codec->get(), v.data()};
-        a.causal_offset = off;
-        a.window = W;
-        a.threads = 2;
-        a.out = got.data();
-        ASSERT_TRUE(attention(a).ok());
-        a.out = want.data();
-        ASSERT_TRUE(attention_ref(a).ok());
-        double e = 0, m = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          e = std::max(e, std::abs(double(got[i]) - want[i]));
-          m = std::max(m, std::abs(double(want[i])));
-        }
-        EXPECT_LT(e / m, 1e-4) << fmt << " window " << W << " queries " << n_q;
+        AttnCase c(fmt, 48, 2, 6, 63, n_q, rng);
+        c.a.window = W;
+        std::vector<float> got(c.out_size()), want(c.out_size());
+        c.a.out = got.data();
+        ASSERT_TRUE(attention(c.a).ok());
+        c.a.out = want.data();
+        ASSERT_TRUE(attention_ref(c.a).ok());
+        EXPECT_LT(max_rel(got, want), 1e-4) << fmt << " window " << W << " queries " << n_q;
       }
 }
 

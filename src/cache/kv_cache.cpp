@@ -271,6 +271,9 @@ int KvCache::keepable_prefix(int n) const {
   for (int l = 0; l < n_layer(); ++l)
     if (const int w = layout_->window(l); w > 0 && !seq_[l].staging)
       if (std::max(0, n - w + 1) < n_tokens() - layer_slots(l)) return 0;
+  // The same for the protected recent tokens' ring.
+  if (!hi_view_.empty() && !seq_[0].staging)
+    if (std::max(0, n - options().protect_recent + 1) < n_tokens() - layout_->protect_ring_tokens()) return 0;
   return n;
 }
 
