@@ -254,6 +254,13 @@ TEST(Protected, CacheAttentionEqualsTheRowsItReads) {
 namespace tkv {
 namespace lowbit {
 
+// The constant tables are what the training procedure gives (FORMATS §4f).
+TEST(Trellis, TablesAreTheTrainedOnes) {
+  const auto trained = trellis_train_table(2);
+  const auto& table = trellis_table(2);
+  for (int s = 0; s < kTrellisStates; ++s) EXPECT_NEAR(trained[s], table[s], 1e-3) << s;
+}
+
 // Viterbi finds the best code sequence: against every one of the 4^8 code
 // sequences of an 8-value row (tt2).
 TEST(Trellis, ViterbiIsOptimal) {
