@@ -448,20 +448,26 @@ TEST(ModelFamily, WindowedAttentionMatchesReference) {
 
 TEST(ModelFamily, SlidingWindowRingHoldsItsWindowNotTheContext) {
   KvShape shape(3, 2, 64);
-  shape.window = {100, 0, 100};
+  shape.window = {160, 0, 160};
   KvCacheOptions o;
   o.type_k = o.type_v = "tq4";
   for (int ctx : {4096, 65536}) {
     o.capacity = ctx;
     auto c = KvCache::create(shape, o);
     ASSERT_TRUE(c.ok()) << c.error();
-    // The ring: the window plus one step less one, in blocks of kRingBlock.
-    const int ring = (100 - 1 + kWindowStep + kRingBlock - 1) / kRingBlock * kRingBlock;
-    EXPECT_EQ((*c)->layer_slots(0), ring);
+    // The ring: the window itself (a multiple of the ring blocks here).
+    EXPECT_EQ((*c)->layer_slots(0), 160);
     EXPECT_EQ((*c)->layer_slots(1), ctx);
     const size_t row = (*c)->layout().layer(0).k_row;
-    EXPECT_EQ((*c)->k_bytes(), row * 2 * (size_t(ring) * 2 + ctx));
+    EXPECT_EQ((*c)->k_bytes(), row * 2 * (size_t(160) * 2 + ctx));
   }
+  // A window shorter than the staged mean rows plus a step keeps those.
+  shape.window = {20, 0, 20};
+  o.capacity = 4096;
+  auto small = KvCache::create(shape, o);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ((*small)->layer_slots(0), 128) << "64 mean rows + a step of 64 - 1, rounded up to 32";
+  shape.window = {100, 0, 100};
   // Appends past the ring's size and attention over the window only: rows
   // read back are the last ones written at their positions.
   o.capacity = 1000;

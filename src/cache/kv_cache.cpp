@@ -159,6 +159,63 @@ Status KvCache::attend(int layer, AttentionArgs a) const {
   return Status::Ok();
 }
 
+Status KvCache::attend_step(int layer, int pos, int n, const float* k, const float* v, AttentionArgs a) {
+  const Seq& S = seq_[layer];
+  const LayerCodecs& L = layout_->layer(layer);
+  const bool two_pass = layout_->window(layer) > 0 && !S.staging && (L.mean_rows == 0 || S.centred) &&
+                        pos == S.written && n <= kWindowStep;
+  if (!two_pass) {
+    if (Status s = append(layer, pos, n, k, v); !s.ok()) return s;
+    return attend(layer, a);
+  }
+  // The step's rows coded as append will code them (zeroed if not finite,
+  // centred), token-major in a scratch buffer.
+  const int H = n_kv_heads(), d = head_dim();
+  const size_t krb = L.k_row, vrb = L.v_row;
+  std::vector<uint8_t> kbuf(size_t(n) * H * krb + 64), vbuf(size_t(n) * H * vrb + 64);
+  std::vector<float> row(d);
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < H; ++h)
+      for (int side = 0; side < 2; ++side) {
+        const float* x = (side ? v : k) + (size_t(t) * H + h) * d;
+        const std::vector<float>& mu = side ? S.mu_v : S.mu_k;
+        bool finite = true;
+        for (int i = 0; i < d; ++i) finite &= std::isfinite(x[i]);
+        // A non-finite row is stored as zeros (append's rule), centred like any other.
+        for (int i = 0; i < d; ++i) row[i] = (finite ? x[i] : 0.0f) - (S.centred ? mu[h * d + i] : 0.0f);
+        const Codec* c = side ? L.v_codec(h) : L.k_codec(h);
+        uint8_t* dst = side ? &vbuf[(size_t(t) * H + h) * vrb] : &kbuf[(size_t(t) * H + h) * krb];
+        if (Status s = c->quantize(row.data(), 1, dst); !s.ok())
+          return Status::Error("layer " + std::to_string(layer) + ", token " + std::to_string(pos + t) + ": " + s.message());
+      }
+  const size_t n_out = size_t(a.n_q) * a.n_q_heads;
+  std::vector<float> outs(2 * n_out * a.d), lses(2 * n_out, -INFINITY);
+  AttentionArgs old_rows = a, new_rows = a;
+  old_rows.k = k_rows(layer);  // keys [p - W + 1, pos): the ring
+  old_rows.v = v_rows(layer);
+  old_rows.n_kv = pos;
+  old_rows.causal_offset = pos;
+  new_rows.k = {L.kp[0], kbuf.data(), H * krb, krb, L.kp.size() > 1 ? L.kp.data() : nullptr};
+  new_rows.v = {L.vp[0], vbuf.data(), H * vrb, vrb, L.vp.size() > 1 ? L.vp.data() : nullptr};
+  new_rows.n_kv = n;  // keys [max(pos, p - W + 1), p]: the step's own rows
+  new_rows.causal_offset = 0;
+  for (AttentionArgs* x : {&old_rows, &new_rows}) {
+    x->mu_k = mu_k(layer);
+    x->mu_v = mu_v(layer);
+  }
+  old_rows.out = outs.data();
+  old_rows.lse = lses.data();
+  new_rows.out = outs.data() + n_out * a.d;
+  new_rows.lse = lses.data() + n_out;
+  if (pos > 0)
+    if (Status s = attention(old_rows); !s.ok()) return s;
+  if (Status s = attention(new_rows); !s.ok()) return s;
+  const float* op[2] = {old_rows.out, new_rows.out};
+  const float* lp[2] = {old_rows.lse, new_rows.lse};
+  merge_attention(op, lp, 2, static_cast<int>(n_out), a.d, a.out);
+  return append(layer, pos, n, k, v);
+}
+
 int KvCache::layer_slots(int layer) const {
   return layout_->window(layer) > 0 ? static_cast<int>(ring_.size()) * kRingBlock : capacity_;
 }

@@ -45,6 +45,12 @@ class KvCache {
   // the recent window at the protected width, the rest at the base width)
   // merged exactly (docs/ARCHITECTURE.md "Protected tokens").
   Status attend(int layer, AttentionArgs a) const;
+  // One step of a layer: appends n rows at pos (k, v as for append) and runs
+  // attention for the step's n queries (a as for attend, causal_offset pos).
+  // A window layer whose means are fixed reads the W - 1 rows before the
+  // step from its ring and the step's own rows from a scratch copy coded as
+  // the ring codes them, merged, and appends after: its ring needs W rows.
+  Status attend_step(int layer, int pos, int n, const float* k, const float* v, AttentionArgs a);
   KvRows k_rows(int layer) const { return rows(layer, false); }
   KvRows v_rows(int layer) const { return rows(layer, true); }
   const float* mu_k(int layer) const { return seq_[layer].centred ? seq_[layer].mu_k.data() : nullptr; }

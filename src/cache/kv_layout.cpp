@@ -207,8 +207,12 @@ int KvLayout::protect_ring_tokens() const {
 int KvLayout::ring_tokens(int l) const {
   const int w = window(l);
   if (w == 0) return 0;
-  // A context no longer than the ring never wraps.
-  const int need = std::min(std::max(w, layers_[l].mean_rows) - 1 + kWindowStep, opt_.capacity);
+  // W rows: a step's queries read the W - 1 rows before it from the ring and
+  // their own rows from a scratch copy (KvCache::attend_step). Until the means
+  // are fixed a step appends first: the ring then holds the first mean_rows
+  // plus a step. A context no longer than the ring never wraps.
+  const int M = layers_[l].mean_rows;
+  const int need = std::min(std::max(w, M > 0 ? M - 1 + kWindowStep : 0), opt_.capacity);
   return (need + kRingBlock - 1) / kRingBlock * kRingBlock;
 }
 

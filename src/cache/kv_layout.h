@@ -58,11 +58,9 @@ Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o
 Status apply_kv_policy_or_preset(const std::string& policy_path, const std::string& preset, int n_layer,
                                  uint64_t model, KvCacheOptions& o);
 
-// The most tokens one append writes to a sliding-window layer: a ring holds
-// its window plus this many, so the rows a step's queries see are all still
-// there (the model feeds a longer prompt to its window layers in steps of
-// this size; docs/ARCHITECTURE.md "Sliding-window layers"). 64 rows of slack
-// on gemma3's 512- or 1024-token windows: 6-12 % more than the window.
+// The most tokens one append writes to a sliding-window layer (the model
+// feeds a longer prompt to its window layers in steps of this size;
+// docs/ARCHITECTURE.md "Sliding-window layers").
 constexpr int kWindowStep = 64;
 constexpr int kRingBlock = 32;  // tokens per block of a ring
 // The most tokens one append writes to a layer with protected recent tokens:
@@ -120,9 +118,9 @@ class KvLayout {
   // rounded up to ring blocks); 0 without protection.
   int protect_ring_tokens() const;
   bool has_windows() const;
-  // Tokens a window layer's ring holds: its window, plus the most tokens one
-  // append writes (KvCache::kWindowStep) less one, rounded up to ring blocks;
-  // at least the mean rows a centred cache stages. 0 for a full layer.
+  // Tokens a window layer's ring holds: its window rounded up to ring blocks,
+  // or more while a centred cache stages (its mean rows plus a step). 0 for a
+  // full layer.
   int ring_tokens(int l) const;
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return d_; }

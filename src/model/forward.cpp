@@ -191,8 +191,8 @@ struct ForwardPass {
   }
 
   // Attention on layer l's cache layer kl: Q/K/V, their norms and rotary
-  // positions, the rows appended, attention per sequence (a window layer in
-  // steps of kWindowStep tokens, the most its ring takes at once).
+  // positions, then per sequence the rows appended and attention (a layer
+  // with a ring in steps of the few tokens it takes at once).
   Status attention_layer(int l, int kl, const Model::KvObserver& observe) {
     const LayerWeights& L = M.layers_[l];
     const int hd = c.head_dim, Dq = c.n_head * hd, Dkv = c.n_head_kv * hd;
@@ -248,8 +248,6 @@ struct ForwardPass {
       const int step = ring_step > 0 ? ring_step : s.n;
       for (int j = 0; j < s.n; j += step) {
         const int m = std::min(step, s.n - j);
-        Status st = s.cache->append(kl, s.pos + j, m, ks + size_t(j) * Dkv, vs + size_t(j) * Dkv);
-        if (!st.ok()) return st;
         AttentionArgs a;
         a.q = &q[(row0[i] + j) * Dq];
         a.n_q = m;
@@ -261,7 +259,7 @@ struct ForwardPass {
         a.scale = c.attn_scale;
         a.threads = threads;
         a.out = &att[(row0[i] + j) * Dq];
-        st = s.cache->attend(kl, a);
+        Status st = s.cache->attend_step(kl, s.pos + j, m, ks + size_t(j) * Dkv, vs + size_t(j) * Dkv, a);
         if (!st.ok()) return st;
       }
     }
