@@ -279,4 +279,37 @@ Status attention(const AttentionArgs& a) {
   return Status::Ok();
 }
 
+void merge_attention(const float* const* outs, const float* const* lses, int parts, int n, int d, float* out) {
+  for (int r = 0; r < n; ++r) {
+    float m = -INFINITY;
+    for (int p = 0; p < parts; ++p) m = std::max(m, lses[p][r]);
+    float* o = out + static_cast<size_t>(r) * d;
+    std::fill(o, o + d, 0.0f);
+    if (m == -INFINITY) continue;
+    double wsum = 0;
+    double w[8];
+    for (int p = 0; p < parts; ++p) wsum += (w[p] = lses[p][r] == -INFINITY ? 0.0 : std::exp(double(lses[p][r]) - m));
+    for (int p = 0; p < parts; ++p)
+      if (w[p] > 0)
+        for (int c = 0; c < d; ++c) o[c] += static_cast<float>(w[p] / wsum) * outs[p][static_cast<size_t>(r) * d + c];
+  }
+}
+
+Status attention_merged(std::vector<AttentionArgs> parts, float* out) {
+  if (parts.empty() || parts.size() > 8) return Status::Error("attention: 1 to 8 key ranges to merge");
+  const AttentionArgs& a = parts[0];
+  const size_t n_out = static_cast<size_t>(a.n_q) * a.n_q_heads;
+  std::vector<float> outs(parts.size() * n_out * a.d), lses(parts.size() * n_out);
+  std::vector<const float*> op, lp;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    parts[i].out = &outs[i * n_out * a.d];
+    parts[i].lse = &lses[i * n_out];
+    op.push_back(parts[i].out);
+    lp.push_back(parts[i].lse);
+    if (Status s = attention(parts[i]); !s.ok()) return s;
+  }
+  merge_attention(op.data(), lp.data(), static_cast<int>(parts.size()), static_cast<int>(n_out), a.d, out);
+  return Status::Ok();
+}
+
 }  // namespace tkv

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "codec/format.h"
 #include "util/status.h"
@@ -94,5 +95,8 @@ Status check_attention_args(const AttentionArgs& a);
 // weight is exp(lse_i - max lse); n rows of d ([n][d] outputs, [n] lse).
 // Rows whose parts all saw nothing are zero.
 void merge_attention(const float* const* outs, const float* const* lses, int parts, int n, int d, float* out);
+// Attention over disjoint key ranges, one AttentionArgs each (same queries;
+// their out and lse are set here), merged into out exactly.
+Status attention_merged(std::vector<AttentionArgs> parts, float* out);
 
 }  // namespace tkv

@@ -94,20 +94,4 @@ Status attention_ref(const AttentionArgs& a) {
   return Status::Ok();
 }
 
-void merge_attention(const float* const* outs, const float* const* lses, int parts, int n, int d, float* out) {
-  for (int r = 0; r < n; ++r) {
-    float m = -INFINITY;
-    for (int p = 0; p < parts; ++p) m = std::max(m, lses[p][r]);
-    float* o = out + static_cast<size_t>(r) * d;
-    std::fill(o, o + d, 0.0f);
-    if (m == -INFINITY) continue;
-    double wsum = 0;
-    double w[8];
-    for (int p = 0; p < parts; ++p) wsum += (w[p] = lses[p][r] == -INFINITY ? 0.0 : std::exp(double(lses[p][r]) - m));
-    for (int p = 0; p < parts; ++p)
-      if (w[p] > 0)
-        for (int c = 0; c < d; ++c) o[c] += static_cast<float>(w[p] / wsum) * outs[p][static_cast<size_t>(r) * d + c];
-  }
-}
-
 }  // namespace tkv

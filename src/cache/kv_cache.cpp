@@ -33,9 +33,7 @@ Expected<std::unique_ptr<KvCache>> KvCache::create_in(std::shared_ptr<BlockPool>
   c->seq_.resize(L.n_layer());
   for (size_t f : L.shape().state_floats) c->state_.emplace_back(f, 0.0f);
   if (L.has_windows()) {  // the ring: the most any window layer needs, in its own small pool
-    int ring = 0;
-    for (int l = 0; l < L.n_layer(); ++l) ring = std::max(ring, L.ring_tokens(l));
-    const int n = ring / kRingBlock;
+    const int n = L.max_ring_tokens() / kRingBlock;
     auto rp = BlockPool::create(c->layout_, kRingBlock, n, true);
     if (!rp) return rp.status();
     c->ring_pool_ = std::move(*rp);
@@ -92,13 +90,8 @@ uint64_t means_key(const SequenceMeans* m) {
 }  // namespace
 
 uint8_t* KvCache::hi_row(int layer, int t, int h, bool v, bool sink) {
-  BlockPool& P = *hi_pool_;
-  const LayerCodecs& L = layout_->protected_layout()->layer(layer);
-  const size_t rb = v ? L.v_row : L.k_row;
-  uint8_t* base = v ? P.v_base(layer) : P.k_base(layer);
-  const size_t bb = v ? P.v_block_bytes(layer) : P.k_block_bytes(layer);
-  const int32_t b = (sink ? hi_sinks_ : hi_view_)[t / kRingBlock];
-  return base + size_t(b) * bb + (size_t(h) * kRingBlock + t % kRingBlock) * rb;
+  const KvRows r = protected_rows(layer, v, sink);
+  return const_cast<uint8_t*>(r.row(t, h, r.token_stride, r.head_stride));
 }
 
 KvRows KvCache::protected_rows(int layer, bool v, bool sinks) const {
@@ -123,40 +116,26 @@ Status KvCache::attend(int layer, AttentionArgs a) const {
   if (!layout_->protects(layer) || seq_[layer].staging || a.window > 0 || a.causal_offset < 0) return attention(a);
   const KvCacheOptions& o = options();
   const int S = std::min(o.protect_sinks, a.n_kv), W = o.protect_recent;
-  const size_t n_out = size_t(a.n_q) * a.n_q_heads;
-  std::vector<float> outs(3 * n_out * a.d), lses(3 * n_out, -INFINITY);
-  const float* op[3];
-  const float* lp[3];
-  int parts = 0;
-  auto pass = [&](AttentionArgs b) -> Status {
-    b.out = &outs[parts * n_out * a.d];
-    b.lse = &lses[parts * n_out];
-    op[parts] = b.out;
-    lp[parts] = b.lse;
-    ++parts;
-    return attention(b);
-  };
+  std::vector<AttentionArgs> parts;
   AttentionArgs sinks = a, middle = a, recent = a;
   // Keys [0, S) at the protected width, before each query's recent window.
   sinks.k = protected_rows(layer, false, true);
   sinks.v = protected_rows(layer, true, true);
   sinks.n_kv = S;
   sinks.causal_lag = W;
-  if (S > 0)
-    if (Status s = pass(sinks); !s.ok()) return s;
+  if (S > 0) parts.push_back(sinks);
   // Keys [S, p - W + 1) at the base width.
   middle.kv_begin = S;
   middle.causal_lag = W;
-  if (Status s = pass(middle); !s.ok()) return s;
+  parts.push_back(middle);
   // Keys [p - W + 1, p] at the protected width, from the recent ring.
   if (W > 0) {
     recent.k = protected_rows(layer, false, false);
     recent.v = protected_rows(layer, true, false);
     recent.window = W;
-    if (Status s = pass(recent); !s.ok()) return s;
+    parts.push_back(recent);
   }
-  merge_attention(op, lp, parts, static_cast<int>(n_out), a.d, a.out);
-  return Status::Ok();
+  return attention_merged(std::move(parts), a.out);
 }
 
 Status KvCache::attend_step(int layer, int pos, int n, const float* k, const float* v, AttentionArgs a) {
@@ -188,8 +167,6 @@ Status KvCache::attend_step(int layer, int pos, int n, const float* k, const flo
         if (Status s = c->quantize(row.data(), 1, dst); !s.ok())
           return Status::Error("layer " + std::to_string(layer) + ", token " + std::to_string(pos + t) + ": " + s.message());
       }
-  const size_t n_out = size_t(a.n_q) * a.n_q_heads;
-  std::vector<float> outs(2 * n_out * a.d), lses(2 * n_out, -INFINITY);
   AttentionArgs old_rows = a, new_rows = a;
   old_rows.k = k_rows(layer);  // keys [p - W + 1, pos): the ring
   old_rows.v = v_rows(layer);
@@ -203,16 +180,10 @@ Status KvCache::attend_step(int layer, int pos, int n, const float* k, const flo
     x->mu_k = mu_k(layer);
     x->mu_v = mu_v(layer);
   }
-  old_rows.out = outs.data();
-  old_rows.lse = lses.data();
-  new_rows.out = outs.data() + n_out * a.d;
-  new_rows.lse = lses.data() + n_out;
-  if (pos > 0)
-    if (Status s = attention(old_rows); !s.ok()) return s;
-  if (Status s = attention(new_rows); !s.ok()) return s;
-  const float* op[2] = {old_rows.out, new_rows.out};
-  const float* lp[2] = {old_rows.lse, new_rows.lse};
-  merge_attention(op, lp, 2, static_cast<int>(n_out), a.d, a.out);
+  std::vector<AttentionArgs> parts;
+  if (pos > 0) parts.push_back(old_rows);
+  parts.push_back(new_rows);
+  if (Status s = attention_merged(std::move(parts), a.out); !s.ok()) return s;
   return append(layer, pos, n, k, v);
 }
 
@@ -254,19 +225,11 @@ double KvCache::side_bits(bool v) const {
   return s / n_layer();
 }
 
+// One addressing rule for writers and the attention kernels: KvRows::row.
+// The buffers are the pool's (writable); KvRows only carries them as const.
 uint8_t* KvCache::row(int layer, int t, int h, bool v) {
-  if (layout_->window(layer) > 0) {  // the ring
-    BlockPool& R = *ring_pool_;
-    const size_t rb = v ? layout_->layer(layer).v_row : layout_->layer(layer).k_row;
-    uint8_t* base = v ? R.v_base(layer) : R.k_base(layer);
-    const size_t bb = v ? R.v_block_bytes(layer) : R.k_block_bytes(layer);
-    return base + size_t(ring_view_[t / kRingBlock]) * bb + (size_t(h) * kRingBlock + t % kRingBlock) * rb;
-  }
-  const BlockPool& P = *pool_;
-  const size_t rb = v ? layout_->layer(layer).v_row : layout_->layer(layer).k_row;
-  uint8_t* base = v ? pool_->v_base(layer) : pool_->k_base(layer);
-  const size_t bb = v ? P.v_block_bytes(layer) : P.k_block_bytes(layer);
-  return base + size_t(table_[t >> P.block_shift()]) * bb + (size_t(h) * P.block_tokens() + (t & (P.block_tokens() - 1))) * rb;
+  const KvRows r = stored_rows(layer, v);
+  return const_cast<uint8_t*>(r.row(t, h, r.token_stride, r.head_stride));
 }
 
 void KvCache::fix_mean(Seq& S, int n, const float* k, const float* v) {
@@ -552,6 +515,12 @@ KvRows KvCache::rows(int layer, bool v) const {
     const size_t rb = layout_->f16().row_bytes();
     return {&layout_->f16(), v ? S.sv.data() : S.sk.data(), rb, rb * layout_->layer(layer).mean_rows};
   }
+  return stored_rows(layer, v);
+}
+
+// A layer's coded rows: the shared pool's blocks through the block table, or
+// a window layer's ring through its view table.
+KvRows KvCache::stored_rows(int layer, bool v) const {
   const LayerCodecs& L = layout_->layer(layer);
   const bool ring = layout_->window(layer) > 0;
   const BlockPool& P = ring ? *ring_pool_ : *pool_;

@@ -144,6 +144,7 @@ class KvCache {
     int written = 0;
   };
   KvRows rows(int layer, bool v) const;
+  KvRows stored_rows(int layer, bool v) const;
   uint8_t* row(int layer, int t, int h, bool v);
   Status quantize_rows(int layer, int pos, int n, const float* k, const float* v);
   void fix_mean(Seq& S, int n, const float* k, const float* v);

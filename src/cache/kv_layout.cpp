@@ -216,6 +216,12 @@ int KvLayout::ring_tokens(int l) const {
   return (need + kRingBlock - 1) / kRingBlock * kRingBlock;
 }
 
+int KvLayout::max_ring_tokens() const {
+  int ring = 0;
+  for (int l = 0; l < n_layer(); ++l) ring = std::max(ring, ring_tokens(l));
+  return ring;
+}
+
 bool KvLayout::compatible(const KvLayout& o) const {
   if (n_layer() != o.n_layer() || n_kv_heads_ != o.n_kv_heads_ || d_ != o.d_ || opt_.seed != o.opt_.seed) return false;
   if (shape_.window != o.shape_.window && (has_windows() || o.has_windows())) return false;

@@ -122,6 +122,8 @@ class KvLayout {
   // or more while a centred cache stages (its mean rows plus a step). 0 for a
   // full layer.
   int ring_tokens(int l) const;
+  // The ring a sequence keeps for all its window layers: the largest of theirs.
+  int max_ring_tokens() const;
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return d_; }
   const LayerCodecs& layer(int l) const { return layers_[l]; }

@@ -26,9 +26,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const KvCac
   if (!layout) return layout.status();
   // What each slot's sequence holds outside the pool: its sliding-window
   // ring and its recurrent state (fixed sizes), out of the budget first.
-  int ring = 0;
-  for (int l = 0; l < (*layout)->n_layer(); ++l) ring = std::max(ring, (*layout)->ring_tokens(l));
-  size_t fixed = size_t(ring) * (*layout)->bytes_per_token(true);
+  size_t fixed = size_t((*layout)->max_ring_tokens()) * (*layout)->bytes_per_token(true);
   for (size_t f : (*layout)->shape().state_floats) fixed += f * sizeof(float);
   if (fixed * size_t(opt.n_parallel) >= opt.kv_budget)
     return Status::Error("--kv-budget of " + std::to_string(opt.kv_budget >> 20) + " MiB does not hold the " +

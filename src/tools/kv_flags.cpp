@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "tools/arg_lists.h"
+
 namespace tkv {
 
 void add_kv_policy_flags(CLI::App* cmd, KvPolicyFlags& f) {
@@ -20,17 +22,16 @@ Status apply_kv_policy_flags(const KvPolicyFlags& f, const Model& m, KvCacheOpti
                                         f.policy.empty() ? 0 : m.fingerprint(), co);
   if (!st.ok() || f.protect.empty()) return st;
   // SINKS,RECENT[,FORMAT], after the preset: an explicit flag wins.
-  const std::string& p = f.protect;
-  const size_t c1 = p.find(','), c2 = c1 == std::string::npos ? c1 : p.find(',', c1 + 1);
-  auto number = [](const std::string& s, int& out) {
+  const std::vector<std::string> parts = split_list(f.protect);
+  auto count = [](const std::string& s, int& out) {
     if (s.empty() || s.size() > 8 || s.find_first_not_of("0123456789") != std::string::npos) return false;
     out = std::stoi(s);
     return true;
   };
-  if (c1 == std::string::npos || !number(p.substr(0, c1), co.protect_sinks) ||
-      !number(p.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1), co.protect_recent))
-    return Status::Error("--kv-protect '" + p + "': expected SINKS,RECENT[,FORMAT] (two counts, e.g. 4,64,q8_0)");
-  if (c2 != std::string::npos) co.protect_type = p.substr(c2 + 1);
+  if (parts.size() < 2 || parts.size() > 3 || f.protect.back() == ',' || !count(parts[0], co.protect_sinks) ||
+      !count(parts[1], co.protect_recent))
+    return Status::Error("--kv-protect '" + f.protect + "': expected SINKS,RECENT[,FORMAT] (two counts, e.g. 4,64,q8_0)");
+  if (parts.size() == 3) co.protect_type = parts[2];
   return Status::Ok();
 }
 
