@@ -81,6 +81,8 @@ Status delta_tensors(const ArchLoader& a, int il, LayerWeights& L) {
                                        {&L.ssm_norm, "ssm_norm.weight", c.ssm_v_dim, 1},
                                        {&L.wo, "ssm_out.weight", Dv, E}})
     if (Status s = a.load(*dst, il, name, cols, rows); !s.ok()) return s;
+  // The small tensors as floats once, not per forward pass.
+  L.delta = delta_net_weights(L.conv, L.dt_bias, L.ssm_a, L.ssm_norm, c.delta_shape());
   return Status::Ok();
 }
 

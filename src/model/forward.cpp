@@ -32,8 +32,6 @@ void rmsnorm(const float* x, const Matrix& w, int n, float eps, float* out, std:
 // Decode (a few rows) stays on the calling thread. Each row's arithmetic is
 // the same either way, so the bits do not depend on the thread count.
 constexpr int kParallelRows = 8;
-// The widest head the loader accepts (Model::from_file checks head_dim).
-constexpr int kMaxHeadDim = 1024;
 
 // rmsnorm of n_rows rows of width n, the weight dequantized once.
 void rmsnorm_rows(const float* x, int n_rows, const Matrix& w, int n, float eps, float* out, int threads) {
@@ -273,7 +271,7 @@ struct ForwardPass {
   // recurrence per sequence on its state, then the output projection.
   Status delta_layer(int l, int si) {
     const LayerWeights& L = M.layers_[l];
-    const DeltaNetShape sh{c.ssm_k_heads, c.ssm_v_heads, c.ssm_k_dim, c.ssm_v_dim, c.ssm_conv};
+    const DeltaNetShape sh = c.delta_shape();
     const int channels = sh.channels(), Dv = sh.v_heads * sh.v_dim;
     std::vector<float> qkv(size_t(n) * channels), z(size_t(n) * Dv), b(size_t(n) * sh.v_heads),
         al(size_t(n) * sh.v_heads), o(size_t(n) * Dv);
@@ -282,11 +280,10 @@ struct ForwardPass {
     mm(L.wz, h.data(), z.data());
     mm(L.w_beta, h.data(), b.data());
     mm(L.w_alpha, h.data(), al.data());
-    const DeltaNetWeights w = delta_net_weights(L.conv, L.dt_bias, L.ssm_a, L.ssm_norm, sh);
     for (size_t i : order) {
       const Model::BatchSeq& s = seqs[i];
       const size_t r = row0[i];
-      delta_net(sh, w, s.n, &qkv[r * channels], &z[r * Dv], &b[r * sh.v_heads], &al[r * sh.v_heads], c.eps,
+      delta_net(sh, L.delta, s.n, &qkv[r * channels], &z[r * Dv], &b[r * sh.v_heads], &al[r * sh.v_heads], c.eps,
                 s.cache->state(si), &o[r * Dv], threads);
     }
     mm(L.wo, o.data(), tmp.data());

@@ -12,11 +12,6 @@
 
 namespace tkv {
 
-namespace {
-// The widest head the loader accepts (the forward pass's stack buffers).
-constexpr int kMaxHeadDim = 1024;
-}  // namespace
-
 KvShape ModelConfig::kv_shape() const {
   KvShape s(n_kv_layer(), n_head_kv, head_dim);
   for (int l = 0; l < n_layer; ++l) {
@@ -35,11 +30,6 @@ int ModelConfig::n_kv_layer() const {
   int n = 0;
   for (int k : kv_layer) n += k >= 0;
   return n;
-}
-
-size_t ModelConfig::ssm_state_floats() const {
-  const size_t channels = size_t(2) * ssm_k_heads * ssm_k_dim + size_t(ssm_v_heads) * ssm_v_dim;
-  return size_t(std::max(0, ssm_conv - 1)) * channels + size_t(ssm_v_heads) * ssm_k_dim * ssm_v_dim;
 }
 
 std::string ModelConfig::describe() const {

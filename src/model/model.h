@@ -11,6 +11,7 @@
 
 #include "cache/kv_cache.h"
 #include "model/gguf.h"
+#include "model/delta_net.h"
 #include "model/matmul.h"
 #include "model/moe.h"
 #include "model/tokenizer.h"
@@ -18,6 +19,9 @@
 #include "util/status.h"
 
 namespace tkv {
+
+// The widest head the loader accepts (the forward pass's stack buffers hold it).
+constexpr int kMaxHeadDim = 1024;
 
 struct ModelConfig {
   std::string arch;
@@ -62,8 +66,9 @@ struct ModelConfig {
   // their windows, the recurrent state per sequence.
   KvShape kv_shape() const;
   int n_kv_layer() const;
+  DeltaNetShape delta_shape() const { return {ssm_k_heads, ssm_v_heads, ssm_k_dim, ssm_v_dim, ssm_conv}; }
   // f32 values of one recurrent layer's state: conv (conv-1 inputs) + delta-rule matrices.
-  size_t ssm_state_floats() const;
+  size_t ssm_state_floats() const { return ssm_conv > 0 ? delta_shape().state_floats() : 0; }
   // One line on the layer stack: the kinds of layers and their counts
   // ("26 layers: 22 sliding-window (512 tokens), 4 full attention"), experts.
   std::string describe() const;
@@ -79,6 +84,7 @@ struct LayerWeights {
   // (wz), per-head b (beta) and a (decay) projections, the convolution
   // [conv][channels], dt bias, A, the output norm and projection (wo).
   Matrix wqkv, wz, w_beta, w_alpha, conv, dt_bias, ssm_a, ssm_norm;
+  DeltaNetWeights delta;  // conv, dt_bias, A and the norm as floats, once at load
 };
 
 class Model {
