@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "model/arch.h"
 #include "model/quantize_weights.h"
 #include "util/fp16.h"
 #include "util/rng.h"
@@ -47,10 +48,8 @@ Vocab synthetic_vocab(int size) {
 }  // namespace
 
 Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, const std::string& out_path) {
-  const std::string known[] = {"llama", "qwen2", "qwen3", "phi3", "qwen3moe", "gemma3", "qwen35", "qwen35moe"};
-  if (std::find(std::begin(known), std::end(known), o.arch) == std::end(known))
-    return Status::Error("gen-model: --arch must be llama, qwen2, qwen3, phi3, qwen3moe, gemma3, qwen35 or qwen35moe, not '" +
-                         o.arch + "'");
+  if (!find_arch(o.arch))  // the runtime's table: every architecture it loads is one gen-model writes
+    return Status::Error("gen-model: --arch must be one of " + arch_names() + ", not '" + o.arch + "'");
   const bool moe = o.arch == "qwen3moe" || o.arch == "qwen35moe";
   const bool gemma = o.arch == "gemma3", q35 = o.arch == "qwen35" || o.arch == "qwen35moe";
   if (moe && (o.experts < 1 || o.experts_used < 1 || o.experts_used > o.experts))
