@@ -34,6 +34,13 @@ class Rotation {
   void inverse(const float* y, float* x, Impl impl = Impl::kSimd, int n = 1) const;
   // The matrix entry R[i][j] (for tests and tools; O(d) for Hadamard).
   double entry(int i, int j) const;
+  // The transform's data, for kernels that cannot call forward()/inverse()
+  // (codec/flat_format.h: the CUDA kernels): Hadamard signs and scale, or the
+  // dense Rᵀ (column i of R contiguous: forward) and R (inverse), row-major.
+  const std::vector<float>& hadamard_signs() const { return sign_; }
+  float hadamard_scale() const { return scale_; }
+  const std::vector<float>& dense_columns() const { return rt_; }
+  const std::vector<float>& dense_rows() const { return r_; }
 
  private:
   int d_ = 0;

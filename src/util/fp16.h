@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "util/hd.h"
+
 // Rows are written with memcpy of native integers: the byte layouts in
 // docs/FORMATS.md are little-endian, so only little-endian hosts are supported.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "turbokv formats are little-endian");
@@ -17,16 +19,16 @@ namespace tkv {
 // as 0, where inf would have made 0 * inf = NaN codes (a block of subnormals
 // in a KV file found this; ggml's q8_0/q4_0 arithmetic, which this matches
 // everywhere else, has the same hole).
-inline float recip_or_zero(float d) {
+TKV_HD inline float recip_or_zero(float d) {
   const float r = d != 0.0f ? 1.0f / d : 0.0f;
-  return std::isfinite(r) ? r : 0.0f;
+  return r - r == 0.0f ? r : 0.0f;  // finite (inf - inf and NaN - NaN are NaN)
 }
 
-inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+TKV_HD inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+TKV_HD inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
 // IEEE binary16, round to nearest even; overflow to +-inf, NaN kept as NaN.
-inline uint16_t f32_to_f16(float f) {
+TKV_HD inline uint16_t f32_to_f16(float f) {
   uint32_t x = f32_bits(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t ax = x & 0x7fffffffu;
@@ -42,7 +44,7 @@ inline uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | (ax >> 13));
 }
 
-inline float f16_to_f32(uint16_t h) {
+TKV_HD inline float f16_to_f32(uint16_t h) {
   uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -54,13 +56,13 @@ inline float f16_to_f32(uint16_t h) {
   return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-inline uint16_t f32_to_bf16(float f) {
+TKV_HD inline uint16_t f32_to_bf16(float f) {
   uint32_t x = f32_bits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
   x += 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>(x >> 16);
 }
-inline float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+TKV_HD inline float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
 
 // Norm storage: an unsigned float with 6 exponent bits and 10 mantissa bits
 // (fp16 precision, no sign bit since norms are >= 0). Range 2^-31 .. 2^32
@@ -68,14 +70,14 @@ inline float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) 
 // and 1e6 keep 11 significant bits. 0 encodes exactly 0; smaller values flush to 0.
 constexpr uint32_t kUNormExpBias = 127 - 32;  // float exponent of code exponent 0
 constexpr float kUNormMax = 4.29e9f;           // below the largest code (2^32 - 2^21)
-inline uint16_t f32_to_unorm16(float n) {      // n finite, >= 0, < kUNormMax
+TKV_HD inline uint16_t f32_to_unorm16(float n) {      // n finite, >= 0, < kUNormMax
   uint32_t x = f32_bits(n);
   if (x < ((kUNormExpBias + 1) << 23)) return 0;  // below 2^-31: zero
   x += 0xfffu + ((x >> 13) & 1u);                 // round to 10 mantissa bits
   uint32_t code = (x >> 13) - (kUNormExpBias << 10);
   return static_cast<uint16_t>(code > 0xffffu ? 0xffffu : code);
 }
-inline float unorm16_to_f32(uint16_t c) {
+TKV_HD inline float unorm16_to_f32(uint16_t c) {
   if (c == 0) return 0.0f;
   return bits_f32((static_cast<uint32_t>(c) + (kUNormExpBias << 10)) << 13);
 }
