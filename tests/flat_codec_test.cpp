@@ -29,7 +29,7 @@ std::vector<std::string> flat_formats() {
   return v;
 }
 
-std::unique_ptr<Codec> codec_for(const std::string& fmt, int d) {
+std::unique_ptr<Codec> flat_test_codec(const std::string& fmt, int d) {
   if (fmt.rfind("tqc", 0) == 0) {
     auto c = make_calibrated_codec(fmt, synthetic_head_basis(d, 11));
     EXPECT_TRUE(c.ok()) << c.status().message();
@@ -63,7 +63,7 @@ TEST(FlatCodec, QuantizeWritesTheReferenceBytesForEveryFormatAndHeadDim) {
   auto scratch = std::make_unique<flat::RowScratch>();
   for (int d : {64, 80, 96, 128, 256}) {
     for (const std::string& fmt : formats) {
-      auto codec = codec_for(fmt, d);
+      auto codec = flat_test_codec(fmt, d);
       ASSERT_TRUE(codec);
       std::vector<float> tables;
       auto ff = flatten_codec(*codec, tables);
@@ -97,7 +97,7 @@ TEST(FlatCodec, RotationsEqualTheRotationClass) {
   Rng rng(7);
   auto scratch = std::make_unique<flat::RowScratch>();
   for (int d : {64, 80, 96, 128, 256}) {
-    auto codec = codec_for("tq4", d);
+    auto codec = flat_test_codec("tq4", d);
     std::vector<float> tables;
     auto ff = flatten_codec(*codec, tables);
     ASSERT_TRUE(ff.ok());
@@ -116,7 +116,7 @@ TEST(FlatCodec, BadRowsAreRefusedAsTheCodecRefusesThem) {
   auto scratch = std::make_unique<flat::RowScratch>();
   const flat::SerialCtx ctx;
   for (const char* fmt : {"f16", "q8_0", "q4_0r", "tq3", "tq4-ip"}) {
-    auto codec = codec_for(fmt, 64);
+    auto codec = flat_test_codec(fmt, 64);
     std::vector<float> tables;
     auto ff = flatten_codec(*codec, tables);
     ASSERT_TRUE(ff.ok());
@@ -132,7 +132,7 @@ TEST(FlatCodec, BadRowsAreRefusedAsTheCodecRefusesThem) {
   }
   // Rows only the codec reads have no flat program, and say so.
   for (const char* fmt : {"tq2-qjl", "tt2"}) {
-    auto codec = codec_for(fmt, 64);
+    auto codec = flat_test_codec(fmt, 64);
     std::vector<float> tables;
     auto ff = flatten_codec(*codec, tables);
     ASSERT_FALSE(ff.ok());
