@@ -10,6 +10,10 @@ namespace tkv::cuda {
 bool available(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaErrorInsufficientDriver) {
+    if (why) *why = "no NVIDIA driver on this machine, or one older than this build's CUDA runtime needs";
+    return false;
+  }
   if (e != cudaSuccess) {
     if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
     return false;

@@ -20,6 +20,7 @@
 #include "attention/attention.h"
 #include "codec/calibrated.h"
 #include "codec/format.h"
+#include "cuda/cuda_backend.h"
 #include "tools/arg_lists.h"
 #include "tools/common_flags.h"
 #include "tools/json_text.h"
@@ -49,6 +50,7 @@ struct Options {
   std::string basis_kv;  // "K.bin[,V.bin]": tqc bases fitted on real rows instead of synthetic ones
   bool basis_kv_given = false;
   std::string simd;      // force one SIMD target (its Highway name), as on a machine without the better ones
+  std::string device = "cpu";  // cpu, or cuda (src/cuda/: the GPU's kernels, timed with CUDA events)
 };
 
 struct Quantized {
@@ -73,7 +75,16 @@ struct Quantized {
 
 int run(const Options& o) {
   const auto ctxs = parse_int_list(o.ctx, "--ctx", 1);
-  const auto threads = parse_threads_list(o.threads, default_threads());
+  const bool gpu = o.device == "cuda";
+  std::string gpu_name;
+  if (gpu) {
+    auto info = cuda::device_info();
+    if (!info) throw std::invalid_argument("--device cuda: " + info.error());
+    gpu_name = info->name + " (" + std::to_string(info->sm_count) + " SMs, " +
+               std::to_string(info->memory_bytes >> 30) + " GiB)";
+  }
+  // On the GPU the thread count is the kernels' own: one row per setting.
+  const auto threads = gpu ? std::vector<int>{1} : parse_threads_list(o.threads, default_threads());
   if (o.q_heads % o.kv_heads != 0) throw std::invalid_argument("--q-heads must be a multiple of --kv-heads");
   auto fk = parse_format_list(o.formats.empty() ? o.ctk : o.formats);
   if (!fk) throw std::invalid_argument(fk.error());
@@ -101,11 +112,27 @@ int run(const Options& o) {
   const int d = o.d, H = o.kv_heads;
   const size_t max_rows = size_t(max_ctx) * H;
 
-  const auto bw = measure_bandwidth(max_threads);
-  const double copy_bw = bw.copy_gbs, read_bw = bw.read_gbs;
+  double copy_bw = 0, read_bw = 0;
   std::map<int, double> fma_gflops;  // per thread count: the compute ceiling
-  for (int th : threads) fma_gflops[th] = measure_fma_gflops(th);
-  if (!o.json) {
+  if (gpu) {
+    // The GPU's device-to-device copy (read + write traffic) is the ceiling
+    // of a kernel that streams the cache; its compute peak is not measured.
+    auto bw = cuda::copy_bandwidth_gbs();
+    if (!bw) throw std::runtime_error("--device cuda: " + bw.error());
+    copy_bw = read_bw = *bw;
+    fma_gflops[1] = 0.0;
+  } else {
+    const auto bw = measure_bandwidth(max_threads);
+    copy_bw = bw.copy_gbs;
+    read_bw = bw.read_gbs;
+    for (int th : threads) fma_gflops[th] = measure_fma_gflops(th);
+  }
+  if (gpu && !o.json) {
+    std::cout << "bench-attn: CUDA on " << gpu_name << ", d " << d << ", " << H << " KV heads, " << o.q_heads
+              << " query heads; copy bandwidth " << copy_bw << " GB/s (read+write traffic, device to device)\n"
+              << "  floor per decode step: memory = KV bytes / copy bandwidth; times are CUDA events around the "
+                 "kernels (rows already on the GPU; a prefill also quantizes its rows there)\n";
+  } else if (!o.json) {
     std::cout << "bench-attn: " << simd_current_target() << ", d " << d << ", " << H << " KV heads, " << o.q_heads << " query heads; copy bandwidth "
               << copy_bw << " GB/s (read+write traffic, " << max_threads << " threads), read-only " << read_bw
               << " GB/s\n";
@@ -258,16 +285,23 @@ int run(const Options& o) {
             Status s = attention(a);
             if (!s.ok()) throw std::runtime_error(s.message());
           };
-          step();  // warm-up
-          std::vector<double> times;
-          const auto t_all = Clock::now();
-          while (times.size() < 3 || (seconds_since(t_all) < o.min_time && times.size() < 100000)) {
-            const auto t0 = Clock::now();
-            step();
-            times.push_back(seconds_since(t0));
+          double t = 0;
+          if (gpu) {
+            auto ms = cuda::time_attention(a, prefill ? kf.data() : nullptr, prefill ? vf.data() : nullptr, o.min_time);
+            if (!ms) throw std::runtime_error(tk + "/" + tv + " ctx " + std::to_string(ctx) + ": " + ms.error());
+            t = *ms * 1e-3;
+          } else {
+            step();  // warm-up
+            std::vector<double> times;
+            const auto t_all = Clock::now();
+            while (times.size() < 3 || (seconds_since(t_all) < o.min_time && times.size() < 100000)) {
+              const auto t0 = Clock::now();
+              step();
+              times.push_back(seconds_since(t0));
+            }
+            std::sort(times.begin(), times.end());
+            t = times[times.size() / 2];
           }
-          std::sort(times.begin(), times.end());
-          const double t = times[times.size() / 2];
           const double kv_bytes = double(ctx) * H * (K.codec->row_bytes() + V.codec->row_bytes());
           const double tps = n_q / t;
           const double gbs = prefill ? 0.0 : kv_bytes / t / 1e9;
@@ -279,7 +313,7 @@ int run(const Options& o) {
           const double visible = prefill ? 0.5 * double(ctx) * (ctx + 1) : double(ctx);
           const double flops = 4.0 * o.q_heads * d * visible;
           const double floor_mem_ms = kv_bytes / (read_bw * 1e9) * 1e3;
-          const double floor_flop_ms = flops / (fma_gflops[th] * 1e9) * 1e3;
+          const double floor_flop_ms = fma_gflops[th] > 0 ? flops / (fma_gflops[th] * 1e9) * 1e3 : 0.0;
           nlohmann::json r = {{"type_k", tk},
                               {"type_v", tv},
                               {"ctx", ctx},
@@ -300,7 +334,8 @@ int run(const Options& o) {
                               {"q_heads", o.q_heads},
                               {"layout", o.layout},
                               {"tqc_bases", o.basis_kv.empty() ? "synthetic" : o.basis_kv},
-                              {"simd", simd_current_target()}};
+                              {"simd", gpu ? std::string("cuda") : simd_current_target()},
+                              {"device", gpu ? gpu_name : std::string("cpu")}};
           if (vs_f16 > 0) r["speedup_vs_f16"] = vs_f16;
           results.push_back(r);
           if (!o.json) {
@@ -337,6 +372,8 @@ void register_bench_attn(CLI::App& app) {
   cmd->add_option_function<std::string>("--basis-kv", [opt](const std::string& v) { opt->basis_kv = v; opt->basis_kv_given = true; },
                   "tqc formats: fit each KV head's basis on a KV file's rows (K.bin or K.bin,V.bin; head h uses the "
                   "file's head h mod its heads) instead of synthetic variances 1 to 1/16");
+  cmd->add_option("--device", opt->device, "cpu, or cuda: the GPU kernels, with the GPU's copy bandwidth as the ceiling")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--json", opt->json, "print a JSON list");
   cmd->add_option("--layout", opt->layout, "cache layout: head (head-major, each head's rows contiguous) or token")
       ->check(CLI::IsMember({"head", "token"}));
