@@ -95,7 +95,7 @@ class Codec {
 // tqB.5 (B = 1..7, B.5 bits per value in total, norm included), each with an
 // optional suffix -nc (norm correction) or -ip (unbiased inner products), then
 // optionally -qjl (a 1-bit sign sketch of the residual); ttB (B = 1..4, a
-// 64-state bitshift trellis). d from 8 to 1024 (q
+// 64-state bitshift trellis); te8 (E8 lattice, 2 bits, d a multiple of 8). d from 8 to 1024 (q
 // formats: any d, the last block zero-padded); the seed picks the rotation.
 Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64_t seed = kDefaultSeed);
 
@@ -110,5 +110,6 @@ std::unique_ptr<Codec> make_llama_codec(std::string_view name, int d, uint64_t s
 std::unique_ptr<Codec> make_turbo_codec(std::string_view name, int d, uint64_t seed);
 std::unique_ptr<Codec> make_qjl_codec(std::string_view name, int d, uint64_t seed);
 std::unique_ptr<Codec> make_trellis_codec(std::string_view name, int d, uint64_t seed);
+std::unique_ptr<Codec> make_lattice_codec(std::string_view name, int d, uint64_t seed);
 
 }  // namespace tkv

@@ -60,6 +60,10 @@ Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64
     return Status::Error("format " + std::string(name) +
                          ": calibrated formats need a calibration (a policy from `turbokv calibrate`, "
                          "or kv-stats --calibrated)");
+  } else if (name == "te8") {
+    if (d % 8 != 0)
+      return Status::Error("format te8: head dim " + std::to_string(d) + " is not a multiple of 8 (the E8 groups)");
+    c = make_lattice_codec(name, d, seed);
   } else if (name.substr(0, 2) == "tt") {
     c = make_trellis_codec(name, d, seed);
   } else if (name.substr(0, 2) == "tq" && name.size() > 4 && name.substr(name.size() - 4) == "-qjl") {
@@ -71,7 +75,7 @@ Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64
     std::string known;
     for (const auto& n : all_format_names()) known += (known.empty() ? "" : " ") + n;
     return Status::Error("unknown KV format '" + std::string(name) + "' (known: " + known +
-                         ", and tq1..tq8, tq1.5..tq7.5 with optional -nc or -ip, then optional -qjl; tt1..tt4)");
+                         ", and tq1..tq8, tq1.5..tq7.5 with optional -nc or -ip, then optional -qjl; tt1..tt4; te8)");
   }
   return c;
 }
