@@ -25,8 +25,10 @@ namespace {
 // Absolute-value patterns as odd integers 2|y_i| in {1, 3, 5}.
 struct Tables {
   std::array<std::array<uint8_t, 8>, 256> pat;
-  std::array<float, 256> norm2;   // |pattern|^2 in lattice units
+  std::array<float, 256> norm2;   // |pattern|^2 in lattice units (ascending)
   std::vector<int16_t> index;     // base-3 key of a pattern -> its entry, or -1
+  float half[8][256];             // pattern values (lattice units), coordinate-major for the search
+  uint8_t threes[256];            // parity of the number of 3/2 values
 };
 
 int key_of(const uint8_t* v) {
@@ -66,6 +68,12 @@ const Tables& tables() {
       for (int j = 0; j < 8; ++j) n2 += 0.25f * t.pat[i][j] * t.pat[i][j];
       t.norm2[i] = n2;
       t.index[key_of(t.pat[i].data())] = static_cast<int16_t>(i);
+      int threes = 0;
+      for (int j = 0; j < 8; ++j) {
+        t.half[j][i] = 0.5f * t.pat[i][j];
+        threes += t.pat[i][j] == 3;
+      }
+      t.threes[i] = static_cast<uint8_t>(threes & 1);
     }
     return t;
   }();
@@ -108,68 +116,105 @@ bool e8_is_lattice_point(const float* v) {
   return false;
 }
 
+namespace {
+
+// The nearest point of D8 + 1/2 to z (Conway and Sloane: each coordinate to
+// its nearest odd half; if the coordinates minus 1/2 sum to an odd integer,
+// the farthest one to its other neighbour), as n_i = y_i - 1/2; returns
+// the squared distance.
+float nearest_d8_half(const float* z, int* n) {
+  int sum = 0, worst = 0;
+  float worst_gap = -1;
+  for (int i = 0; i < 8; ++i) {
+    n[i] = static_cast<int>(std::floor(z[i]));
+    sum += n[i];
+    const float gap = std::fabs(z[i] - (n[i] + 0.5f));
+    if (gap > worst_gap) { worst_gap = gap; worst = i; }
+  }
+  if (sum & 1) n[worst] += z[worst] > n[worst] + 0.5f ? 1 : -1;
+  float dist = 0;
+  for (int i = 0; i < 8; ++i) dist += (z[i] - (n[i] + 0.5f)) * (z[i] - (n[i] + 0.5f));
+  return dist;
+}
+
+}  // namespace
+
 uint16_t e8_encode(const float* w, float* err) {
   const Tables& t = tables();
+  float z[2][8], zz[2] = {0, 0}, dist[2];
+  int n[2][8];
+  for (int sh = 0; sh < 2; ++sh) {
+    for (int i = 0; i < 8; ++i) {
+      z[sh][i] = w[i] - (sh ? -0.25f : 0.25f);
+      zz[sh] += z[sh][i] * z[sh][i];
+    }
+    dist[sh] = nearest_d8_half(z[sh], n[sh]);
+  }
+  // Shifts in order of their unrestricted nearest distance, a lower bound of
+  // what the table can do: a shift whose bound is no better than the best
+  // point found is skipped.
+  const int order[2] = {dist[1] < dist[0] ? 1 : 0, dist[1] < dist[0] ? 0 : 1};
   float best = INFINITY;
   uint16_t code = 0;
-  for (int sh = 0; sh < 2; ++sh) {
-    float z[8], zz = 0;
-    for (int i = 0; i < 8; ++i) {
-      z[i] = w[i] - (sh ? -0.25f : 0.25f);
-      zz += z[i] * z[i];
-    }
-    // Nearest point of D8 + 1/2: each coordinate to its nearest odd half;
-    // if the parity is wrong, the worst one to its other neighbour.
-    int n[8], sum = 0, worst = 0;
-    float worst_gap = -1;
-    for (int i = 0; i < 8; ++i) {
-      n[i] = static_cast<int>(std::floor(z[i]));
-      sum += n[i];
-      const float gap = std::fabs(z[i] - (n[i] + 0.5f));
-      if (gap > worst_gap) { worst_gap = gap; worst = i; }
-    }
-    if (sum & 1) n[worst] += z[worst] > n[worst] + 0.5f ? 1 : -1;
+  for (int sh : order) {
+    if (dist[sh] >= best) break;
     uint8_t v[8];
     bool small = true;
     for (int i = 0; i < 8; ++i) {
-      const int a = std::abs(2 * n[i] + 1);
+      const int a = std::abs(2 * n[sh][i] + 1);
       small = small && a <= 5;
       v[i] = static_cast<uint8_t>(a);
     }
     const int entry = small ? t.index[key_of(v)] : -1;
-    int pick = entry;
-    int sign_bits = 0;
-    float dist;
-    if (entry >= 0) {
-      dist = 0;
-      for (int i = 0; i < 8; ++i) {
-        const float e = z[i] - (n[i] + 0.5f);
-        dist += e * e;
-        if (2 * n[i] + 1 < 0 && i < 7) sign_bits |= 1 << i;
-      }
-    } else {
-      // Outside the table: the best signs of every pattern.
-      dist = INFINITY;
-      for (int p = 0; p < 256; ++p) {
-        const auto& a = t.pat[p];
-        float score = 0, weakest = INFINITY;
-        int parity = 0, wi = 0, bits = 0;
-        for (int i = 0; i < 8; ++i) {
-          const int s = z[i] < 0 ? -1 : 1;
-          const float c = 0.5f * a[i] * std::fabs(z[i]);
-          score += c;
-          parity += half_int(s, a[i]);
-          if (s < 0) bits |= 1 << i;
-          if (c < weakest) { weakest = c; wi = i; }
-        }
-        if (parity & 1) { score -= 2 * weakest; bits ^= 1 << wi; }
-        const float dd = zz + t.norm2[p] - 2 * score;
-        if (dd < dist) { dist = dd; pick = p; sign_bits = bits & 0x7f; }
-      }
+    if (entry >= 0) {  // the nearest lattice point is in the table
+      int sign_bits = 0;
+      for (int i = 0; i < 7; ++i)
+        if (2 * n[sh][i] + 1 < 0) sign_bits |= 1 << i;
+      best = dist[sh];
+      code = static_cast<uint16_t>(entry | sign_bits << 8 | sh << 15);
+      continue;
     }
-    if (dist < best) {
-      best = dist;
-      code = static_cast<uint16_t>(pick | sign_bits << 8 | sh << 15);
+    // Outside the table: the best signs of every pattern. With signs from
+    // z, y = s (.) a is in D8 + 1/2 when the number of 3/2 values plus the
+    // number of negative signs is even (y_i - 1/2 is odd exactly for +3/2,
+    // -1/2 and -5/2); otherwise the sign of the weakest term a_i |z_i|
+    // flips. Distances for all 256 in one vectorizable pass, then the least.
+    const float* zs = z[sh];
+    float az[8];
+    int neg = 0;
+    for (int i = 0; i < 8; ++i) {
+      az[i] = std::fabs(zs[i]);
+      neg += zs[i] < 0;
+    }
+    float dd[256], weak[256];
+    for (int p = 0; p < 256; ++p) {
+      dd[p] = 0.0f;
+      weak[p] = INFINITY;
+    }
+    for (int i = 0; i < 8; ++i)  // patterns innermost: contiguous, vectorized
+      for (int p = 0; p < 256; ++p) {
+        const float c = t.half[i][p] * az[i];
+        dd[p] += c;
+        weak[p] = weak[p] < c ? weak[p] : c;
+      }
+    for (int p = 0; p < 256; ++p) {
+      const float fix = ((t.threes[p] + neg) & 1) ? 2 * weak[p] : 0.0f;
+      dd[p] = zz[sh] + t.norm2[p] - 2 * (dd[p] - fix);
+    }
+    int pick = 0;
+    for (int p = 1; p < 256; ++p)
+      if (dd[p] < dd[pick]) pick = p;
+    if (dd[pick] < best) {
+      int bits = 0, wi = 0;
+      float weakest = INFINITY;
+      for (int i = 0; i < 8; ++i) {
+        if (zs[i] < 0) bits |= 1 << i;
+        const float c = t.half[i][pick] * az[i];
+        if (c < weakest) { weakest = c; wi = i; }
+      }
+      if ((t.threes[pick] + neg) & 1) bits ^= 1 << wi;
+      best = dd[pick];
+      code = static_cast<uint16_t>(pick | (bits & 0x7f) << 8 | sh << 15);
     }
   }
   if (err) *err = best;
