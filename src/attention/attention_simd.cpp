@@ -17,15 +17,13 @@
 #include <hwy/aligned_allocator.h>
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
+// Row decoders per kind (Decode, RowScale) and the DF/DI/DU tags.
+#include "attention/row_decode-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tkv::attn {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-using DF = hn::ScalableTag<float>;
-using DI = hn::RebindToSigned<DF>;
-using DU = hn::RebindToUnsigned<DF>;
 
 int Lanes() { return static_cast<int>(hn::Lanes(DF())); }
 
@@ -40,6 +38,8 @@ bool FastOk(const RowLayout& L, int d) {
     case RowLayout::Kind::kQ8_0:
     case RowLayout::Kind::kQ4_0:
       return 32 % N == 0;
+    case RowLayout::Kind::kE8:
+      return d % 8 == 0 && (N <= 8 || N == 16);  // a chunk is part of a group, or two
     case RowLayout::Kind::kOpaque: return false;  // rows only the codec decodes
     case RowLayout::Kind::kTurbo:
       if (N < 8) return false;  // planes need whole bytes per chunk
@@ -161,59 +161,6 @@ HWY_INLINE hn::Vec<DU> LaneWords(const TurboConsts& tc, const uint8_t* src, int 
   // Else (4 bits on AVX-512): N·lane_bits <= 64 bits, inside one 16-byte load.
   const auto words = hn::LoadDup128(du, reinterpret_cast<const uint32_t*>(src));
   return hn::Shr(hn::TableLookupLanes(words, tc.idx4), tc.sh[j]);
-}
-
-using Kind = RowLayout::Kind;
-
-// A q8_0/q4_0 block's f16 scale broadcast to all lanes (hardware f16 -> f32).
-HWY_INLINE hn::Vec<DF> BlockScale(const uint8_t* blk) {
-  const DF df;
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  const hn::Rebind<uint16_t, DF> du16;
-  uint16_t h;
-  std::memcpy(&h, blk, 2);
-  return hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16, h)));
-}
-
-// N values of a non-tq row starting at coordinate c (a multiple of N), in the
-// coding domain (tq rows are read by BlockLoop).
-template <Kind KIND>
-HWY_INLINE hn::Vec<DF> Decode(int c, const uint8_t* row) {
-  static_assert(KIND != Kind::kTurbo, "tq rows are read by BlockLoop");
-  const DF df;
-  const DI di;
-  if constexpr (KIND == Kind::kF32) {
-    return hn::LoadU(df, reinterpret_cast<const float*>(row) + c);
-  } else if constexpr (KIND == Kind::kF16) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + c));
-  } else if constexpr (KIND == Kind::kBF16) {
-    const hn::Rebind<hwy::bfloat16_t, DF> db;
-    return hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(row) + c));
-  } else if constexpr (KIND == Kind::kQ8_0) {
-    const hn::Rebind<int8_t, DI> d8;
-    const uint8_t* blk = row + (c / 32) * 34;
-    const auto q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2 + c % 32)));
-    return hn::Mul(hn::ConvertTo(df, q), BlockScale(blk));
-  } else {  // kQ4_0
-    const hn::Rebind<uint8_t, DI> d8;
-    const uint8_t* blk = row + (c / 32) * 18;
-    const int o = c % 32;
-    auto b = hn::PromoteTo(di, hn::LoadU(d8, blk + 2 + (o & 15)));
-    b = o < 16 ? hn::And(b, hn::Set(di, 15)) : hn::ShiftRight<4>(b);
-    return hn::Mul(hn::ConvertTo(df, hn::Sub(b, hn::Set(di, 8))), BlockScale(blk));
-  }
-}
-
-template <Kind KIND>
-HWY_INLINE float RowScale(const uint8_t* row) {
-  if constexpr (KIND == Kind::kTurbo) {
-    uint16_t h;
-    std::memcpy(&h, row, 2);
-    return unorm16_to_f32(h);
-  } else {
-    return 1.0f;
-  }
 }
 
 // Copies rows that end within 16 bytes of the buffer end, so decoders may
@@ -644,6 +591,7 @@ Kind PrepareRows(const RowReader& R, const TurboConsts& tc, const RowSource& src
                  int nb, int limit_rows, int G, BlockRows& B, float* dec) {
   const int dp = R.dp;
   const bool turbo = R.layout.kind == Kind::kTurbo;
+  const bool scaled = turbo || R.layout.kind == Kind::kE8;  // a 16-bit row scale first
   const bool wide_loads = turbo && R.fast;  // tq decoders load 16 bytes past a row
   B.ahead_bytes = R.row_bytes;
   for (int i = 0; i < nb; ++i) {
@@ -653,7 +601,7 @@ Kind PrepareRows(const RowReader& R, const TurboConsts& tc, const RowSource& src
     B.row[i] = row;
     const int fut = b0 + i + kPrefetchRows;
     B.ahead[i] = fut < limit_rows ? src.at(fut, h) : nullptr;
-    B.scale[i] = turbo ? RowScale<Kind::kTurbo>(row) : 1.0f;
+    B.scale[i] = scaled ? RowScale<Kind::kTurbo>(row) : 1.0f;
   }
   if (R.fast && G <= 4) return R.layout.kind;
   if (R.fast) {
@@ -681,6 +629,7 @@ void ByKind(Kind k, Args&&... args) {  // calls F<k>::Run(args...)
     case Kind::kQ8_0: F<Kind::kQ8_0>::Run(args...); break;
     case Kind::kQ4_0: F<Kind::kQ4_0>::Run(args...); break;
     case Kind::kTurbo: F<Kind::kTurbo>::Run(args...); break;
+    case Kind::kE8: F<Kind::kE8>::Run(args...); break;
     case Kind::kOpaque: break;  // never fast (FastOk): PrepareRows decodes these to f32
   }
 }

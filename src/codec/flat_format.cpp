@@ -36,9 +36,10 @@ Expected<FlatFormat> flatten_codec(const Codec& codec, std::vector<float>& table
     case RowLayout::Kind::kTurbo:
       f.kind = codec.family() == FormatFamily::kCalibrated ? FlatFormat::kCalibrated : FlatFormat::kTurbo;
       break;
+    case RowLayout::Kind::kE8:
     case RowLayout::Kind::kOpaque:
       return Status::Error("format " + codec.name() +
-                           " has no flat row program (QJL and trellis rows are read by the codec only)");
+                           " has no flat row program (QJL, trellis and lattice rows are not on the GPU)");
   }
   if (f.kind == FlatFormat::kTurbo && codec.family() != FormatFamily::kTurbo)
     return Status::Error("format " + codec.name() + ": unexpected code layout for a flat row program");

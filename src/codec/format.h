@@ -21,8 +21,10 @@ enum class FormatFamily { kPlain, kLlamaBlock, kTurbo, kCalibrated };
 // What attention kernels need to read rows without going through Codec:
 // the kind of row, and for tq rows the code planes and centroid tables.
 struct RowLayout {
-  // kOpaque: rows only the codec decodes (no fast reader; QJL residuals).
-  enum class Kind { kF32, kF16, kBF16, kQ8_0, kQ4_0, kTurbo, kOpaque };
+  // kE8: te8 rows (a 16-bit scale, then a 16-bit E8 code per 8 coordinates;
+  // codec/lattice.h). kOpaque: rows only the codec decodes (no fast reader;
+  // QJL residuals, trellis codes).
+  enum class Kind { kF32, kF16, kBF16, kQ8_0, kQ4_0, kTurbo, kE8, kOpaque };
   struct Plane {
     int width = 0;      // bits per code in this plane: 1, 2, 4 or 8
     int shift = 0;      // where these bits go in the code

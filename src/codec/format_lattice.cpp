@@ -7,7 +7,7 @@
 // D8 + 1/2 in each half of the coset, which is the answer whenever the
 // rounded point is in the table; otherwise the best sign pattern of each of
 // the 256 absolute-value patterns (a search only rows with outliers need).
-// Rows decode through the codec (RowLayout kind kOpaque).
+// The attention kernels read rows in place (RowLayout kind kE8, kE8Tables).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -221,6 +221,19 @@ uint16_t e8_encode(const float* w, float* err) {
   return code;
 }
 
+const E8Tables kE8Tables = [] {
+  E8Tables e{};
+  const Tables& t = tables();
+  for (int p = 0; p < 256; ++p) {
+    for (int i = 0; i < 8; ++i) {
+      e.values[p][i] = 0.5f * t.pat[p][i];
+      e.signs[p][i] = (p >> i) & 1 ? 0x80000000u : 0u;
+    }
+    e.threes[p] = t.threes[p];
+  }
+  return e;
+}();
+
 namespace {
 
 class LatticeCodec final : public Codec {
@@ -229,7 +242,7 @@ class LatticeCodec final : public Codec {
       : Codec(std::string(name), d, FormatFamily::kTurbo) {
     rotation_ = std::move(rot);
     row_bytes_ = 2 + 2 * static_cast<size_t>(d / 8);
-    layout_.kind = RowLayout::Kind::kOpaque;
+    layout_.kind = RowLayout::Kind::kE8;
     layout_.d = d;
   }
 

@@ -29,4 +29,15 @@ uint16_t e8_encode(const float* w, float* err = nullptr);
 // Whether the 8 values are a point of E8 + 1/4 (tests: the decoder returns lattice points).
 bool e8_is_lattice_point(const float* v);
 
+// What the attention kernels read te8 rows with (filled at program start):
+// the table's patterns as values, sign-bit masks by 8-bit sign pattern, and
+// each pattern's parity of 3/2 values (coordinate 7 is negative when that
+// plus the number of negative signs among coordinates 0-6 is odd).
+struct E8Tables {
+  alignas(64) float values[256][8];
+  alignas(64) uint32_t signs[256][8];  // lane i: 0x80000000 when bit i of the index is set
+  uint8_t threes[256];
+};
+extern const E8Tables kE8Tables;
+
 }  // namespace tkv
