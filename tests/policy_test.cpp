@@ -204,7 +204,7 @@ TEST(Policy, CachesFromPoliciesAndPresetsRunAndCountBytesExactly) {
   std::vector<int32_t> long_toks;
   while (long_toks.size() < 90) long_toks.insert(long_toks.end(), toks.begin(), toks.end());
   long_toks.resize(90);
-  for (const char* p : {"quality", "balanced", "compact", "tiny"}) {
+  for (const char* p : {"quality", "balanced", "compact", "tiny", "tiny-e8"}) {
     SCOPED_TRACE(p);
     // "| quality | tq5-ip | tq4.5-ip | tq6-ip | tq5-ip | ..."
     const size_t row = rd.find(std::string("\n| ") + p + " | ");
@@ -227,7 +227,7 @@ TEST(Policy, CachesFromPoliciesAndPresetsRunAndCountBytesExactly) {
       EXPECT_EQ((*pc)->type_k(l), cells[edge ? 3 : 1]) << "layer " << l;
       EXPECT_EQ((*pc)->type_v(l), cells[edge ? 4 : 2]) << "layer " << l;
     }
-    EXPECT_EQ(po.protect_recent, std::string(p) == "tiny" ? 16 : 0);
+    EXPECT_EQ(po.protect_recent, std::string(p).rfind("tiny", 0) == 0 ? 16 : 0);
     ASSERT_TRUE(fx.model->forward(long_toks.data(), 60, 0, **pc, 1, logits.data()).ok());
     for (int l = 0; l < c.n_layer; ++l) EXPECT_TRUE((*pc)->staging(l)) << "60 of the 64 mean rows: still staged";
     ASSERT_TRUE(fx.model->forward(long_toks.data() + 60, 30, 60, **pc, 1, logits.data()).ok());

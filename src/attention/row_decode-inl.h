@@ -46,8 +46,7 @@ HWY_INLINE hn::Vec<D8> E8Group(D8 d8, const uint8_t* row, int g, int o) {
   const uint8_t* cp = row + 2 + 2 * g;
   const unsigned code = cp[0] | static_cast<unsigned>(cp[1]) << 8;
   const unsigned p = code & 255;
-  unsigned m = (code >> 8) & 127;
-  m |= ((kE8Tables.threes[p] + static_cast<unsigned>(__builtin_popcount(m))) & 1u) << 7;
+  const unsigned m = kE8Tables.full_signs[kE8Tables.threes[p]][(code >> 8) & 127];
   auto v = hn::LoadU(d8, &kE8Tables.values[p][o]);
   v = hn::BitCast(d8, hn::Xor(hn::BitCast(du8, v), hn::LoadU(du8, &kE8Tables.signs[m][o])));
   return hn::Add(v, hn::Set(d8, (code >> 15) ? -0.25f : 0.25f));

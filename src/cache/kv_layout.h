@@ -50,7 +50,8 @@ struct KvCacheOptions {
 
 // Named per-layer plain formats for users who do not calibrate (README):
 // "quality", "balanced", "compact", "tiny" (2-2.5 bits with protected recent
-// tokens). Fails on another name.
+// tokens), "tiny-e8" (tiny's protection over E8 lattice rows). Fails on
+// another name.
 Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o);
 // The per-layer choice every cache builder offers: a policy file (read and,
 // with model != 0, checked to be that model's) or a preset; neither leaves o

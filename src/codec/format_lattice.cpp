@@ -231,6 +231,9 @@ const E8Tables kE8Tables = [] {
     }
     e.threes[p] = t.threes[p];
   }
+  for (int th = 0; th < 2; ++th)
+    for (int m = 0; m < 128; ++m)
+      e.full_signs[th][m] = static_cast<uint8_t>(m | ((th + __builtin_popcount(m)) & 1) << 7);
   return e;
 }();
 

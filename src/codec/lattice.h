@@ -37,6 +37,7 @@ struct E8Tables {
   alignas(64) float values[256][8];
   alignas(64) uint32_t signs[256][8];  // lane i: 0x80000000 when bit i of the index is set
   uint8_t threes[256];
+  uint8_t full_signs[2][128];  // [threes][signs of 0-6] -> all 8 signs (coordinate 7's by parity)
 };
 extern const E8Tables kE8Tables;
 
