@@ -114,6 +114,64 @@ TEST(Policy, CalibrationIsDeterministicAndMeetsTheBudget) {
   std::remove(pb.c_str());
 }
 
+// --lattice: te8 is a candidate beside the tqc widths; the programme's choice
+// is still the brute-force optimum (in sixteenths of a bit: te8 is 2 + 16/d),
+// the entries name their formats, and the policy makes a cache that runs.
+TEST(Policy, CalibrationWithTheLatticeCandidateIsOptimalAndRuns) {
+  Fixture fx;
+  CalibrateOptions o;
+  o.n_ctx = 64;
+  o.tokens = 512;
+  o.kld_tokens = 64;
+  o.budget = 2.5;
+  o.lattice = true;
+  CalibrateReport rep;
+  auto pol = calibrate(*fx.model, fx.text, o, &rep);
+  ASSERT_TRUE(pol.ok()) << pol.error();
+  const int d = pol->head_dim;
+  ASSERT_EQ(rep.formats.size(), rep.widths.size());
+  ASSERT_EQ(rep.formats.back(), "te8");
+  EXPECT_DOUBLE_EQ(rep.widths.back(), 2.0 + 16.0 / d);
+  const size_t W = rep.widths.size(), E = rep.entries.size();
+  const long budget = static_cast<long>(std::floor(o.budget * 16 * E + 1e-9));
+  double brute = std::numeric_limits<double>::infinity();
+  std::vector<size_t> choice(E, 0);
+  for (;;) {
+    long units = 0;
+    double kld = 0;
+    for (size_t e = 0; e < E; ++e) {
+      units += std::lround(rep.widths[choice[e]] * 16);
+      kld += rep.entries[e].kld[choice[e]];
+    }
+    if (units <= budget) brute = std::min(brute, kld);
+    size_t e = 0;
+    while (e < E && ++choice[e] == W) choice[e++] = 0;
+    if (e == E) break;
+  }
+  EXPECT_NEAR(rep.total_kld, brute, 1e-12 * (1 + brute));
+  int lattice = 0;
+  for (int l = 0; l < pol->n_layer; ++l)
+    for (const KvPolicyEntry* e : {&pol->k[l], &pol->v[l]}) {
+      lattice += e->format == "te8";
+      EXPECT_TRUE(e->format == "te8" || is_calibrated_format(e->format)) << e->format;
+    }
+  for (const auto& e : rep.entries) EXPECT_FALSE(e.format.empty());
+  auto bpv = pol->bits_per_value();
+  ASSERT_TRUE(bpv.ok());
+  EXPECT_LE(*bpv, o.budget + 1e-9);
+  KvCacheOptions co;
+  co.capacity = 80;
+  co.policy = std::make_shared<const KvPolicy>(*pol);
+  auto cache = KvCache::create(fx.model->config().kv_shape(), co);
+  ASSERT_TRUE(cache.ok()) << cache.error();
+  std::vector<int32_t> toks = fx.model->tokenizer().encode(fx.text.substr(0, 400), true);
+  toks.resize(std::min<size_t>(toks.size(), 70));
+  std::vector<float> logits(size_t(fx.model->config().n_vocab));
+  ASSERT_TRUE(fx.model->forward(toks.data(), static_cast<int>(toks.size()), 0, **cache, 1, logits.data()).ok());
+  for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  std::printf("lattice entries chosen at a 2.5-bit budget: %d of %zu\n", lattice, E);
+}
+
 TEST(Policy, FileRoundTripsAndIsBoundToItsModel) {
   Fixture fx;
   CalibrateOptions o;

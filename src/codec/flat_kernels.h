@@ -68,6 +68,21 @@ TKV_HD inline int part_of(const FlatFormat& f, int i) {
   return -1;
 }
 
+// The Walsh-Hadamard butterflies in place (d a power of two): a stage's
+// pairs are disjoint, so the threads split them and a barrier ends a stage.
+template <class Ctx>
+TKV_HD void fwht(const Ctx& c, float* v, int d) {
+  for (int h = 1; h < d; h *= 2) {
+    for (int p = c.tid; p < d / 2; p += c.nt) {
+      const int i = (p / h) * 2 * h + p % h;
+      const float a = v[i], b = v[i + h];
+      v[i] = a + b;
+      v[i + h] = a - b;
+    }
+    c.sync();
+  }
+}
+
 // y = R x (x and y distinct, d floats); ends with a barrier.
 template <class Ctx>
 TKV_HD void rotate_forward(const Ctx& c, const FlatFormat& f, const float* T, const float* x, float* y) {
@@ -85,15 +100,7 @@ TKV_HD void rotate_forward(const Ctx& c, const FlatFormat& f, const float* T, co
   for (int i = c.tid; i < d; i += c.nt) y[i] = f.rot == FlatFormat::kHadamard ? mul_rn(x[i], T[f.sign + i]) : x[i];
   c.sync();
   if (f.rot != FlatFormat::kHadamard) return;
-  for (int h = 1; h < d; h *= 2) {
-    for (int p = c.tid; p < d / 2; p += c.nt) {
-      const int i = (p / h) * 2 * h + p % h;
-      const float a = y[i], b = y[i + h];
-      y[i] = a + b;
-      y[i + h] = a - b;
-    }
-    c.sync();
-  }
+  fwht(c, y, d);
   for (int i = c.tid; i < d; i += c.nt) y[i] = mul_rn(y[i], f.rot_scale);
   c.sync();
 }
@@ -115,15 +122,7 @@ TKV_HD void rotate_inverse(const Ctx& c, const FlatFormat& f, const float* T, co
   for (int i = c.tid; i < d; i += c.nt) x[i] = y[i];
   c.sync();
   if (f.rot != FlatFormat::kHadamard) return;
-  for (int h = 1; h < d; h *= 2) {
-    for (int p = c.tid; p < d / 2; p += c.nt) {
-      const int i = (p / h) * 2 * h + p % h;
-      const float a = x[i], b = x[i + h];
-      x[i] = a + b;
-      x[i + h] = a - b;
-    }
-    c.sync();
-  }
+  fwht(c, x, d);
   for (int i = c.tid; i < d; i += c.nt) x[i] = mul_rn(mul_rn(x[i], f.rot_scale), T[f.sign + i]);
   c.sync();
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "codec/format.h"
+#include "codec/kernels.h"
 #include "codec/lattice.h"
 #include "util/fp16.h"
 
@@ -251,11 +252,9 @@ class LatticeCodec final : public Codec {
 
  protected:
   Status encode_row(float* y, uint8_t* out, Impl) const override {
-    double ss = 0;
-    for (int i = 0; i < d_; ++i) ss += double(y[i]) * y[i];
-    const double norm = std::sqrt(ss);
-    if (!(norm < kUNormMax)) return Status::Error("norm " + std::to_string(norm) + " exceeds the norm range (4.29e9)");
-    const float inv = norm > 0 ? static_cast<float>(std::sqrt(double(d_)) / norm / kE8Scale) : 0.0f;
+    const auto unit = unit_scale(y, d_);
+    if (!unit) return unit.status();
+    const float inv = static_cast<float>(*unit / kE8Scale);
     double num = 0, den = 0;
     for (int g = 0; g < d_ / 8; ++g) {
       float w[8], c[8];

@@ -164,11 +164,9 @@ class TrellisCodec final : public Codec {
 
  protected:
   Status encode_row(float* y, uint8_t* out, Impl) const override {
-    double ss = 0;
-    for (int i = 0; i < d_; ++i) ss += double(y[i]) * y[i];
-    const double norm = std::sqrt(ss);
-    if (!(norm < kUNormMax)) return Status::Error("norm " + std::to_string(norm) + " exceeds the norm range (4.29e9)");
-    const float inv = norm > 0 ? static_cast<float>(std::sqrt(double(d_)) / norm) : 0.0f;
+    const auto unit = unit_scale(y, d_);
+    if (!unit) return unit.status();
+    const float inv = static_cast<float>(*unit);
     std::vector<float> u(d_);
     for (int i = 0; i < d_; ++i) u[i] = y[i] * inv;
     std::vector<uint8_t> codes(d_);

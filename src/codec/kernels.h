@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "util/status.h"
+
 namespace tkv {
 
 constexpr int kRowPad = 16;
@@ -48,6 +50,10 @@ TKV_CODEC_KERNELS(simd)
 
 // Shared helpers (scalar; both paths call these).
 bool all_finite(const float* x, size_t n, size_t* bad_index);
+// sqrt(d) / |y| in float64 (0 for a zero row): the factor that gives a rotated
+// row unit-variance coordinates (ttB, te8); fails when |y| is outside the
+// 16-bit norm range.
+Expected<double> unit_scale(const float* y, int d);
 // Bit planes: codes of `width` bits (1..8) packed LSB-first; returns bytes written.
 size_t plane_bytes(int n, int width);
 // How a code of `bits` (1..8) is split into planes: {8}, or 4, 2, 1 as needed.

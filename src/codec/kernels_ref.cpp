@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "codec/kernels.h"
 #include "util/fp16.h"
@@ -133,6 +134,14 @@ bool all_finite(const float* x, size_t n, size_t* bad_index) {
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(x[i])) { if (bad_index) *bad_index = i; return false; }
   return true;
+}
+
+Expected<double> unit_scale(const float* y, int d) {
+  double ss = 0;
+  for (int i = 0; i < d; ++i) ss += double(y[i]) * y[i];
+  const double norm = std::sqrt(ss);
+  if (!(norm < kUNormMax)) return Status::Error("norm " + std::to_string(norm) + " exceeds the norm range (4.29e9)");
+  return norm > 0 ? std::sqrt(double(d)) / norm : 0.0;
 }
 
 size_t plane_bytes(int n, int width) { return (static_cast<size_t>(n) * width + 7) / 8; }

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "codec/calibrated.h"
+#include "codec/format.h"
 
 namespace tkv {
 namespace {
@@ -25,14 +26,15 @@ HeadBasis isotropic(const HeadBasis& fit, uint64_t seed) {
   return b;
 }
 
-// Relative MSE of rows (x - mean) coded with `format` on each head's basis.
+// Relative MSE of rows (x - mean) coded with `format` on each head's basis
+// (a plain format such as te8 uses only the mean).
 Expected<double> held_out_mse(const std::string& format, const std::vector<HeadBasis>& bases, const Rows& rows,
-                              size_t t0, size_t t1, int d) {
+                              size_t t0, size_t t1, int d, uint64_t seed) {
   double err = 0, energy = 0;
   std::vector<float> x(d), y(d);
   std::vector<uint8_t> q(8 * d + 64);
   for (size_t h = 0; h < bases.size(); ++h) {
-    auto c = make_calibrated_codec(format, bases[h]);
+    auto c = is_calibrated_format(format) ? make_calibrated_codec(format, bases[h]) : make_codec(format, d, seed);
     if (!c) return c.status();
     for (size_t t = t0; t < t1; ++t) {
       for (int i = 0; i < d; ++i) x[i] = rows.head[h][t * d + i] - bases[h].mean[i];
@@ -162,8 +164,16 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
     if (!b) return Status::Error("calibrate: " + std::to_string(o.bits) + " bits per value: " + b.error());
     widths.push_back(o.bits);
   }
+  std::vector<std::string> formats;
+  for (double w : widths) formats.push_back(fmt_of(w));
+  if (o.budget > 0 && o.lattice) {
+    if (d % 8 != 0) return Status::Error("calibrate: te8 needs a head dim that is a multiple of 8, not " + std::to_string(d));
+    widths.push_back(2.0 + 16.0 / d);
+    formats.push_back("te8");
+  }
   CalibrateReport rep;
   rep.widths = widths;
+  rep.formats = formats;
   // use_cal[e][w]: calibrated basis better on held-out rows at width w.
   std::vector<std::vector<bool>> use_cal(2 * L, std::vector<bool>(widths.size()));
   std::vector<std::vector<std::pair<double, double>>> mses(2 * L);
@@ -173,8 +183,8 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
     en.layer = e / 2;
     en.is_v = e % 2;
     for (size_t wi = 0; wi < widths.size(); ++wi) {
-      auto mc = held_out_mse(fmt_of(widths[wi]), choice[e].cal, R, n_fit, n_rows, d);
-      auto mi = held_out_mse(fmt_of(widths[wi]), choice[e].iso, R, n_fit, n_rows, d);
+      auto mc = held_out_mse(formats[wi], choice[e].cal, R, n_fit, n_rows, d, kDefaultSeed);
+      auto mi = held_out_mse(formats[wi], choice[e].iso, R, n_fit, n_rows, d, kDefaultSeed);
       if (!mc || !mi) return mc ? mi.status() : mc.status();
       use_cal[e][wi] = *mc <= *mi;
       mses[e].push_back({*mc, *mi});
@@ -184,7 +194,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
 
   auto set_entry = [&](KvPolicy& p, int e, size_t wi) {
     KvPolicyEntry& dst = (e % 2) ? p.v[e / 2] : p.k[e / 2];
-    dst.format = fmt_of(widths[wi]);
+    dst.format = formats[wi];
     dst.heads = use_cal[e][wi] ? choice[e].cal_all : choice[e].iso_all;
   };
   std::vector<size_t> pick(2 * L, 0);
@@ -242,10 +252,12 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
     }
     for (int e = 0; e < 2 * L; ++e)
       for (size_t wi = 0; wi < W; ++wi) rep.entries[e].kld.push_back(kl[e * W + wi] / double(n));
-    // Exact choice under additivity: DP over entries, widths in half bits.
-    const int units_budget = static_cast<int>(std::floor(o.budget * 2 * (2 * L) + 1e-9));
+    // Exact choice under additivity: DP over entries, widths in sixteenths
+    // of a bit (the tqc widths are half bits; te8's 2 + 16/d is a multiple
+    // of 1/16 for d a multiple of 8 up to 256).
+    const int units_budget = static_cast<int>(std::floor(o.budget * 16 * (2 * L) + 1e-9));
     std::vector<int> units(widths.size());
-    for (size_t wi = 0; wi < widths.size(); ++wi) units[wi] = static_cast<int>(std::lround(widths[wi] * 2));
+    for (size_t wi = 0; wi < widths.size(); ++wi) units[wi] = static_cast<int>(std::lround(widths[wi] * 16));
     const double inf = std::numeric_limits<double>::infinity();
     std::vector<std::vector<double>> best(2 * L + 1, std::vector<double>(units_budget + 1, inf));
     std::vector<std::vector<int>> arg(2 * L + 1, std::vector<int>(units_budget + 1, -1));
@@ -273,6 +285,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
   for (int e = 0; e < 2 * L; ++e) {
     set_entry(pol, e, pick[e]);
     rep.entries[e].bits = widths[pick[e]];
+    rep.entries[e].format = formats[pick[e]];
     rep.entries[e].calibrated = use_cal[e][pick[e]];
     rep.entries[e].mse_calibrated = mses[e][pick[e]].first;
     rep.entries[e].mse_isotropic = mses[e][pick[e]].second;

@@ -30,6 +30,9 @@ struct CalibrateOptions {
   int kld_tokens = 2048;  // tokens of the sensitivity runs (the first chunks)
   int threads = 2;
   uint64_t seed = kDefaultSeed;
+  // With a budget: te8 (the E8 lattice code on the seeded rotation, 2 bits
+  // per coordinate and its scale) is a candidate beside the tqc widths.
+  bool lattice = false;
 };
 
 struct CalibrateReport {
@@ -37,11 +40,13 @@ struct CalibrateReport {
     int layer = 0;
     bool is_v = false;
     double bits = 0;         // stored bits per value
-    bool calibrated = false; // calibrated basis (else isotropic)
+    std::string format;      // the chosen format (tqcB, or te8)
+    bool calibrated = false; // calibrated basis (else isotropic; te8: its rotation)
     double mse_calibrated = 0, mse_isotropic = 0;  // held-out relative MSE at the chosen width
     std::vector<double> kld; // sensitivity per candidate width (budget runs)
   };
   std::vector<double> widths;  // candidate stored bits per value
+  std::vector<std::string> formats;  // candidate formats, one per width
   std::vector<Entry> entries;  // layer-major, K then V
   double total_kld = 0;        // predicted (sum of sensitivities) at the chosen widths
 };

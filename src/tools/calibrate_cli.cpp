@@ -39,6 +39,9 @@ void register_calibrate(CLI::App& app) {
   add_threads_flag(cmd, o->threads);
   add_no_progress_flag(cmd, o->no_progress);
   cmd->add_option("--seed", o->c.seed, "seed of the isotropic alternatives")->capture_default_str();
+  cmd->add_flag("--lattice", o->c.lattice,
+                "with --budget: te8 (E8 lattice, 2 bits per coordinate) is a candidate beside the tqc widths")
+      ->needs(b);
   cmd->callback([o]() {
     auto fail = [](const std::string& m) {
       std::cerr << "turbokv calibrate: error: " << m << "\n";
@@ -61,14 +64,16 @@ void register_calibrate(CLI::App& app) {
     pol->source = "calibrated on " + o->file + ": " + pol->source;
     Status s = write_kv_policy(o->out, *pol);
     if (!s.ok()) fail(s.message());
-    std::printf("layer  K/V  bits/value  basis       held-out rel MSE at that width (calibrated / isotropic)%s\n",
+    std::printf("layer  K/V  format    bits/value  basis       held-out rel MSE at that width (calibrated / isotropic)%s\n",
                 rep.entries.empty() || rep.entries[0].kld.empty() ? "" : "  KLD at each width");
     for (const auto& e : rep.entries) {
-      std::printf("%5d  %s  %10.3f  %-10s  %.4e / %.4e", e.layer, e.is_v ? "V" : "K", e.bits,
-                  e.calibrated ? "calibrated" : "isotropic", e.mse_calibrated, e.mse_isotropic);
+      std::printf("%5d  %s  %-8s  %10.3f  %-10s  %.4e / %.4e", e.layer, e.is_v ? "V" : "K", e.format.c_str(), e.bits,
+                  e.format == "te8" ? "rotation" : e.calibrated ? "calibrated" : "isotropic", e.mse_calibrated,
+                  e.mse_isotropic);
       if (!e.kld.empty()) {
         std::printf("  ");
-        for (size_t i = 0; i < e.kld.size(); ++i) std::printf(" %.2f:%.5f", rep.widths[i], e.kld[i]);
+        for (size_t i = 0; i < e.kld.size(); ++i)
+          std::printf(" %s%.3g:%.5f", rep.formats[i] == "te8" ? "te8@" : "", rep.widths[i], e.kld[i]);
       }
       std::printf("\n");
     }
