@@ -38,18 +38,23 @@ HWY_INLINE hn::Vec<DF> BlockScale(const uint8_t* blk) {
 }
 
 // te8: the lanes of group g from coordinate 8g + o (codec/lattice.h): the
-// pattern's values, signs by XOR (coordinate 7's from the parity), the
-// shift; d8 has at most 8 lanes.
+// pattern's values, signs by XOR (one table row by the pattern's parity bit
+// and the 7 sign bits, coordinate 7's included), the shift; d8 has at most
+// 8 lanes.
 template <class D8>
 HWY_INLINE hn::Vec<D8> E8Group(D8 d8, const uint8_t* row, int g, int o) {
   const hn::RebindToUnsigned<D8> du8;
   const uint8_t* cp = row + 2 + 2 * g;
   const unsigned code = cp[0] | static_cast<unsigned>(cp[1]) << 8;
   const unsigned p = code & 255;
-  const unsigned m = kE8Tables.full_signs[kE8Tables.threes[p]][(code >> 8) & 127];
   auto v = hn::LoadU(d8, &kE8Tables.values[p][o]);
-  v = hn::BitCast(d8, hn::Xor(hn::BitCast(du8, v), hn::LoadU(du8, &kE8Tables.signs[m][o])));
-  return hn::Add(v, hn::Set(d8, (code >> 15) ? -0.25f : 0.25f));
+  const auto sg = hn::LoadU(du8, &kE8Tables.signs[p >> 7][(code >> 8) & 127][o]);
+  v = hn::BitCast(d8, hn::Xor(hn::BitCast(du8, v), sg));
+  // +-1/4 built from bits (0x3e800000 is 0.25f): a select on the random
+  // shift bit compiled to a branch that mispredicted half the time (te8
+  // decoded 3.5x slower than tq2 at 64K; RESULTS §17.3).
+  const auto shift = hn::Set(du8, 0x3e800000u | (code >> 15) << 31);
+  return hn::Add(v, hn::BitCast(d8, shift));
 }
 
 // A chunk of N lanes of a te8 row from coordinate c: two groups when N is 16

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -26,7 +27,7 @@ namespace {
 // Absolute-value patterns as odd integers 2|y_i| in {1, 3, 5}.
 struct Tables {
   std::array<std::array<uint8_t, 8>, 256> pat;
-  std::array<float, 256> norm2;   // |pattern|^2 in lattice units (ascending)
+  std::array<float, 256> norm2;   // |pattern|^2 in lattice units
   std::vector<int16_t> index;     // base-3 key of a pattern -> its entry, or -1
   float half[8][256];             // pattern values (lattice units), coordinate-major for the search
   uint8_t threes[256];            // parity of the number of 3/2 values
@@ -42,7 +43,14 @@ const Tables& tables() {
   static const Tables t = [] {
     Tables t{};
     t.index.assign(6561, -1);
-    std::vector<std::array<uint8_t, 8>> le10, sq12;
+    // Every pattern of squared norm <= 10 (227: 107 with an even number of
+    // 3/2 values, 120 odd), then of squared norm 12 the first 21 (key order)
+    // with one 5/2 and two 3/2 (even) and the first 8 with five 3/2 (odd):
+    // 128 even-parity entries, then 128 odd, each part by norm and key, so
+    // that an entry's parity is its top bit (the attention kernels read the
+    // sign of coordinate 7 without a table of parities).
+    std::vector<std::array<uint8_t, 8>> even, odd;
+    int even12 = 0, odd12 = 0;
     for (int k = 0; k < 6561; ++k) {
       std::array<uint8_t, 8> v{};
       int r = k, n4 = 0;  // 4 |y|^2
@@ -51,19 +59,21 @@ const Tables& tables() {
         r /= 3;
         n4 += v[i] * v[i];
       }
-      if (n4 <= 40) le10.push_back(v);
-      // Of squared norm 12, the patterns of five 3/2 and three 1/2 (56),
-      // in key order: the first 29 fill the table.
-      else if (n4 == 48 && std::count(v.begin(), v.end(), 3) == 5) sq12.push_back(v);
+      const int threes = static_cast<int>(std::count(v.begin(), v.end(), 3));
+      const bool take = n4 <= 40 || (n4 == 48 && threes == 2 && even12++ < 21) ||
+                        (n4 == 48 && threes == 5 && odd12++ < 8);
+      if (take) (threes % 2 ? odd : even).push_back(v);
     }
-    std::stable_sort(le10.begin(), le10.end(), [](const auto& a, const auto& b) {
+    auto by_norm = [](const auto& a, const auto& b) {
       int na = 0, nb = 0;
       for (int i = 0; i < 8; ++i) { na += a[i] * a[i]; nb += b[i] * b[i]; }
       return na < nb;
-    });
+    };
+    std::stable_sort(even.begin(), even.end(), by_norm);
+    std::stable_sort(odd.begin(), odd.end(), by_norm);
     int e = 0;
-    for (const auto& v : le10) t.pat[e++] = v;
-    for (int i = 0; e < 256; ++i) t.pat[e++] = sq12[i];
+    for (const auto& v : even) t.pat[e++] = v;
+    for (const auto& v : odd) t.pat[e++] = v;
     for (int i = 0; i < 256; ++i) {
       float n2 = 0;
       for (int j = 0; j < 8; ++j) n2 += 0.25f * t.pat[i][j] * t.pat[i][j];
@@ -226,15 +236,14 @@ const E8Tables kE8Tables = [] {
   E8Tables e{};
   const Tables& t = tables();
   for (int p = 0; p < 256; ++p) {
-    for (int i = 0; i < 8; ++i) {
-      e.values[p][i] = 0.5f * t.pat[p][i];
-      e.signs[p][i] = (p >> i) & 1 ? 0x80000000u : 0u;
-    }
-    e.threes[p] = t.threes[p];
+    for (int i = 0; i < 8; ++i) e.values[p][i] = 0.5f * t.pat[p][i];
+    if (t.threes[p] != p >> 7) std::abort();  // the table's order puts the parity in the top bit
   }
-  for (int th = 0; th < 2; ++th)
-    for (int m = 0; m < 128; ++m)
-      e.full_signs[th][m] = static_cast<uint8_t>(m | ((th + __builtin_popcount(m)) & 1) << 7);
+  for (int th = 0; th < 2; ++th)  // coordinate 7 negative when the parities differ
+    for (int m = 0; m < 128; ++m) {
+      const int full = m | ((th + __builtin_popcount(m)) & 1) << 7;
+      for (int i = 0; i < 8; ++i) e.signs[th][m][i] = (full >> i) & 1 ? 0x80000000u : 0u;
+    }
   return e;
 }();
 

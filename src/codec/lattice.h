@@ -4,7 +4,8 @@
 //   bits 0-7   an entry of a table of 256 patterns of absolute values, each
 //              value an odd multiple of 1/2 (the half-integer coset D8 + 1/2
 //              of E8 near the origin: every pattern of squared norm <= 10,
-//              227 of them, and 29 of squared norm 12);
+//              227 of them, and 29 of squared norm 12); entries 0-127 have
+//              an even number of 3/2 values, 128-255 an odd number;
 //   bits 8-14  the signs of coordinates 0-6 (1 = negative); coordinate 7's
 //              sign is the one that puts y = signs x pattern in D8 + 1/2
 //              (the coordinates minus 1/2 sum to an even integer);
@@ -30,14 +31,13 @@ uint16_t e8_encode(const float* w, float* err = nullptr);
 bool e8_is_lattice_point(const float* v);
 
 // What the attention kernels read te8 rows with (filled at program start):
-// the table's patterns as values, sign-bit masks by 8-bit sign pattern, and
-// each pattern's parity of 3/2 values (coordinate 7 is negative when that
-// plus the number of negative signs among coordinates 0-6 is odd).
+// the table's patterns as values, and the sign-bit masks of all 8 lanes by
+// (pattern parity, signs of coordinates 0-6). A pattern's parity (of its
+// number of 3/2 values) is its entry's top bit, and coordinate 7 is negative
+// when that plus the number of negative signs among 0-6 is odd.
 struct E8Tables {
   alignas(64) float values[256][8];
-  alignas(64) uint32_t signs[256][8];  // lane i: 0x80000000 when bit i of the index is set
-  uint8_t threes[256];
-  uint8_t full_signs[2][128];  // [threes][signs of 0-6] -> all 8 signs (coordinate 7's by parity)
+  alignas(64) uint32_t signs[2][128][8];  // lane i: 0x80000000 when coordinate i is negative
 };
 extern const E8Tables kE8Tables;
 
