@@ -53,6 +53,28 @@ std::string slurp(const std::string& p) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+// The least total sensitivity over every assignment of candidate widths to
+// the entries (W^E of them) whose widths, in units of 1/per_bit bits, fit
+// the budget: what calibrate's dynamic programme must find.
+double brute_force_kld(const CalibrateReport& rep, double budget, int per_bit) {
+  const size_t W = rep.widths.size(), E = rep.entries.size();
+  const long units_budget = static_cast<long>(std::floor(budget * per_bit * E + 1e-9));
+  double brute = std::numeric_limits<double>::infinity();
+  std::vector<size_t> choice(E, 0);
+  for (;;) {
+    long units = 0;
+    double kld = 0;
+    for (size_t e = 0; e < E; ++e) {
+      units += std::lround(rep.widths[choice[e]] * per_bit);
+      kld += rep.entries[e].kld[choice[e]];
+    }
+    if (units <= units_budget) brute = std::min(brute, kld);
+    size_t e = 0;
+    while (e < E && ++choice[e] == W) choice[e++] = 0;
+    if (e == E) return brute;
+  }
+}
+
 TEST(Policy, CalibrationIsDeterministicAndMeetsTheBudget) {
   Fixture fx;
   CalibrateOptions o;
@@ -85,21 +107,7 @@ TEST(Policy, CalibrationIsDeterministicAndMeetsTheBudget) {
   // whose half-bit units fit the budget is what calibrate chose.
   const size_t W = rep.widths.size(), E = rep.entries.size();
   ASSERT_LE(W, 12u);
-  const long units_budget = static_cast<long>(std::floor(o.budget * 2 * E + 1e-9));
-  double brute = std::numeric_limits<double>::infinity();
-  std::vector<size_t> choice(E, 0);
-  for (;;) {
-    long units = 0;
-    double kld = 0;
-    for (size_t e = 0; e < E; ++e) {
-      units += std::lround(rep.widths[choice[e]] * 2);
-      kld += rep.entries[e].kld[choice[e]];
-    }
-    if (units <= units_budget) brute = std::min(brute, kld);
-    size_t e = 0;
-    while (e < E && ++choice[e] == W) choice[e++] = 0;
-    if (e == E) break;
-  }
+  const double brute = brute_force_kld(rep, o.budget, 2);
   EXPECT_NEAR(rep.total_kld, brute, 1e-12 * (1 + brute));
   double chosen = 0, bits = 0;
   for (const auto& e : rep.entries) {
@@ -132,22 +140,8 @@ TEST(Policy, CalibrationWithTheLatticeCandidateIsOptimalAndRuns) {
   ASSERT_EQ(rep.formats.size(), rep.widths.size());
   ASSERT_EQ(rep.formats.back(), "te8");
   EXPECT_DOUBLE_EQ(rep.widths.back(), 2.0 + 16.0 / d);
-  const size_t W = rep.widths.size(), E = rep.entries.size();
-  const long budget = static_cast<long>(std::floor(o.budget * 16 * E + 1e-9));
-  double brute = std::numeric_limits<double>::infinity();
-  std::vector<size_t> choice(E, 0);
-  for (;;) {
-    long units = 0;
-    double kld = 0;
-    for (size_t e = 0; e < E; ++e) {
-      units += std::lround(rep.widths[choice[e]] * 16);
-      kld += rep.entries[e].kld[choice[e]];
-    }
-    if (units <= budget) brute = std::min(brute, kld);
-    size_t e = 0;
-    while (e < E && ++choice[e] == W) choice[e++] = 0;
-    if (e == E) break;
-  }
+  const size_t E = rep.entries.size();
+  const double brute = brute_force_kld(rep, o.budget, 16);
   EXPECT_NEAR(rep.total_kld, brute, 1e-12 * (1 + brute));
   int lattice = 0;
   for (int l = 0; l < pol->n_layer; ++l)

@@ -83,20 +83,23 @@ TKV_HD void fwht(const Ctx& c, float* v, int d) {
   }
 }
 
+// y[j] = Σ_i x[i] m[i*d + j], i ascending with fma (kernels_ref.cpp's
+// matvec_cols): a thread per output; ends with a barrier.
+template <class Ctx>
+TKV_HD void matvec_cols(const Ctx& c, const float* m, const float* x, float* y, int d) {
+  for (int j = c.tid; j < d; j += c.nt) {
+    float acc = 0.0f;
+    for (int i = 0; i < d; ++i) acc = fmaf(x[i], m[static_cast<size_t>(i) * d + j], acc);
+    y[j] = acc;
+  }
+  c.sync();
+}
+
 // y = R x (x and y distinct, d floats); ends with a barrier.
 template <class Ctx>
 TKV_HD void rotate_forward(const Ctx& c, const FlatFormat& f, const float* T, const float* x, float* y) {
   const int d = f.d;
-  if (f.rot == FlatFormat::kDense) {
-    const float* m = T + f.cols;
-    for (int j = c.tid; j < d; j += c.nt) {
-      float acc = 0.0f;
-      for (int i = 0; i < d; ++i) acc = fmaf(x[i], m[static_cast<size_t>(i) * d + j], acc);
-      y[j] = acc;
-    }
-    c.sync();
-    return;
-  }
+  if (f.rot == FlatFormat::kDense) return matvec_cols(c, T + f.cols, x, y, d);
   for (int i = c.tid; i < d; i += c.nt) y[i] = f.rot == FlatFormat::kHadamard ? mul_rn(x[i], T[f.sign + i]) : x[i];
   c.sync();
   if (f.rot != FlatFormat::kHadamard) return;
@@ -109,16 +112,7 @@ TKV_HD void rotate_forward(const Ctx& c, const FlatFormat& f, const float* T, co
 template <class Ctx>
 TKV_HD void rotate_inverse(const Ctx& c, const FlatFormat& f, const float* T, const float* y, float* x) {
   const int d = f.d;
-  if (f.rot == FlatFormat::kDense) {
-    const float* m = T + f.rows;
-    for (int j = c.tid; j < d; j += c.nt) {
-      float acc = 0.0f;
-      for (int i = 0; i < d; ++i) acc = fmaf(y[i], m[static_cast<size_t>(i) * d + j], acc);
-      x[j] = acc;
-    }
-    c.sync();
-    return;
-  }
+  if (f.rot == FlatFormat::kDense) return matvec_cols(c, T + f.rows, y, x, d);
   for (int i = c.tid; i < d; i += c.nt) x[i] = y[i];
   c.sync();
   if (f.rot != FlatFormat::kHadamard) return;
