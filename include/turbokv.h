@@ -161,7 +161,7 @@ typedef struct tkv_cache_params {
   int32_t mean_center;      /* exact mean centring for tq formats (default 1) */
   int32_t mean_tokens;      /* rows that fix the means (default 64) */
   uint64_t seed;            /* rotation seed (default TKV_DEFAULT_SEED) */
-  const char* preset;       /* "quality", "balanced", "compact", "tiny", or NULL */
+  const char* preset;       /* "quality", "balanced", "compact", "tiny", "tiny-e8", or NULL */
   const char* policy_path;  /* a file from `turbokv calibrate` / tkv_calibrate, or NULL */
 } tkv_cache_params;
 
