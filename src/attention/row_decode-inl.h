@@ -44,8 +44,9 @@ HWY_INLINE hn::Vec<DF> BlockScale(const uint8_t* blk) {
 template <class D8>
 HWY_INLINE hn::Vec<D8> E8Group(D8 d8, const uint8_t* row, int g, int o) {
   const hn::RebindToUnsigned<D8> du8;
-  const uint8_t* cp = row + 2 + 2 * g;
-  const unsigned code = cp[0] | static_cast<unsigned>(cp[1]) << 8;
+  uint16_t c16;
+  std::memcpy(&c16, row + 2 + 2 * g, 2);  // little-endian (util/fp16.h)
+  const unsigned code = c16;
   const unsigned p = code & 255;
   auto v = hn::LoadU(d8, &kE8Tables.values[p][o]);
   const auto sg = hn::LoadU(du8, &kE8Tables.signs[p >> 7][(code >> 8) & 127][o]);
