@@ -184,6 +184,19 @@ TKV_HD inline void quantize_block(bool q8, const float* x, uint8_t* out) {
   }
 }
 
+// Each coordinate's cell in its part's codebook at y[i] * s.inv (0 where no
+// part codes it), then the bit planes into the row (tq and tqc alike).
+template <class Ctx>
+TKV_HD void code_and_pack(const Ctx& c, const FlatFormat& f, const float* T, const float* y, RowScratch& s,
+                          uint8_t* out) {
+  for (int i = c.tid; i < f.d; i += c.nt) {
+    const int p = part_of(f, i);
+    s.codes[i] = p < 0 ? 0 : static_cast<uint8_t>(cell_of(T + f.parts[p].bnd, (1 << f.parts[p].bits) - 1, mul_rn(y[i], s.inv)));
+  }
+  c.sync();
+  pack_planes(c, f, s.codes, out);
+}
+
 // tq: norm, codes, stored norm (format_turbo.cpp). y holds the rotated row.
 template <class Ctx>
 TKV_HD int quantize_turbo(const Ctx& c, const FlatFormat& f, const float* T, RowScratch& s, uint8_t* out) {
@@ -212,12 +225,7 @@ TKV_HD int quantize_turbo(const Ctx& c, const FlatFormat& f, const float* T, Row
   }
   c.sync();
   if (s.status) return s.status;
-  for (int i = c.tid; i < d; i += c.nt) {
-    const int p = part_of(f, i);
-    s.codes[i] = p < 0 ? 0 : static_cast<uint8_t>(cell_of(T + f.parts[p].bnd, (1 << f.parts[p].bits) - 1, mul_rn(y[i], s.inv)));
-  }
-  c.sync();
-  pack_planes(c, f, s.codes, out);
+  code_and_pack(c, f, T, y, s, out);
   if (c.tid == 0) {
     float stored = s.n;
     const double norm = s.norm;
@@ -261,12 +269,7 @@ TKV_HD int quantize_calibrated(const Ctx& c, const FlatFormat& f, const float* T
   }
   c.sync();
   if (s.status) return s.status;
-  for (int i = c.tid; i < d; i += c.nt) {
-    const int p = part_of(f, i);
-    s.codes[i] = p < 0 ? 0 : static_cast<uint8_t>(cell_of(T + f.parts[p].bnd, (1 << f.parts[p].bits) - 1, mul_rn(y[i], s.inv)));
-  }
-  c.sync();
-  pack_planes(c, f, s.codes, out);
+  code_and_pack(c, f, T, y, s, out);
   for (uint32_t b = f.used_bytes + c.tid; b < f.row_bytes; b += c.nt) out[b] = 0;
   if (c.tid == 0) {
     double zc = 0, cc = 0;

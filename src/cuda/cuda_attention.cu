@@ -148,7 +148,6 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(Params p) {
   const int ntiles = hi > lo ? (hi - lo + kTile - 1) / kTile : 0;
   const int per = (ntiles + p.splits - 1) / p.splits;
   const int tile0 = blockIdx.z * per, tile1 = min(ntiles, tile0 + per);
-  const int nacc = (QR * dp + kThreads - 1) / kThreads;
   float acc[kMaxAcc];
 #pragma unroll
   for (int k = 0; k < kMaxAcc; ++k) acc[k] = 0.0f;
@@ -208,7 +207,6 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(Params p) {
     // Accumulate V: each thread owns (row, coordinate) pairs.
 #pragma unroll
     for (int k = 0; k < kMaxAcc; ++k) {
-      if (k >= nacc) break;
       const int e = tid + k * kThreads;
       if (e >= QR * dp) break;
       const int r = e / dp, c = e % dp;
@@ -223,7 +221,6 @@ __global__ void __launch_bounds__(kThreads) tile_kernel(Params p) {
   const size_t split_off = static_cast<size_t>(blockIdx.z) * p.n_q * p.n_q_heads;
 #pragma unroll
   for (int k = 0; k < kMaxAcc; ++k) {
-    if (k >= nacc) break;
     const int e = tid + k * kThreads;
     if (e >= QR * dp) break;
     const int r = e / dp, c = e % dp;
