@@ -30,8 +30,10 @@ struct Tables {
   std::array<float, 256> norm2;   // |pattern|^2 in lattice units
   std::vector<int16_t> index;     // base-3 key of a pattern -> its entry, or -1
   float half[8][256];             // pattern values (lattice units), coordinate-major for the search
-  uint8_t threes[256];            // parity of the number of 3/2 values
 };
+
+// An entry's parity of 3/2 values: its top bit (the table's order).
+inline int threes_parity(int entry) { return entry >> 7; }
 
 int key_of(const uint8_t* v) {
   int k = 0;
@@ -71,6 +73,7 @@ const Tables& tables() {
     };
     std::stable_sort(even.begin(), even.end(), by_norm);
     std::stable_sort(odd.begin(), odd.end(), by_norm);
+    if (even.size() != 128 || odd.size() != 128) std::abort();  // the parity is the top bit
     int e = 0;
     for (const auto& v : even) t.pat[e++] = v;
     for (const auto& v : odd) t.pat[e++] = v;
@@ -79,12 +82,7 @@ const Tables& tables() {
       for (int j = 0; j < 8; ++j) n2 += 0.25f * t.pat[i][j] * t.pat[i][j];
       t.norm2[i] = n2;
       t.index[key_of(t.pat[i].data())] = static_cast<int16_t>(i);
-      int threes = 0;
-      for (int j = 0; j < 8; ++j) {
-        t.half[j][i] = 0.5f * t.pat[i][j];
-        threes += t.pat[i][j] == 3;
-      }
-      t.threes[i] = static_cast<uint8_t>(threes & 1);
+      for (int j = 0; j < 8; ++j) t.half[j][i] = 0.5f * t.pat[i][j];
     }
     return t;
   }();
@@ -209,7 +207,7 @@ uint16_t e8_encode(const float* w, float* err) {
         weak[p] = weak[p] < c ? weak[p] : c;
       }
     for (int p = 0; p < 256; ++p) {
-      const float fix = ((t.threes[p] + neg) & 1) ? 2 * weak[p] : 0.0f;
+      const float fix = ((threes_parity(p) + neg) & 1) ? 2 * weak[p] : 0.0f;
       dd[p] = zz[sh] + t.norm2[p] - 2 * (dd[p] - fix);
     }
     int pick = 0;
@@ -223,7 +221,7 @@ uint16_t e8_encode(const float* w, float* err) {
         const float c = t.half[i][pick] * az[i];
         if (c < weakest) { weakest = c; wi = i; }
       }
-      if ((t.threes[pick] + neg) & 1) bits ^= 1 << wi;
+      if ((threes_parity(pick) + neg) & 1) bits ^= 1 << wi;
       best = dd[pick];
       code = static_cast<uint16_t>(pick | (bits & 0x7f) << 8 | sh << 15);
     }
@@ -235,10 +233,8 @@ uint16_t e8_encode(const float* w, float* err) {
 const E8Tables kE8Tables = [] {
   E8Tables e{};
   const Tables& t = tables();
-  for (int p = 0; p < 256; ++p) {
+  for (int p = 0; p < 256; ++p)
     for (int i = 0; i < 8; ++i) e.values[p][i] = 0.5f * t.pat[p][i];
-    if (t.threes[p] != p >> 7) std::abort();  // the table's order puts the parity in the top bit
-  }
   for (int th = 0; th < 2; ++th)  // coordinate 7 negative when the parities differ
     for (int m = 0; m < 128; ++m) {
       const int full = m | ((th + __builtin_popcount(m)) & 1) << 7;

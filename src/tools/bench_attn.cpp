@@ -268,7 +268,7 @@ int run(const Options& o) {
           a.threads = th;
           a.out = out.data();
           std::vector<uint8_t> kw, vw;
-          if (prefill) {  // a prefill also quantizes the rows it writes
+          if (prefill && !gpu) {  // a prefill also quantizes the rows it writes (on the GPU: there)
             kw.resize(size_t(ctx) * H * K.codec->row_bytes());
             vw.resize(size_t(ctx) * H * V.codec->row_bytes());
           }
