@@ -256,9 +256,11 @@ namespace lowbit {
 
 // The constant tables are what the training procedure gives (FORMATS §4f).
 TEST(Trellis, TablesAreTheTrainedOnes) {
-  const auto trained = trellis_train_table(2);
-  const auto& table = trellis_table(2);
-  for (int s = 0; s < kTrellisStates; ++s) EXPECT_NEAR(trained[s], table[s], 1e-3) << s;
+  for (int bits : {1, 2}) {
+    const auto trained = trellis_train_table(bits, trellis_trial(bits));
+    const auto& table = trellis_table(bits);
+    for (int s = 0; s < kTrellisStates; ++s) EXPECT_NEAR(trained[s], table[s], 1e-3) << bits << " " << s;
+  }
 }
 
 // Viterbi finds the best code sequence: against every one of the 4^8 code
@@ -292,7 +294,8 @@ TEST(Trellis, ViterbiIsOptimal) {
 
 // Bytes: a 16-bit scale then B bits per coordinate, LSB first; the decoder
 // equals the state machine written out here; on Gaussian rows tt2's MSE is
-// below tq2's at the same size (RESULTS §17.2 gives the figures).
+// below tq2's at the same size and within 1.35x of the rate-distortion
+// bound (RESULTS §17.2 gives the figures).
 TEST(Trellis, RowsAndDecoderAndGainOverScalar) {
   for (int d : {64, 128, 256})
     for (int bits : {1, 2, 3, 4}) {
@@ -338,7 +341,10 @@ TEST(Trellis, RowsAndDecoderAndGainOverScalar) {
     }
     mse[k++] = e / s;
   }
-  EXPECT_LT(mse[1], 0.92 * mse[0]) << "tt2 " << mse[1] << " against tq2 " << mse[0];
+  EXPECT_LT(mse[1], 0.78 * mse[0]) << "tt2 " << mse[1] << " against tq2 " << mse[0];
+  // Within 1.35x of the rate-distortion bound 4^-2 (the target; the
+  // trained table gives 1.32x, the Lloyd-Max start 1.62x).
+  EXPECT_LT(mse[1], 1.35 / 16) << "tt2 " << mse[1];
 }
 
 }  // namespace lowbit
