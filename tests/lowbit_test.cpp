@@ -191,7 +191,11 @@ TEST(Protected, CacheAttentionEqualsTheRowsItReads) {
   for (float& e : q) e = static_cast<float>(rng.gaussian());
   // centre: mean centring (its first 64 rows are staged in f16, so their
   // protected rows are f16-rounded too; off for the exact comparisons).
-  auto run = [&](const std::string& base, int sinks, int recent, const std::string& hi, bool centre = false) {
+  // The last 16 tokens' attention, computed as the model runs a step
+  // (attend_step: the step's own protected rows from a copy, the ring then
+  // needs only `recent` rows); the tokens before it appended in steps.
+  auto run = [&](const std::string& base, int sinks, int recent, const std::string& hi, bool centre = false,
+                 int total = 90) {
     KvCacheOptions o;
     o.mean_center = centre;
     o.type_k = o.type_v = base;
@@ -201,8 +205,9 @@ TEST(Protected, CacheAttentionEqualsTheRowsItReads) {
     o.protect_type = hi;
     auto c = KvCache::create(1, H, d, o);
     EXPECT_TRUE(c.ok()) << c.error();
-    for (int p = 0; p < n; p += kProtectStep) {
-      const int m = std::min(kProtectStep, n - p);
+    const int first = total - kProtectStep;
+    for (int p = 0; p < first; p += kProtectStep) {
+      const int m = std::min(kProtectStep, first - p);
       EXPECT_TRUE((*c)->append(0, p, m, &k[size_t(p) * H * d], &v[size_t(p) * H * d]).ok());
     }
     std::vector<float> out(q.size());
@@ -212,10 +217,19 @@ TEST(Protected, CacheAttentionEqualsTheRowsItReads) {
     a.n_q_heads = Hq;
     a.n_kv_heads = H;
     a.d = d;
-    a.causal_offset = n - kProtectStep;
+    a.causal_offset = first;
     a.threads = 2;
     a.out = out.data();
-    EXPECT_TRUE((*c)->attend(0, a).ok());
+    const float* kf = &k[size_t(first) * H * d];
+    const float* vf = &v[size_t(first) * H * d];
+    EXPECT_TRUE((*c)->attend_step(0, first, kProtectStep, kf, vf, a).ok());
+    // attend() after the append reads the ring, which keeps only the last
+    // 32 rows: 16 queries with a window of 20 need 35, refused by name.
+    if (recent > 32 - kProtectStep + 1 && recent <= 32 && first + kProtectStep > 32) {
+      const Status s = (*c)->attend(0, a);
+      EXPECT_FALSE(s.ok());
+      EXPECT_NE(s.message().find("protected recent ring"), std::string::npos) << s.message();
+    }
     return out;
   };
   auto close = [](const std::vector<float>& x, const std::vector<float>& y, double tol) {
@@ -226,6 +240,9 @@ TEST(Protected, CacheAttentionEqualsTheRowsItReads) {
   };
   EXPECT_TRUE(close(run("tq2", 3, 20, "tq2", true), run("tq2", 0, 0, "q8_0", true), 2e-5))
       << "protected rows in the base format, centred";
+  // The step that fixes the means (rows 0..63 staged): positions 56..71.
+  EXPECT_TRUE(close(run("tq2", 3, 20, "tq2", true, 72), run("tq2", 0, 0, "q8_0", true, 72), 2e-5))
+      << "protected rows in the base format, centred, the means fixed by the step";
   const auto plain = run("tq2", 0, 0, "q8_0");
   EXPECT_TRUE(close(run("tq2", 3, 20, "tq2"), plain, 2e-5)) << "protected rows in the base format";
   const auto exact = run("f32", 0, 0, "q8_0");
@@ -239,7 +256,7 @@ TEST(Protected, CacheAttentionEqualsTheRowsItReads) {
   o.protect_recent = 16;
   auto c = KvCache::create(1, H, d, o);
   ASSERT_TRUE(c.ok());
-  EXPECT_NEAR((*c)->k_bits_per_value(), 2.25 + 8.5 * 32 / 512, 1e-9);
+  EXPECT_NEAR((*c)->k_bits_per_value(), 2.25 + 8.5 * 32 / 512, 1e-9);  // the ring: one block of 32 rows
   // A prefix whose recent window the ring (32 rows) no longer holds cannot
   // be kept; one it still holds can.
   std::vector<float> kv(size_t(kProtectStep) * H * d, 0.5f);

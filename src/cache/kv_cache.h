@@ -50,6 +50,9 @@ class KvCache {
   // A window layer whose means are fixed reads the W - 1 rows before the
   // step from its ring and the step's own rows from a scratch copy coded as
   // the ring codes them, merged, and appends after: its ring needs W rows.
+  // A layer with protected recent tokens reads them the same way (rows before
+  // the step copied from the ring before the append, the step's after it):
+  // its ring needs protect_recent rows.
   Status attend_step(int layer, int pos, int n, const float* k, const float* v, AttentionArgs a);
   KvRows k_rows(int layer) const { return rows(layer, false); }
   KvRows v_rows(int layer) const { return rows(layer, true); }
@@ -164,6 +167,8 @@ class KvCache {
   std::shared_ptr<BlockPool> hi_pool_;
   std::vector<int32_t> hi_sinks_, hi_view_;
   KvRows protected_rows(int layer, bool v, bool sinks) const;
+  Status attend_protected(int layer, const AttentionArgs& a, const AttentionArgs* recent) const;
+  Status attend_step_protected(int layer, int pos, int n, const float* k, const float* v, AttentionArgs a);
   size_t side_bytes(bool v) const;
   double side_bits(bool v) const;
   uint8_t* hi_row(int layer, int t, int h, bool v, bool sink);

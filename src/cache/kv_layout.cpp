@@ -208,7 +208,9 @@ int KvLayout::append_step(int l) const {
 
 int KvLayout::protect_ring_tokens() const {
   if (!hi_ || opt_.protect_recent == 0) return 0;
-  const int need = std::min(opt_.protect_recent - 1 + kProtectStep, opt_.capacity);
+  // protect_recent rows: a step's queries read the rows before it from the
+  // ring and their own from a copy (KvCache::attend_step).
+  const int need = std::min(opt_.protect_recent, opt_.capacity);
   return (need + kRingBlock - 1) / kRingBlock * kRingBlock;
 }
 

@@ -65,7 +65,8 @@ Status apply_kv_policy_or_preset(const std::string& policy_path, const std::stri
 constexpr int kWindowStep = 64;
 constexpr int kRingBlock = 32;  // tokens per block of a ring
 // The most tokens one append writes to a layer with protected recent tokens:
-// their ring holds protect_recent + kProtectStep - 1 rows. Smaller than a
+// a step's queries read their own rows from a copy, so the ring holds
+// protect_recent rows (KvCache::attend_step). Smaller than a
 // window layer's step because the ring is extra memory at the protected
 // width, counted against the short contexts' bits per value (RESULTS §17).
 constexpr int kProtectStep = 16;
@@ -115,7 +116,7 @@ class KvLayout {
   bool protects(int l) const { return hi_ && window(l) == 0; }
   // The most tokens one append may write to layer l (a ring's step), or 0: any.
   int append_step(int l) const;
-  // Tokens the protected-recent ring holds (protect_recent + kProtectStep - 1,
+  // Tokens the protected-recent ring holds (protect_recent,
   // rounded up to ring blocks); 0 without protection.
   int protect_ring_tokens() const;
   bool has_windows() const;
