@@ -23,5 +23,6 @@ pol="$root/fuzz/corpus/policy"
 mkdir -p "$pol"
 "$bin" calibrate -m "$tmp/m.gguf" -f "$tmp/doc.txt" -c 32 --tokens 128 --bits 4 -o "$pol/bits.tkvp" >/dev/null 2>&1
 "$bin" calibrate -m "$tmp/m.gguf" -f "$tmp/doc.txt" -c 32 --tokens 128 --budget 3 --kld-tokens 32 -o "$pol/budget.tkvp" >/dev/null 2>&1
+"$bin" calibrate -m "$tmp/m.gguf" -f "$tmp/doc.txt" -c 32 --tokens 128 --bits 4 --protect 2,8,f16 -o "$pol/protect.tkvp" >/dev/null 2>&1
 build policy -c 70 --kv-policy "$pol/bits.tkvp"
 ls -l "$out" "$pol"

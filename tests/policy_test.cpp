@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -17,6 +18,7 @@
 #include "cache/kv_policy.h"
 #include "eval/calibrate.h"
 #include "model/gen_model.h"
+#include "util/hash.h"
 
 namespace tkv {
 namespace {
@@ -166,6 +168,88 @@ TEST(Policy, CalibrationWithTheLatticeCandidateIsOptimalAndRuns) {
   std::printf("lattice entries chosen at a 2.5-bit budget: %d of %zu\n", lattice, E);
 }
 
+// Protected tokens in the budget: their rows (a ring of 32 q8_0 rows over
+// budget_ctx tokens) come off the widths' share, the widths are still the
+// optimum of the rest; the policy records the protection, the file keeps it,
+// a cache built from the policy has it, and a version-1 file (before
+// protection) still reads. Auto measures each protection's policy and keeps
+// the least KLD; one whose rows leave no room is skipped.
+TEST(Policy, CalibrationCountsProtectedTokensAndRecordsThem) {
+  Fixture fx;
+  CalibrateOptions o;
+  o.n_ctx = 64;
+  o.tokens = 512;
+  o.kld_tokens = 64;
+  o.budget = 3.0;
+  o.protect_recent = 32;
+  o.budget_ctx = 256;
+  CalibrateReport rep;
+  auto pol = calibrate(*fx.model, fx.text, o, &rep);
+  ASSERT_TRUE(pol.ok()) << pol.error();
+  ASSERT_EQ(rep.protect_trials.size(), 1u);
+  const double ring = 32 * 8.5 / 256;  // q8_0 at d = 32: 34 bytes per row of 32 values
+  EXPECT_NEAR(rep.protect_trials[0].bits, ring, 1e-9);
+  auto bpv = pol->bits_per_value();
+  ASSERT_TRUE(bpv.ok());
+  EXPECT_LE(*bpv, o.budget - ring + 1e-9);
+  const double brute = brute_force_kld(rep, o.budget - ring, 16);
+  EXPECT_NEAR(rep.total_kld, brute, 1e-12 * (1 + brute));
+  EXPECT_EQ(pol->protect_sinks, 0);
+  EXPECT_EQ(pol->protect_recent, 32);
+  EXPECT_EQ(pol->protect_type, "q8_0");
+  const std::string p = testing::TempDir() + std::to_string(getpid()) + "_tkv_prot.tkvp";
+  ASSERT_TRUE(write_kv_policy(p, *pol).ok());
+  KvCacheOptions co;
+  ASSERT_TRUE(apply_kv_policy_or_preset(p, "", pol->n_layer, fx.model->fingerprint(), co).ok());
+  EXPECT_EQ(co.protect_recent, 32);
+  EXPECT_EQ(co.protect_type, "q8_0");
+  co.capacity = 256;
+  auto cache = KvCache::create(fx.model->config().kv_shape(), co);
+  ASSERT_TRUE(cache.ok()) << cache.error();
+  EXPECT_NEAR(((*cache)->k_bits_per_value() + (*cache)->v_bits_per_value()) / 2, *bpv + ring, 1e-9);
+  // The same policy as version 1: no protection fields, read without them.
+  std::string v1 = slurp(p);
+  uint32_t version = 1, len;
+  std::memcpy(v1.data() + 8, &version, 4);
+  std::memcpy(&len, v1.data() + 40, 4);
+  const size_t at = 44 + len;  // after the description: sinks, recent, the format's length and name
+  uint32_t type_len;
+  std::memcpy(&type_len, v1.data() + at + 8, 4);
+  v1.erase(at, 12 + type_len);
+  const uint64_t sum = fnv1a(v1.data(), v1.size() - 8);
+  std::memcpy(v1.data() + v1.size() - 8, &sum, 8);
+  auto old = parse_kv_policy(v1, fx.model->fingerprint());
+  ASSERT_TRUE(old.ok()) << old.error();
+  EXPECT_EQ(old->protect_recent, 0);
+  EXPECT_EQ(old->k[0].format, pol->k[0].format);
+  // A protected format the head dim cannot hold: refused by name.
+  KvPolicy bad = *pol;
+  bad.protect_type = "q8_0x";
+  ASSERT_TRUE(write_kv_policy(p, bad).ok());
+  auto r = read_kv_policy(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("protected tokens' format"), std::string::npos) << r.error();
+  std::remove(p.c_str());
+
+  o.protect_recent = 0;
+  o.protect_auto = true;
+  CalibrateReport ra;
+  auto pa = calibrate(*fx.model, fx.text, o, &ra);
+  ASSERT_TRUE(pa.ok()) << pa.error();
+  ASSERT_EQ(ra.protect_trials.size(), 3u);
+  EXPECT_TRUE(ra.protect_trials[0].fits && ra.protect_trials[1].fits);
+  EXPECT_FALSE(ra.protect_trials[2].fits);  // 64 rows of q8_0 over 256 tokens: 2.125 bits, 0.875 left
+  const ProtectChoice& chosen = ra.protect_trials[ra.protect_chosen];
+  for (const auto& t : ra.protect_trials)
+    if (t.fits) {
+      EXPECT_GT(t.measured_kld, 0.0);
+      EXPECT_LE(chosen.measured_kld, t.measured_kld);
+    }
+  EXPECT_EQ(pa->protect_recent, chosen.recent);
+  std::printf("auto protection at 3 bits: none %.5f, 0,32,q8_0 %.5f (measured KLD); chose %d recent\n",
+              ra.protect_trials[0].measured_kld, ra.protect_trials[1].measured_kld, chosen.recent);
+}
+
 TEST(Policy, FileRoundTripsAndIsBoundToItsModel) {
   Fixture fx;
   CalibrateOptions o;
@@ -279,7 +363,7 @@ TEST(Policy, CachesFromPoliciesAndPresetsRunAndCountBytesExactly) {
       EXPECT_EQ((*pc)->type_k(l), cells[edge ? 3 : 1]) << "layer " << l;
       EXPECT_EQ((*pc)->type_v(l), cells[edge ? 4 : 2]) << "layer " << l;
     }
-    EXPECT_EQ(po.protect_recent, std::string(p).rfind("tiny", 0) == 0 ? 16 : 0);
+    EXPECT_EQ(po.protect_recent, std::string(p).rfind("tiny", 0) == 0 ? 32 : 0);
     ASSERT_TRUE(fx.model->forward(long_toks.data(), 60, 0, **pc, 1, logits.data()).ok());
     for (int l = 0; l < c.n_layer; ++l) EXPECT_TRUE((*pc)->staging(l)) << "60 of the 64 mean rows: still staged";
     ASSERT_TRUE(fx.model->forward(long_toks.data() + 60, 30, 60, **pc, 1, logits.data()).ok());

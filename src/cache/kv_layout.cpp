@@ -70,6 +70,11 @@ Status apply_kv_policy_or_preset(const std::string& policy_path, const std::stri
   if (policy_path.empty()) return Status::Ok();
   auto p = read_kv_policy(policy_path, model);
   if (!p) return p.status();
+  if (p->protect_sinks > 0 || p->protect_recent > 0) {  // chosen with the widths (calibrate --protect)
+    o.protect_sinks = p->protect_sinks;
+    o.protect_recent = p->protect_recent;
+    o.protect_type = p->protect_type;
+  }
   o.policy = std::make_shared<const KvPolicy>(std::move(*p));
   return Status::Ok();
 }
@@ -89,23 +94,25 @@ Status apply_kv_preset(const std::string& preset, int n_layer, KvCacheOptions& o
   } else if (preset == "compact") {
     k_mid = "tq3.5-ip"; v_mid = "tq3-ip"; k_edge = "tq4-ip"; v_edge = "tq3.5-ip";
   } else if (preset == "tiny") {
-    // Long contexts below 2.5 bits: each query's last 16 tokens read from
+    // Long contexts below 2.5 bits: each query's last 32 tokens read from
     // q8_0 rows (protected tokens, RESULTS §17: 2.38 bits per value at 2048
-    // tokens, KLD 0.0172 on ref-5m against plain tq2.5-ip's 0.0267 at 2.5;
-    // the ring of 32 q8_0 rows costs 0.53 bits at 512 tokens, 0.03 at 8K;
-    // decode at 64K as fast as tq2's. tq2.5-ip for K: 0.0134 at 2.51 bits,
-    // but 0.89x tq2's decode speed at 64K).
+    // tokens, KLD 0.0168 on ref-5m against plain tq2.5-ip's 0.0267 at 2.5;
+    // the ring of 32 q8_0 rows costs 0.53 bits at 512 tokens, 0.03 at 8K, and
+    // holds 32 tokens since a step reads its own rows from a copy: 16 had the
+    // same cost and 0.0039 at 512 tokens against 32's 0.0027; decode at 64K
+    // as fast as tq2's. tq2.5-ip for K: 0.0134 at 2.51 bits, but 0.89x tq2's
+    // decode speed at 64K).
     k_mid = k_edge = v_mid = v_edge = "tq2-ip";
     o.protect_sinks = 0;
-    o.protect_recent = 16;
+    o.protect_recent = 32;
     o.protect_type = "q8_0";
   } else if (preset == "tiny-e8") {
     // tiny's protection over E8 lattice rows (te8, 2.25 bits; RESULTS §17.3):
-    // KLD 0.0112 at 2.38 bits at 2048 tokens on ref-5m, against tiny's
-    // 0.0172 at the same size; attention decode at 64K 0.73x tq2's speed.
+    // KLD 0.0104 at 2.38 bits at 2048 tokens on ref-5m, against tiny's
+    // 0.0168 at the same size; attention decode at 64K 0.73x tq2's speed.
     k_mid = k_edge = v_mid = v_edge = "te8";
     o.protect_sinks = 0;
-    o.protect_recent = 16;
+    o.protect_recent = 32;
     o.protect_type = "q8_0";
   } else {
     return Status::Error("unknown --kv-preset '" + preset + "' (quality, balanced, compact, tiny or tiny-e8)");

@@ -12,7 +12,9 @@ namespace tkv {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'K', 'V', 'P', 'O', 'L', 'C', 'Y'};
-constexpr uint32_t kVersion = 1;
+// Version 2 adds the protected tokens after the description; version 1
+// files (no protected tokens) are still read.
+constexpr uint32_t kVersion = 2;
 
 struct Writer {
   std::string buf;
@@ -114,6 +116,9 @@ Status write_kv_policy(const std::string& path, const KvPolicy& p) {
   w.put<uint32_t>(p.head_dim);
   w.put<double>(p.budget);
   w.str(p.source);
+  w.put<uint32_t>(static_cast<uint32_t>(p.protect_sinks));
+  w.put<uint32_t>(static_cast<uint32_t>(p.protect_recent));
+  w.str(p.protect_type);
   const size_t d = static_cast<size_t>(p.head_dim);
   for (int l = 0; l < p.n_layer; ++l)
     for (const KvPolicyEntry* e : {&p.k[l], &p.v[l]}) {
@@ -161,7 +166,7 @@ Expected<KvPolicy> parse_kv_policy(const std::string& buf, uint64_t model) {
   Reader r{buf, 0, {}};
   r.pos = 8;
   const uint32_t version = r.get<uint32_t>("version");
-  if (r.err.empty() && version != kVersion)
+  if (r.err.empty() && version != kVersion && version != 1)
     return bad("version " + std::to_string(version) + " is not supported (this build reads " +
                std::to_string(kVersion) + ")");
 #ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION  // the fuzzer reads past checksums
@@ -176,11 +181,23 @@ Expected<KvPolicy> parse_kv_policy(const std::string& buf, uint64_t model) {
   p.head_dim = static_cast<int>(r.get<uint32_t>("head_dim"));
   p.budget = r.get<double>("budget");
   p.source = r.str("source");
+  if (version >= 2) {
+    const uint32_t sinks = r.get<uint32_t>("protected sinks"), recent = r.get<uint32_t>("protected recent tokens");
+    p.protect_type = r.str("protected format");
+    if (r.err.empty() && (sinks > (1u << 20) || recent > (1u << 20)))
+      return bad("protected tokens (sinks " + std::to_string(sinks) + ", recent " + std::to_string(recent) +
+                 ") out of range");
+    p.protect_sinks = static_cast<int>(sinks);
+    p.protect_recent = static_cast<int>(recent);
+  }
   if (!r.err.empty()) return bad(r.err);
+
   if (p.n_layer < 1 || p.n_layer > 4096 || p.n_kv_heads < 1 || p.n_kv_heads > 1024 || p.head_dim < 1 ||
       p.head_dim > 1024)
     return bad("absurd shape: " + std::to_string(p.n_layer) + " layers, " + std::to_string(p.n_kv_heads) +
                " KV heads, head dim " + std::to_string(p.head_dim));
+  if (p.protect_sinks > 0 || p.protect_recent > 0)
+    if (auto c = make_codec(p.protect_type, p.head_dim); !c) return bad("protected tokens' format: " + c.error());
   if (model != 0 && p.model != model)
     return bad("calibrated for another model (fingerprint " + std::to_string(p.model) + ", this model " +
                std::to_string(model) + "); run turbokv calibrate on this model");

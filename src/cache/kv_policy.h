@@ -5,9 +5,11 @@
 // is versioned, checksummed and bound to one model's fingerprint.
 //
 // File layout (little-endian):
-//   "TKVPOLCY" (8 bytes), u32 version = 1, u64 model fingerprint,
+//   "TKVPOLCY" (8 bytes), u32 version = 2, u64 model fingerprint,
 //   u32 n_layer, n_kv_heads, head_dim, f64 budget (bits per value, 0 = none),
 //   u32 source length + bytes (a description of the calibration run),
+//   (version 2) u32 protected sinks, u32 protected recent tokens, u32 length
+//   + bytes of the protected format (version 1: none),
 //   then for each layer, K then V: u32 format length + bytes,
 //     for each head: f32 mean[d], f32 var[d], f32 basis[d*d];
 //   u64 FNV-1a of every byte before it.
@@ -31,6 +33,10 @@ struct KvPolicy {
   int n_layer = 0, n_kv_heads = 0, head_dim = 0;
   double budget = 0;
   std::string source;
+  // Protected tokens the policy was chosen with (calibrate --protect): the
+  // cache keeps them unless --kv-protect says otherwise. 0, 0: none.
+  int protect_sinks = 0, protect_recent = 0;
+  std::string protect_type = "q8_0";
   std::vector<KvPolicyEntry> k, v;  // [n_layer]
 
   // Average stored bits per value over all layers, K and V (row bytes * 8 / d).

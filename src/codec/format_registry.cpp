@@ -75,7 +75,7 @@ Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64
     std::string known;
     for (const auto& n : all_format_names()) known += (known.empty() ? "" : " ") + n;
     return Status::Error("unknown KV format '" + std::string(name) + "' (known: " + known +
-                         ", and tq1..tq8, tq1.5..tq7.5 with optional -nc or -ip, then optional -qjl; tt1..tt4; te8)");
+                         ", and tq1..tq8, tq1.5..tq7.5 with optional -nc or -ip, then optional -qjl; tt1..tt4, tt1.5..tt3.5; te8)");
   }
   return c;
 }

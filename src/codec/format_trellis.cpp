@@ -1,15 +1,18 @@
-// Trellis-coded formats ttB (issue 20, docs/FORMATS.md §4f): a bitshift
-// trellis over the rotated coordinates. After the tq rotation and the row's
-// norm (16 bits, §4.2), coordinate t of u = sqrt(d) y / |y| is coded by B
-// bits c_t; its value is table[s_t], where the state s_t is the last six bits
-// of the code stream up to and including c_t (s_t = (s_{t-1} << B | c_t) mod
-// 64, s_{-1} = 0): 64 states, 2^B branches out of each. The encoder picks
-// the whole code sequence with the least squared error (Viterbi: per
-// coordinate 64 minima over 2^B predecessors shared by 2^B states); the decoder is a table lookup per coordinate (each state
-// is a window of the bit stream, so coordinates decode independently).
-// The 64-entry table was trained per B on N(0, 1) samples (alternating
+// Trellis-coded formats ttB and ttB.5 (issue 20, docs/FORMATS.md §4f): a
+// bitshift trellis over the rotated coordinates. After the tq rotation and
+// the row's norm (16 bits, §4.2), coordinate t of u = sqrt(d) y / |y| is
+// coded by w_t bits c_t (w_t = B; for ttB.5 the first k coordinates take
+// B + 1, k chosen so that the row is B + 0.5 bits per value); its value is table_{w_t}[s_t], where the state s_t is the last six
+// bits of the code stream up to and including c_t (s_t = (s_{t-1} << w_t |
+// c_t) mod 64, s_{-1} = 0): 64 states, 2^w_t branches out of each. The
+// encoder picks the whole code sequence with the least squared error
+// (Viterbi: per coordinate 64 minima over 2^w predecessors shared by 2^w
+// states); the decoder is a table lookup per coordinate (each state is a
+// window of the bit stream, so coordinates decode independently). The
+// 64-entry table per width was trained on N(0, 1) samples (alternating
 // Viterbi assignment and per-state means from 64 random values, the best of
-// 32 seeded starts; trellis_train_table) and is kept as constants. Rows decode through the codec (RowLayout kind kOpaque).
+// 32 seeded starts; trellis_train_table) and is kept as constants. Rows
+// decode through the codec (RowLayout kind kOpaque).
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -28,19 +31,20 @@ namespace {
 constexpr int kStateBits = kTrellisStateBits, kStates = kTrellisStates;
 }  // namespace
 
-double trellis_viterbi(const float* x, int n, int bits, const float* table, uint8_t* codes) {
-  // The predecessors of state ns are the states j | h << (6 - B), j = ns >> B,
-  // for the 2^B values h of the bits that leave the window: one minimum per j
-  // serves the 2^B states that share it (64 + 64 operations per coordinate
-  // instead of 64 x 2^B compares and branches: 4x faster at B = 2).
+double trellis_viterbi(const float* x, int n, const uint8_t* widths, const float* const* tables, uint8_t* codes) {
+  // The predecessors of state ns are the states j | h << (6 - w), j = ns >> w,
+  // for the 2^w values h of the bits that leave the window: one minimum per j
+  // serves the 2^w states that share it (64 + 64 operations per coordinate
+  // instead of 64 x 2^w compares and branches: 4x faster at w = 2).
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  const int shift = kStateBits - bits, preds = 1 << bits, groups = kStates >> bits;
   double cost[kStates], best_of[kStates];
   std::fill(cost, cost + kStates, kInf);
   cost[0] = 0.0;
-  std::vector<uint8_t> from(size_t(n) * groups);  // per (t, j): the h of the best predecessor
+  std::vector<uint8_t> from(size_t(n) * (kStates / 2));  // per (t, j): the h of the best predecessor
   for (int t = 0; t < n; ++t) {
-    uint8_t* fr = &from[size_t(t) * groups];
+    const int w = widths[t], shift = kStateBits - w, preds = 1 << w, groups = kStates >> w;
+    const float* table = tables[t];
+    uint8_t* fr = &from[size_t(t) * (kStates / 2)];
     for (int j = 0; j < groups; ++j) {
       double b = cost[j];
       int arg = 0;
@@ -54,18 +58,25 @@ double trellis_viterbi(const float* x, int n, int bits, const float* table, uint
     }
     for (int s = 0; s < kStates; ++s) {
       const double e = double(x[t]) - table[s];
-      cost[s] = best_of[s >> bits] + e * e;
+      cost[s] = best_of[s >> w] + e * e;
     }
   }
   int best = 0;
   for (int s = 1; s < kStates; ++s)
     if (cost[s] < cost[best]) best = s;
   for (int t = n - 1, s = best; t >= 0; --t) {  // walk back: the code is a state's newest bits
-    codes[t] = static_cast<uint8_t>(s & ((1 << bits) - 1));
-    const int j = s >> bits;
-    s = j | int(from[size_t(t) * groups + j]) << shift;
+    const int w = widths[t];
+    codes[t] = static_cast<uint8_t>(s & ((1 << w) - 1));
+    const int j = s >> w;
+    s = j | int(from[size_t(t) * (kStates / 2) + j]) << (kStateBits - w);
   }
   return cost[best];
+}
+
+double trellis_viterbi(const float* x, int n, int bits, const float* table, uint8_t* codes) {
+  const std::vector<uint8_t> widths(n, static_cast<uint8_t>(bits));
+  const std::vector<const float*> tables(n, table);
+  return trellis_viterbi(x, n, widths.data(), tables.data(), codes);
 }
 
 namespace {
@@ -162,10 +173,17 @@ std::vector<float> trellis_train_table(int bits, int trial) {
 
 class TrellisCodec final : public Codec {
  public:
-  TrellisCodec(std::string_view name, int d, int bits, std::shared_ptr<const Rotation> rot)
-      : Codec(std::string(name), d, FormatFamily::kTurbo), bits_(bits), table_(trellis_table(bits)) {
+  // wide: how many of the first coordinates take bits + 1 (ttB.5: d / 2).
+  TrellisCodec(std::string_view name, int d, int bits, int wide, std::shared_ptr<const Rotation> rot)
+      : Codec(std::string(name), d, FormatFamily::kTurbo), widths_(d), tables_(d) {
     rotation_ = std::move(rot);
-    row_bytes_ = 2 + (size_t(d) * bits + 7) / 8;
+    size_t total = 0;
+    for (int i = 0; i < d; ++i) {
+      widths_[i] = static_cast<uint8_t>(i < wide ? bits + 1 : bits);
+      tables_[i] = trellis_table(widths_[i]).data();
+      total += widths_[i];
+    }
+    row_bytes_ = 2 + (total + 7) / 8;
     layout_.kind = RowLayout::Kind::kOpaque;
     layout_.d = d;
   }
@@ -178,24 +196,21 @@ class TrellisCodec final : public Codec {
     std::vector<float> u(d_);
     for (int i = 0; i < d_; ++i) u[i] = y[i] * inv;
     std::vector<uint8_t> codes(d_);
-    trellis_viterbi(u.data(), d_, bits_, table_.data(), codes.data());
+    trellis_viterbi(u.data(), d_, widths_.data(), tables_.data(), codes.data());
     // The stored norm scales the decoded row to the least-squares fit of y.
     double num = 0, den = 0;
     for (int i = 0, s = 0; i < d_; ++i) {
-      s = ((s << bits_) | codes[i]) & (kStates - 1);
-      num += double(table_[s]) * y[i];
-      den += double(table_[s]) * table_[s];
+      s = ((s << widths_[i]) | codes[i]) & (kStates - 1);
+      num += double(tables_[i][s]) * y[i];
+      den += double(tables_[i][s]) * tables_[i][s];
     }
     const float scale = den > 0 ? static_cast<float>(std::max(0.0, num / den)) : 0.0f;
     const uint16_t h = f32_to_unorm16(scale);
     std::memcpy(out, &h, 2);
     std::memset(out + 2, 0, row_bytes_ - 2);
-    for (int i = 0; i < d_; ++i)  // B bits per coordinate, LSB first
-      for (int b = 0; b < bits_; ++b)
-        if ((codes[i] >> b) & 1) {
-          const size_t bit = size_t(i) * bits_ + b;
-          out[2 + bit / 8] |= uint8_t(1u << (bit % 8));
-        }
+    for (int i = 0, bit = 0; i < d_; ++i)  // w_i bits per coordinate, LSB first, one stream
+      for (int b = 0; b < widths_[i]; ++b, ++bit)
+        if ((codes[i] >> b) & 1) out[2 + bit / 8] |= uint8_t(1u << (bit % 8));
     return Status::Ok();
   }
 
@@ -203,29 +218,34 @@ class TrellisCodec final : public Codec {
     uint16_t h;
     std::memcpy(&h, in, 2);
     const float scale = unorm16_to_f32(h);
-    for (int i = 0, s = 0; i < d_; ++i) {
+    for (int i = 0, s = 0, bit = 0; i < d_; ++i) {
       int c = 0;
-      for (int b = 0; b < bits_; ++b) {
-        const size_t bit = size_t(i) * bits_ + b;
-        c |= ((in[2 + bit / 8] >> (bit % 8)) & 1) << b;
-      }
-      s = ((s << bits_) | c) & (kStates - 1);
-      out[i] = table_[s] * scale;
+      for (int b = 0; b < widths_[i]; ++b, ++bit) c |= ((in[2 + bit / 8] >> (bit % 8)) & 1) << b;
+      s = ((s << widths_[i]) | c) & (kStates - 1);
+      out[i] = tables_[i][s] * scale;
     }
   }
 
  private:
-  int bits_;
-  const std::vector<float>& table_;
+  std::vector<uint8_t> widths_;
+  std::vector<const float*> tables_;
 };
 
 std::unique_ptr<Codec> make_trellis_codec(std::string_view name, int d, uint64_t seed) {
-  if (name.size() != 3 || name.substr(0, 2) != "tt") return nullptr;
+  // ttB (B = 1..4) or ttB.5 (B = 1..3: half the coordinates at B + 1 bits).
+  if (name.size() != 3 && name != "tt1.5" && name != "tt2.5" && name != "tt3.5") return nullptr;
+  if (name.substr(0, 2) != "tt") return nullptr;
   const int bits = name[2] - '0';
   if (bits < 1 || bits > 4) return nullptr;
+  // ttB.5: the most wide coordinates whose row (the scale included) fits
+  // (B + 0.5) bits per value, as tqB.5 (d/2 - 16 when 16 divides d >= 32).
+  int wide = 0;
+  if (name.size() == 5)
+    for (int k = d; k > 0 && wide == 0; --k)
+      if (8 * (2 + (size_t(k) * (bits + 1) + size_t(d - k) * bits + 7) / 8) <= size_t(2 * bits + 1) * d / 2) wide = k;
   auto rot = Rotation::make(d, seed);
   if (!rot) return nullptr;
-  return std::make_unique<TrellisCodec>(name, d, bits, *rot);
+  return std::make_unique<TrellisCodec>(name, d, bits, wide, *rot);
 }
 
 }  // namespace tkv

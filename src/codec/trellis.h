@@ -19,5 +19,7 @@ std::vector<float> trellis_train_table(int bits, int trial);
 // The code sequence (B bits per value) whose states' values have the least
 // squared error against x[0..n), starting from state 0; returns that error.
 double trellis_viterbi(const float* x, int n, int bits, const float* table, uint8_t* codes);
+// The same with widths[t] bits (1..4) and tables[t] for coordinate t (ttB.5).
+double trellis_viterbi(const float* x, int n, const uint8_t* widths, const float* const* tables, uint8_t* codes);
 
 }  // namespace tkv

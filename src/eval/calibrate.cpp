@@ -64,6 +64,69 @@ void log_softmax_rows(const float* logits, int n, int V, std::vector<float>& out
   }
 }
 
+std::string protect_label(const ProtectChoice& p) {
+  return std::to_string(p.sinks) + "," + std::to_string(p.recent) + "," + p.type;
+}
+
+// Bits per value the protected rows add at ctx tokens, as the cache counts
+// them (its sinks' blocks and recent ring over its capacity).
+Expected<double> protected_bits(const KvShape& shape, const ProtectChoice& p, int ctx) {
+  if (p.sinks == 0 && p.recent == 0) return 0.0;
+  KvCacheOptions co;
+  co.type_k = co.type_v = "f16";
+  co.capacity = ctx;
+  auto plain = KvCache::create(shape, co);
+  if (!plain) return plain.status();
+  co.protect_sinks = p.sinks;
+  co.protect_recent = p.recent;
+  co.protect_type = p.type;
+  auto prot = KvCache::create(shape, co);
+  if (!prot) return Status::Error("calibrate: protected tokens " + protect_label(p) + ": " + prot.error());
+  return ((*prot)->k_bits_per_value() + (*prot)->v_bits_per_value() - (*plain)->k_bits_per_value() -
+          (*plain)->v_bits_per_value()) / 2;
+}
+
+// The widths (one per entry) with the least total KLD whose average is at
+// most `budget`, exactly under additivity: a dynamic programme over entries,
+// widths in sixteenths of a bit (the tqc widths are half bits; te8's 2 + 16/d
+// is a multiple of 1/16 for d a multiple of 8 up to 256). kld[e * W + w].
+Expected<std::pair<std::vector<size_t>, double>> choose_widths(const std::vector<double>& kld,
+                                                                const std::vector<double>& widths, int entries,
+                                                                double budget) {
+  const size_t W = widths.size();
+  const int units_budget = static_cast<int>(std::floor(budget * 16 * entries + 1e-9));
+  if (units_budget < 0) return Status::Error("no widths");
+  std::vector<int> units(W);
+  for (size_t wi = 0; wi < W; ++wi) units[wi] = static_cast<int>(std::lround(widths[wi] * 16));
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(entries + 1, std::vector<double>(units_budget + 1, inf));
+  std::vector<std::vector<int>> arg(entries + 1, std::vector<int>(units_budget + 1, -1));
+  best[0][0] = 0;
+  for (int e = 0; e < entries; ++e)
+    for (int u = 0; u <= units_budget; ++u) {
+      if (best[e][u] == inf) continue;
+      for (size_t wi = 0; wi < W; ++wi) {
+        const int nu = u + units[wi];
+        if (nu > units_budget) continue;
+        const double v = best[e][u] + kld[e * W + wi];
+        if (v < best[e + 1][nu]) {
+          best[e + 1][nu] = v;
+          arg[e + 1][nu] = static_cast<int>(wi);
+        }
+      }
+    }
+  int bu = -1;
+  for (int u = 0; u <= units_budget; ++u)
+    if (best[entries][u] < inf && (bu < 0 || best[entries][u] < best[entries][bu])) bu = u;
+  if (bu < 0) return Status::Error("no widths");
+  std::pair<std::vector<size_t>, double> r{std::vector<size_t>(entries), best[entries][bu]};
+  for (int e = entries; e > 0; --e) {
+    r.first[e - 1] = static_cast<size_t>(arg[e][bu]);
+    bu -= units[r.first[e - 1]];
+  }
+  return r;
+}
+
 }  // namespace
 
 Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const CalibrateOptions& o,
@@ -76,6 +139,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
   if (n_ctx < 8) return Status::Error("calibrate: -c must be at least 8");
   if (o.budget != 0 && !(o.budget >= 1.0 && o.budget <= 8.0))
     return Status::Error("calibrate: --budget must be in [1, 8] bits per value");
+  if (o.protect_auto && o.budget <= 0) return Status::Error("calibrate: --protect auto needs a --budget");
   std::vector<int32_t> tokens = model.tokenizer().encode(text, true);
   const int chunks = static_cast<int>(std::min<size_t>(tokens.size(), size_t(std::max(o.tokens, n_ctx))) / n_ctx);
   if (chunks < 1)
@@ -194,30 +258,12 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
     rep.entries.push_back(en);
   }
 
-  auto set_entry = [&](KvPolicy& p, int e, size_t wi) {
-    KvPolicyEntry& dst = (e % 2) ? p.v[e / 2] : p.k[e / 2];
-    dst.format = formats[wi];
-    dst.heads = use_cal[e][wi] ? choice[e].cal_all : choice[e].iso_all;
-  };
-  std::vector<size_t> pick(2 * L, 0);
-  if (o.budget > 0) {
-    // 3. Sensitivities: KLD against the f32 baseline with one entry coded.
-    KvPolicy probe = pol;
-    for (int l = 0; l < L; ++l) {
-      probe.k[l] = {"f32", choice[2 * l].cal_all};
-      probe.v[l] = {"f32", choice[2 * l + 1].cal_all};
-    }
-    // Chunk by chunk (one chunk's log-probabilities in memory, whatever the
-    // vocabulary): the f32 baseline, then every (entry, width) probe.
-    const size_t W = widths.size();
-    std::vector<std::shared_ptr<const KvPolicy>> probes(2 * L * W);
-    for (int e = 0; e < 2 * L; ++e)
-      for (size_t wi = 0; wi < W; ++wi) {
-        KvPolicy p = probe;
-        set_entry(p, e, wi);
-        probes[e * W + wi] = std::make_shared<const KvPolicy>(std::move(p));
-      }
-    std::vector<double> kl(probes.size(), 0.0);
+  // Mean KLD against the f32 cache of each policy (under one protection) over
+  // the first kld_chunks chunks, chunk by chunk: one chunk's log-probabilities
+  // in memory, whatever the vocabulary.
+  auto measure = [&](const std::vector<std::shared_ptr<const KvPolicy>>& ps, const ProtectChoice& pt,
+                     const std::string& what) -> Expected<std::vector<double>> {
+    std::vector<double> kl(ps.size(), 0.0);
     size_t n = 0;
     std::vector<float> base, lp;
     for (int ch = 0; ch < kld_chunks; ++ch) {
@@ -229,10 +275,13 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
         if (!s.ok()) return s;
         log_softmax_rows(logits.data(), n_ctx, V, base);
       }
-      for (size_t pi = 0; pi < probes.size(); ++pi) {
+      for (size_t pi = 0; pi < ps.size(); ++pi) {
         KvCacheOptions co;
         co.capacity = n_ctx;
-        co.policy = probes[pi];
+        co.policy = ps[pi];
+        co.protect_sinks = pt.sinks;
+        co.protect_recent = pt.recent;
+        co.protect_type = pt.type;
         auto cache = KvCache::create(shape, co);
         if (!cache) return cache.status();
         Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), true);
@@ -250,39 +299,86 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
         kl[pi] += sum;
       }
       n += static_cast<size_t>(n_ctx - 1);
-      if (!say("sensitivities measured on chunk " + std::to_string(ch + 1) + "/" + std::to_string(kld_chunks))) return stopped;
+      if (!say(what + " measured on chunk " + std::to_string(ch + 1) + "/" + std::to_string(kld_chunks))) return stopped;
     }
-    for (int e = 0; e < 2 * L; ++e)
-      for (size_t wi = 0; wi < W; ++wi) rep.entries[e].kld.push_back(kl[e * W + wi] / double(n));
-    // Exact choice under additivity: DP over entries, widths in sixteenths
-    // of a bit (the tqc widths are half bits; te8's 2 + 16/d is a multiple
-    // of 1/16 for d a multiple of 8 up to 256).
-    const int units_budget = static_cast<int>(std::floor(o.budget * 16 * (2 * L) + 1e-9));
-    std::vector<int> units(widths.size());
-    for (size_t wi = 0; wi < widths.size(); ++wi) units[wi] = static_cast<int>(std::lround(widths[wi] * 16));
-    const double inf = std::numeric_limits<double>::infinity();
-    std::vector<std::vector<double>> best(2 * L + 1, std::vector<double>(units_budget + 1, inf));
-    std::vector<std::vector<int>> arg(2 * L + 1, std::vector<int>(units_budget + 1, -1));
-    best[0][0] = 0;
-    for (int e = 0; e < 2 * L; ++e)
-      for (int u = 0; u <= units_budget; ++u) {
-        if (best[e][u] == inf) continue;
-        for (size_t wi = 0; wi < widths.size(); ++wi) {
-          const int nu = u + units[wi];
-          if (nu > units_budget) continue;
-          const double v = best[e][u] + rep.entries[e].kld[wi];
-          if (v < best[e + 1][nu]) { best[e + 1][nu] = v; arg[e + 1][nu] = static_cast<int>(wi); }
-        }
+    for (double& k : kl) k /= double(n);
+    return kl;
+  };
+
+  auto set_entry = [&](KvPolicy& p, int e, size_t wi) {
+    KvPolicyEntry& dst = (e % 2) ? p.v[e / 2] : p.k[e / 2];
+    dst.format = formats[wi];
+    dst.heads = use_cal[e][wi] ? choice[e].cal_all : choice[e].iso_all;
+  };
+  std::vector<size_t> pick(2 * L, 0);
+  if (o.budget > 0) {
+    std::vector<ProtectChoice> trials;
+    if (o.protect_auto) trials.assign(std::begin(kProtectCandidates), std::end(kProtectCandidates));
+    else trials.push_back({o.protect_sinks, o.protect_recent, o.protect_type});
+    const int ctx = o.budget_ctx > 0 ? o.budget_ctx : n_ctx;
+    std::vector<std::vector<double>> sens(trials.size());
+    std::vector<std::vector<size_t>> picks(trials.size());
+    int best_trial = -1;
+    for (size_t ti = 0; ti < trials.size(); ++ti) {
+      ProtectChoice& pt = trials[ti];
+      auto extra = protected_bits(shape, pt, ctx);
+      if (!extra) return extra.status();
+      pt.bits = *extra;
+      const double share = o.budget - pt.bits;
+      pt.fits = share >= *std::min_element(widths.begin(), widths.end()) - 1e-9;
+      if (!pt.fits) continue;
+      const std::string what = pt.recent + pt.sinks > 0 ? " (protected " + protect_label(pt) + ")" : "";
+      // 3. Sensitivities: KLD against the f32 baseline with one entry coded.
+      KvPolicy probe = pol;
+      for (int l = 0; l < L; ++l) {
+        probe.k[l] = {"f32", choice[2 * l].cal_all};
+        probe.v[l] = {"f32", choice[2 * l + 1].cal_all};
       }
-    int bu = -1;
-    for (int u = 0; u <= units_budget; ++u)
-      if (best[2 * L][u] < inf && (bu < 0 || best[2 * L][u] < best[2 * L][bu])) bu = u;
-    if (bu < 0) return Status::Error("calibrate: no widths meet a budget of " + std::to_string(o.budget) + " bits");
-    rep.total_kld = best[2 * L][bu];
-    for (int e = 2 * L; e > 0; --e) {
-      pick[e - 1] = static_cast<size_t>(arg[e][bu]);
-      bu -= units[pick[e - 1]];
+      const size_t W = widths.size();
+      std::vector<std::shared_ptr<const KvPolicy>> probes(2 * L * W);
+      for (int e = 0; e < 2 * L; ++e)
+        for (size_t wi = 0; wi < W; ++wi) {
+          KvPolicy p = probe;
+          set_entry(p, e, wi);
+          probes[e * W + wi] = std::make_shared<const KvPolicy>(std::move(p));
+        }
+      auto kl = measure(probes, pt, "sensitivities" + what);
+      if (!kl) return kl.status();
+      sens[ti] = std::move(*kl);
+      auto dp = choose_widths(sens[ti], widths, 2 * L, share);
+      if (!dp) return Status::Error("calibrate: no widths meet a budget of " + std::to_string(o.budget) + " bits" + what);
+      picks[ti] = std::move(dp->first);
+      pt.predicted_kld = dp->second;
+      if (trials.size() > 1) {  // the whole policy, measured: predictions under different protections differ in kind
+        KvPolicy whole = pol;
+        for (int e = 0; e < 2 * L; ++e) set_entry(whole, e, picks[ti][e]);
+        auto m = measure({std::make_shared<const KvPolicy>(std::move(whole))}, pt, "the policy" + what);
+        if (!m) return m.status();
+        pt.measured_kld = (*m)[0];
+      }
+      const double key = trials.size() > 1 ? pt.measured_kld : pt.predicted_kld;
+      if (best_trial < 0 || key < (trials.size() > 1 ? trials[best_trial].measured_kld : trials[best_trial].predicted_kld))
+        best_trial = static_cast<int>(ti);
     }
+    if (best_trial < 0)
+      return Status::Error("calibrate: a budget of " + std::to_string(o.budget) + " bits leaves no room for the " +
+                           "narrowest width beside the protected tokens' rows (" + std::to_string(trials[0].bits) +
+                           " bits at " + std::to_string(ctx) + " tokens)");
+    const ProtectChoice& chosen = trials[best_trial];
+    pick = picks[best_trial];
+    rep.total_kld = chosen.predicted_kld;
+    const size_t W = widths.size();
+    for (int e = 0; e < 2 * L; ++e)
+      rep.entries[e].kld.assign(sens[best_trial].begin() + e * W, sens[best_trial].begin() + (e + 1) * W);
+    pol.protect_sinks = chosen.sinks;
+    pol.protect_recent = chosen.recent;
+    pol.protect_type = chosen.type;
+    rep.protect_trials = trials;
+    rep.protect_chosen = best_trial;
+  } else {  // no budget: the protection is recorded, not counted
+    pol.protect_sinks = o.protect_sinks;
+    pol.protect_recent = o.protect_recent;
+    pol.protect_type = o.protect_type;
   }
   for (int e = 0; e < 2 * L; ++e) {
     set_entry(pol, e, pick[e]);
@@ -293,8 +389,11 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
     rep.entries[e].mse_isotropic = mses[e][pick[e]].second;
   }
   char src[160];
-  std::snprintf(src, sizeof src, "%d chunks of %d tokens, budget %.3g, seed %llu", chunks, n_ctx, o.budget,
-                static_cast<unsigned long long>(o.seed));
+  std::snprintf(src, sizeof src, "%d chunks of %d tokens, budget %.3g, seed %llu%s", chunks, n_ctx, o.budget,
+                static_cast<unsigned long long>(o.seed),
+                pol.protect_recent + pol.protect_sinks > 0
+                    ? (", protected " + protect_label({pol.protect_sinks, pol.protect_recent, pol.protect_type})).c_str()
+                    : "");
   pol.source = src;
   if (report) *report = std::move(rep);
   return pol;

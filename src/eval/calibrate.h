@@ -10,6 +10,10 @@
 //     of the next-token distribution against the f32 cache when only it is
 //     coded, at each candidate width, and picks the widths whose average meets
 //     the budget with the least total KLD (exact dynamic programming).
+//  4. With protected tokens in the budget: their rows, averaged over the
+//     budget's context, come off the widths' share and the sensitivities are
+//     measured with them in place; --protect auto tries a few protections
+//     and keeps the one whose policy has the least measured KLD.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -33,7 +37,26 @@ struct CalibrateOptions {
   // With a budget: te8 (the E8 lattice code on the seeded rotation, 2 bits
   // per coordinate and its scale) is a candidate beside the tqc widths.
   bool lattice = false;
+  // Protected tokens (the cache's protect_* options): with a budget, their
+  // rows averaged over budget_ctx tokens (0: n_ctx) count against it. With
+  // protect_auto each of kProtectCandidates is tried instead.
+  int protect_sinks = 0, protect_recent = 0;
+  std::string protect_type = "q8_0";
+  bool protect_auto = false;
+  int budget_ctx = 0;
 };
+
+struct ProtectChoice {
+  int sinks = 0, recent = 0;
+  std::string type = "q8_0";
+  double bits = 0;           // its rows' bits per value at the budget's context
+  bool fits = true;          // the budget leaves the narrowest width beside it
+  double predicted_kld = 0;  // sum of the sensitivities at the chosen widths
+  double measured_kld = -1;  // of the whole policy (auto only; -1: not measured)
+};
+// What --protect auto tries: none, then each query's last 32 and 64 tokens
+// at q8_0 (32 is one ring block: 16 would cost the same memory).
+inline const ProtectChoice kProtectCandidates[] = {{0, 0, "q8_0"}, {0, 32, "q8_0"}, {0, 64, "q8_0"}};
 
 struct CalibrateReport {
   struct Entry {
@@ -49,6 +72,8 @@ struct CalibrateReport {
   std::vector<std::string> formats;  // candidate formats, one per width
   std::vector<Entry> entries;  // layer-major, K then V
   double total_kld = 0;        // predicted (sum of sensitivities) at the chosen widths
+  std::vector<ProtectChoice> protect_trials;  // budget runs: each protection tried
+  int protect_chosen = 0;                     // its index
 };
 
 // progress gets one line per step; returning false stops the run (an error).

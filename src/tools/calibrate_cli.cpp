@@ -1,5 +1,6 @@
 // `turbokv calibrate -m MODEL -f TEXT|DIR [--tokens N] [-c 512] [--budget B |
-// --bits B] [--kld-tokens N] [-t T] [--seed S] -o POLICY`: a KV policy for
+// --bits B] [--kld-tokens N] [--protect S,W[,F]|auto] [--budget-ctx N] [-t T]
+// [--seed S] -o POLICY`: a KV policy for
 // this model (eval/calibrate.h), used with --kv-policy.
 #include <cstdio>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "eval/calibrate.h"
+#include "tools/arg_lists.h"
 #include "tools/common_flags.h"
 #include "tools/subcommands.h"
 #include "util/progress.h"
@@ -17,7 +19,7 @@ namespace tkv {
 
 void register_calibrate(CLI::App& app) {
   struct Opt {
-    std::string model, file, out;
+    std::string model, file, out, protect;
     int threads = 0;
     bool no_progress = false;
     CalibrateOptions c;
@@ -42,11 +44,32 @@ void register_calibrate(CLI::App& app) {
   cmd->add_flag("--lattice", o->c.lattice,
                 "with --budget: te8 (E8 lattice, 2 bits per coordinate) is a candidate beside the tqc widths")
       ->needs(b);
+  cmd->add_option("--protect", o->protect,
+                  "protected tokens SINKS,RECENT[,FORMAT] stored in the policy (as --kv-protect); with --budget "
+                  "their rows count against it at --budget-ctx tokens and the widths are chosen with them; "
+                  "auto: the best of none, 0,32,q8_0 and 0,64,q8_0 by measured KLD");
+  cmd->add_option("--budget-ctx", o->c.budget_ctx,
+                  "context length at which protected tokens' rows are counted against the budget (default: -c)")
+      ->check(CLI::Range(1, 1 << 24));
   cmd->callback([o]() {
     auto fail = [](const std::string& m) {
       std::cerr << "turbokv calibrate: error: " << m << "\n";
       throw CLI::RuntimeError(1);
     };
+    if (o->protect == "auto") {
+      o->c.protect_auto = true;
+    } else if (!o->protect.empty()) {
+      const std::vector<std::string> parts = split_list(o->protect);
+      auto count = [](const std::string& s, int& out) {
+        if (s.empty() || s.size() > 7 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+        out = std::stoi(s);
+        return true;
+      };
+      if (parts.size() < 2 || parts.size() > 3 || o->protect.back() == ',' || !count(parts[0], o->c.protect_sinks) ||
+          !count(parts[1], o->c.protect_recent))
+        fail("--protect '" + o->protect + "': expected auto or SINKS,RECENT[,FORMAT] (two counts, e.g. 0,32,q8_0)");
+      if (parts.size() == 3) o->c.protect_type = parts[2];
+    }
     auto text = read_text_path(o->file);
     if (!text) fail(text.error());
     auto m = Model::load(o->model);
@@ -77,9 +100,21 @@ void register_calibrate(CLI::App& app) {
       }
       std::printf("\n");
     }
+    for (size_t i = 0; i < rep.protect_trials.size(); ++i) {
+      const ProtectChoice& t = rep.protect_trials[i];
+      if (rep.protect_trials.size() == 1 && t.sinks + t.recent == 0) break;
+      std::printf("protected %d,%d,%s: %.4f bits per value at %d tokens, ", t.sinks, t.recent, t.type.c_str(), t.bits,
+                  o->c.budget_ctx > 0 ? o->c.budget_ctx : o->c.n_ctx);
+      if (!t.fits) std::printf("leaves too little of the budget\n");
+      else if (t.measured_kld >= 0) std::printf("predicted KLD %.6f, measured %.6f%s\n", t.predicted_kld, t.measured_kld,
+                                                int(i) == rep.protect_chosen ? "  <- chosen" : "");
+      else std::printf("predicted KLD %.6f\n", t.predicted_kld);
+    }
     auto bpv = pol->bits_per_value();
-    std::printf("wrote %s: %d layers x %d KV heads, d = %d, %.4f bits per value on average%s\n", o->out.c_str(),
-                pol->n_layer, pol->n_kv_heads, pol->head_dim, bpv ? *bpv : 0.0,
+    const double prot = rep.protect_trials.empty() ? 0.0 : rep.protect_trials[rep.protect_chosen].bits;
+    std::printf("wrote %s: %d layers x %d KV heads, d = %d, %.4f bits per value on average%s%s\n", o->out.c_str(),
+                pol->n_layer, pol->n_kv_heads, pol->head_dim, bpv ? *bpv + prot : 0.0,
+                prot > 0 ? (" (protected rows included: " + std::to_string(prot) + ")").c_str() : "",
                 rep.entries.empty() || rep.entries[0].kld.empty()
                     ? ""
                     : (", predicted KLD " + std::to_string(rep.total_kld)).c_str());

@@ -38,6 +38,14 @@ struct CacheFlags {
   std::string protect_label() const { return kv.protect.empty() ? "" : " (protected " + kv.protect + ")"; }
 };
 
+// " (protected S,W,F)" for the protection a cache will have (from the flag,
+// a preset or the policy), or "".
+inline std::string protect_label(const KvCacheOptions& co) {
+  if (co.protect_sinks + co.protect_recent == 0) return "";
+  return " (protected " + std::to_string(co.protect_sinks) + "," + std::to_string(co.protect_recent) + "," +
+         co.protect_type + ")";
+}
+
 // -ctk/-ctv (defaults: f's values), --kv-mean-center on|off, --kv-policy, --kv-preset.
 void add_cache_flags(CLI::App* cmd, CacheFlags& f);
 // co's formats, mean centring and per-layer formats for model m.

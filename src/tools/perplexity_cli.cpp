@@ -57,7 +57,7 @@ void register_perplexity(CLI::App& app) {
     po.threads = resolve_threads(o->threads);
     if (Status ks = apply_cache_flags(o->cache, **m, po.cache); !ks.ok()) fail(ks.message());
     const std::string kv_desc = (o->cache.kv.any() ? o->cache.kv.label() : "K " + o->cache.ctk + " V " + o->cache.ctv) +
-                                o->cache.protect_label();
+                                protect_label(po.cache);
     po.kl_base = o->kl_base;
     po.kl_write = !o->kl_base.empty() && !o->kl;
     KvCacheOptions at_ctx = po.cache;  // bits per value at this context (protected tokens are averaged over it)
