@@ -42,7 +42,8 @@ HeadBasis synthetic_head_basis(int d, uint64_t seed);
 // distortion (var_i * (D(b) - D(b+1)), D the unit-Gaussian Lloyd-Max error)
 // over groups of `group` consecutive components sharing one width; groups
 // whose variance is all zero get nothing (the total may then fall short).
-std::vector<int> allocate_bits(const std::vector<float>& var, int total_bits, int group);
+// No group gets more than max_bits (ttc: 4, the trellis tables' widest).
+std::vector<int> allocate_bits(const std::vector<float>& var, int total_bits, int group, int max_bits = 8);
 
 // "tqcB": B = coded bits per coordinate (excluding the 16-bit row scale), in
 // (0, 8] with B·d a whole number of bytes, d a multiple of 8; "tqc4" has tq4's

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "codec/calibrated.h"
+#include "codec/trellis.h"
 #include "codec/codebook.h"
 #include "codec/eigen.h"
 #include "codec/kernels.h"
@@ -120,6 +121,84 @@ class CalibratedCodec final : public Codec {
   size_t used_bytes_ = 0;  // scale + planes; the rest of the row is zero
 };
 
+// ttcB (issue 20): tqcB's basis, whitening and widths, the whitened
+// components coded by the bitshift trellis of the ttB formats (FORMATS §4f)
+// instead of one Lloyd-Max code each: one stream of the coded components'
+// w_i-bit codes (w_i the allocation's width, capped at 4; components of width 0 are
+// skipped and decode to 0), after the 16-bit row scale. Decodes through the
+// codec (RowLayout kind kOpaque); attention folds sigma in as for tqc.
+class TrellisCalibratedCodec final : public Codec {
+ public:
+  TrellisCalibratedCodec(std::string name, int d, int total_bits, const std::vector<int>& bits,
+                         std::vector<float> sigma, std::shared_ptr<const Rotation> rot)
+      : Codec(std::move(name), d, FormatFamily::kCalibrated) {
+    rotation_ = std::move(rot);
+    coord_scale_ = std::move(sigma);
+    layout_.kind = RowLayout::Kind::kOpaque;
+    layout_.d = d;
+    for (int i = 0; i < d; ++i)
+      if (bits[i] > 0) {
+        coded_.push_back(i);
+        widths_.push_back(static_cast<uint8_t>(bits[i]));
+        tables_.push_back(trellis_table(bits[i]).data());
+      }
+    row_bytes_ = 2 + static_cast<size_t>(total_bits) / 8;
+  }
+
+ protected:
+  Status encode_row(float* y, uint8_t* out, Impl) const override {
+    const int n = static_cast<int>(coded_.size());
+    std::vector<float> z(n);
+    double ss = 0;
+    for (int k = 0; k < n; ++k) {
+      z[k] = y[coded_[k]] / coord_scale_[coded_[k]];  // whitened
+      ss += double(z[k]) * z[k];
+    }
+    const double s = n > 0 ? std::sqrt(ss / n) : 0.0;
+    if (!(s < kUNormMax)) return Status::Error("row scale " + std::to_string(s) + " exceeds the ttc range (4.29e9)");
+    const float inv = recip_or_zero(static_cast<float>(s));
+    std::vector<float> u(n);
+    for (int k = 0; k < n; ++k) u[k] = z[k] * inv;
+    std::vector<uint8_t> codes(n);
+    if (n > 0) trellis_viterbi(u.data(), n, widths_.data(), tables_.data(), codes.data());
+    // Stored scale: the least-squares fit in the original domain, as tqc's.
+    double zc = 0, cc = 0;
+    for (int k = 0, st = 0; k < n; ++k) {
+      st = ((st << widths_[k]) | codes[k]) & (kTrellisStates - 1);
+      const double v = double(coord_scale_[coded_[k]]) * coord_scale_[coded_[k]], c = tables_[k][st];
+      zc += v * z[k] * c;
+      cc += v * c * c;
+    }
+    const double t = cc > 0 && zc > 0 ? zc / cc : s;
+    if (!(t < kUNormMax)) return Status::Error("row scale " + std::to_string(t) + " exceeds the ttc range (4.29e9)");
+    const uint16_t h = f32_to_unorm16(static_cast<float>(t));
+    std::memcpy(out, &h, 2);
+    std::memset(out + 2, 0, row_bytes_ - 2);
+    for (int k = 0, bit = 0; k < n; ++k)  // w bits per coded component, LSB first, one stream
+      for (int b = 0; b < widths_[k]; ++b, ++bit)
+        if ((codes[k] >> b) & 1) out[2 + bit / 8] |= uint8_t(1u << (bit % 8));
+    return Status::Ok();
+  }
+
+  void decode_row(const uint8_t* in, float* out, Impl) const override {
+    uint16_t h;
+    std::memcpy(&h, in, 2);
+    const float scale = unorm16_to_f32(h);
+    std::memset(out, 0, sizeof(float) * d_);
+    for (int k = 0, st = 0, bit = 0; k < static_cast<int>(coded_.size()); ++k) {
+      int c = 0;
+      for (int b = 0; b < widths_[k]; ++b, ++bit) c |= ((in[2 + bit / 8] >> (bit % 8)) & 1) << b;
+      st = ((st << widths_[k]) | c) & (kTrellisStates - 1);
+      out[coded_[k]] = tables_[k][st] * scale;
+    }
+  }
+
+ private:
+  std::vector<int> coded_;        // the components with bits, ascending
+  std::vector<uint8_t> widths_;   // their widths (1..4)
+  std::vector<const float*> tables_;
+};
+
 }  // namespace
 
 Expected<HeadBasis> fit_head_basis(const float* x, size_t n, int d) {
@@ -203,7 +282,7 @@ HeadBasis synthetic_head_basis(int d, uint64_t seed) {
   return b;
 }
 
-std::vector<int> allocate_bits(const std::vector<float>& var, int total_bits, int group) {
+std::vector<int> allocate_bits(const std::vector<float>& var, int total_bits, int group, int max_bits) {
   const int d = static_cast<int>(var.size());
   std::vector<int> bits(d, 0);
   if (group < 1) group = 1;
@@ -217,7 +296,7 @@ std::vector<int> allocate_bits(const std::vector<float>& var, int total_bits, in
     int best = -1;
     double best_gain = 0;
     for (int g = 0; g < ng; ++g) {
-      if (gb[g] >= 8 || gsize[g] > left) continue;
+      if (gb[g] >= max_bits || gsize[g] > left) continue;
       const double gain = gvar[g] * (gauss_mse(gb[g]) - gauss_mse(gb[g] + 1));
       if (gain > best_gain) { best_gain = gain; best = g; }  // ties: lowest index
     }
@@ -229,7 +308,9 @@ std::vector<int> allocate_bits(const std::vector<float>& var, int total_bits, in
   return bits;
 }
 
-bool is_calibrated_format(std::string_view name) { return name.size() > 3 && name.substr(0, 3) == "tqc"; }
+bool is_calibrated_format(std::string_view name) {
+  return name.size() > 3 && (name.substr(0, 3) == "tqc" || name.substr(0, 3) == "ttc");
+}
 
 Expected<double> calibrated_bits(std::string_view name, int d) {
   if (!is_calibrated_format(name)) return Status::Error("not a calibrated format: '" + std::string(name) + "'");
@@ -237,7 +318,8 @@ Expected<double> calibrated_bits(std::string_view name, int d) {
   char* end = nullptr;
   const double b = std::strtod(num.c_str(), &end);
   if (num.empty() || *end != '\0' || !(b > 0.0) || b > 8.0)
-    return Status::Error("format " + std::string(name) + ": tqcB needs B, the bits per coordinate, in (0, 8]");
+    return Status::Error("format " + std::string(name) + ": " + std::string(name.substr(0, 3)) +
+                         "B needs B, the bits per coordinate, in (0, 8]");
   // Whole bytes per row, and runs of whole bytes per plane (groups of 8 or 16
   // components): B·d a multiple of 8 bits, d a multiple of 8.
   const double total = b * d;
@@ -274,7 +356,11 @@ Expected<CalibratedAllocation> calibrated_allocation(std::string_view name, cons
   CalibratedAllocation a;
   a.total_bits = static_cast<int>(std::lround(*b * d));
   a.group = (d % 16 == 0 && a.total_bits % 16 == 0) ? 16 : 8;
-  a.bits = allocate_bits(basis.var, a.total_bits, a.group);
+  // ttc: the trellis tables go to 4 bits, so no component gets more.
+  const int max_bits = name.substr(0, 3) == "ttc" ? 4 : 8;
+  if (a.total_bits > max_bits * d)
+    return Status::Error("format " + std::string(name) + ": the trellis codes at most 4 bits per coordinate");
+  a.bits = allocate_bits(basis.var, a.total_bits, a.group, max_bits);
   return a;
 }
 
@@ -325,6 +411,9 @@ Expected<std::unique_ptr<Codec>> make_calibrated_codec(std::string_view name, co
                          " runs of bit widths)");
   auto rot = Rotation::from_matrix(d, rows);
   if (!rot) return Status::Error("format " + std::string(name) + ": " + rot.error());
+  if (name.substr(0, 3) == "ttc") {
+    return std::unique_ptr<Codec>(new TrellisCalibratedCodec(std::string(name), d, total, bits, std::move(sigma), *rot));
+  }
   return std::unique_ptr<Codec>(new CalibratedCodec(std::string(name), d, total, std::move(bits), std::move(sigma), *rot));
 }
 

@@ -56,7 +56,7 @@ Expected<std::unique_ptr<Codec>> make_codec(std::string_view name, int d, uint64
     c = make_plain_codec(name, d);
   } else if (name == "q8_0" || name == "q4_0" || name == "q8_0r" || name == "q4_0r") {
     c = make_llama_codec(name, d, seed);
-  } else if (name.substr(0, 3) == "tqc") {
+  } else if (name.substr(0, 3) == "tqc" || name.substr(0, 3) == "ttc") {
     return Status::Error("format " + std::string(name) +
                          ": calibrated formats need a calibration (a policy from `turbokv calibrate`, "
                          "or kv-stats --calibrated)");
@@ -97,7 +97,7 @@ Expected<std::vector<std::string>> parse_format_list(std::string_view list) {
     if (comma == std::string_view::npos) comma = list.size();
     std::string item(list.substr(pos, comma - pos));
     if (item.empty()) return Status::Error("empty format name in list '" + std::string(list) + "'");
-    if (item.size() > 3 && item.substr(0, 3) == "tqc") {  // needs a calibration; checked where it is built
+    if (item.size() > 3 && (item.substr(0, 3) == "tqc" || item.substr(0, 3) == "ttc")) {  // needs a calibration; checked where it is built
       char* end = nullptr;
       const double b = std::strtod(item.c_str() + 3, &end);
       if (*end != '\0' || !(b > 0.0 && b <= 8.0))

@@ -231,6 +231,14 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
   }
   std::vector<std::string> formats;
   for (double w : widths) formats.push_back(fmt_of(w));
+  if (o.budget > 0 && o.trellis) {  // ttc beside each tqc width of at most 3 coded bits
+    const size_t n = widths.size();
+    for (size_t wi = 0; wi < n; ++wi)
+      if (widths[wi] - 16.0 / d <= 3.0 + 1e-9) {
+        widths.push_back(widths[wi]);
+        formats.push_back("ttc" + formats[wi].substr(3));
+      }
+  }
   if (o.budget > 0 && o.lattice) {
     if (d % 8 != 0) return Status::Error("calibrate: te8 needs a head dim that is a multiple of 8, not " + std::to_string(d));
     widths.push_back(2.0 + 16.0 / d);
@@ -242,12 +250,25 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
   // use_cal[e][w]: calibrated basis better on held-out rows at width w.
   std::vector<std::vector<bool>> use_cal(2 * L, std::vector<bool>(widths.size()));
   std::vector<std::vector<std::pair<double, double>>> mses(2 * L);
+  // usable[e][w]: every head's basis can be coded in format w (a ttc width
+  // codes 1 to 4 bits; a component the allocation gives more rules it out).
+  std::vector<std::vector<bool>> usable(2 * L, std::vector<bool>(widths.size(), true));
+  const double inf = std::numeric_limits<double>::infinity();
   for (int e = 0; e < 2 * L; ++e) {
     const Rows& R = (e % 2) ? vrows[e / 2] : krows[e / 2];
     CalibrateReport::Entry en;
     en.layer = e / 2;
     en.is_v = e % 2;
     for (size_t wi = 0; wi < widths.size(); ++wi) {
+      if (formats[wi].rfind("ttc", 0) == 0) {
+        for (const auto* set : {&choice[e].cal, &choice[e].iso, &choice[e].cal_all, &choice[e].iso_all})
+          for (const HeadBasis& b : *set) usable[e][wi] = usable[e][wi] && make_calibrated_codec(formats[wi], b).ok();
+        if (!usable[e][wi]) {
+          use_cal[e][wi] = true;
+          mses[e].push_back({inf, inf});
+          continue;
+        }
+      }
       // (A plain format reads only the means, the same in both: one run.)
       auto mc = held_out_mse(formats[wi], choice[e].cal, R, n_fit, n_rows, d);
       auto mi = is_calibrated_format(formats[wi]) ? held_out_mse(formats[wi], choice[e].iso, R, n_fit, n_rows, d) : mc;
@@ -276,6 +297,10 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
         log_softmax_rows(logits.data(), n_ctx, V, base);
       }
       for (size_t pi = 0; pi < ps.size(); ++pi) {
+        if (!ps[pi]) {  // a candidate this entry cannot use
+          kl[pi] = std::numeric_limits<double>::infinity();
+          continue;
+        }
         KvCacheOptions co;
         co.capacity = n_ctx;
         co.policy = ps[pi];
@@ -338,6 +363,7 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
       std::vector<std::shared_ptr<const KvPolicy>> probes(2 * L * W);
       for (int e = 0; e < 2 * L; ++e)
         for (size_t wi = 0; wi < W; ++wi) {
+          if (!usable[e][wi]) continue;
           KvPolicy p = probe;
           set_entry(p, e, wi);
           probes[e * W + wi] = std::make_shared<const KvPolicy>(std::move(p));

@@ -37,6 +37,9 @@ struct CalibrateOptions {
   // With a budget: te8 (the E8 lattice code on the seeded rotation, 2 bits
   // per coordinate and its scale) is a candidate beside the tqc widths.
   bool lattice = false;
+  // With a budget: ttcB (the trellis on the calibrated coordinates) beside
+  // each tqcB of at most 3 coded bits.
+  bool trellis = false;
   // Protected tokens (the cache's protect_* options): with a budget, their
   // rows averaged over budget_ctx tokens (0: n_ctx) count against it. With
   // protect_auto each of kProtectCandidates is tried instead.
@@ -63,7 +66,7 @@ struct CalibrateReport {
     int layer = 0;
     bool is_v = false;
     double bits = 0;         // stored bits per value
-    std::string format;      // the chosen format (tqcB, or te8)
+    std::string format;      // the chosen format (tqcB, ttcB or te8)
     bool calibrated = false; // calibrated basis (else isotropic; te8: its rotation)
     double mse_calibrated = 0, mse_isotropic = 0;  // held-out relative MSE at the chosen width
     std::vector<double> kld; // sensitivity per candidate width (budget runs)

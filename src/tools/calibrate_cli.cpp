@@ -44,6 +44,9 @@ void register_calibrate(CLI::App& app) {
   cmd->add_flag("--lattice", o->c.lattice,
                 "with --budget: te8 (E8 lattice, 2 bits per coordinate) is a candidate beside the tqc widths")
       ->needs(b);
+  cmd->add_flag("--trellis", o->c.trellis,
+                "with --budget: ttcB (the trellis code on the calibrated coordinates) beside each tqcB of at most 3 bits")
+      ->needs(b);
   cmd->add_option("--protect", o->protect,
                   "protected tokens SINKS,RECENT[,FORMAT] stored in the policy (as --kv-protect); with --budget "
                   "their rows count against it at --budget-ctx tokens and the widths are chosen with them; "
@@ -96,7 +99,8 @@ void register_calibrate(CLI::App& app) {
       if (!e.kld.empty()) {
         std::printf("  ");
         for (size_t i = 0; i < e.kld.size(); ++i)
-          std::printf(" %s%.3g:%.5f", rep.formats[i] == "te8" ? "te8@" : "", rep.widths[i], e.kld[i]);
+          std::printf(" %s%.3g:%.5f", rep.formats[i] == "te8" ? "te8@" : rep.formats[i].rfind("ttc", 0) == 0 ? "ttc@" : "",
+                      rep.widths[i], e.kld[i]);
       }
       std::printf("\n");
     }
