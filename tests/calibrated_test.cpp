@@ -214,7 +214,7 @@ TEST(Calibrated, TrellisOnTheCalibratedCoordinates) {
       const int w = alloc->bits[i];
       if (w == 0) continue;
       int code = 0;
-      for (int k = 0; k < w; ++k, ++at) code |= ((row[2 + at / 8] >> (at % 8)) & 1) << k;
+      for (int k = 0; k < w; ++k, ++at) code = code << 1 | ((row[2 + at / 8] >> (at % 8)) & 1);  // MSB first
       s = ((s << w) | code) & (kTrellisStates - 1);
       want[i] = trellis_table(w)[s] * unorm16_to_f32(h);
     }

@@ -15,6 +15,8 @@
 #include "util/fp16.h"
 #include "util/rng.h"
 #include "attn_case.h"
+#include "simd_guard.h"
+#include "util/simd_targets.h"
 
 namespace tkv {
 namespace lowbit {
@@ -354,7 +356,7 @@ TEST(Trellis, HalfBitFormatsMixTwoWidths) {
       for (int i = 0, s = 0, at = 0; i < d; ++i) {
         const int w = i < d / 2 - 16 ? bits + 1 : bits;
         int code = 0;
-        for (int b = 0; b < w; ++b, ++at) code |= ((row[2 + at / 8] >> (at % 8)) & 1) << b;
+        for (int b = 0; b < w; ++b, ++at) code = code << 1 | ((row[2 + at / 8] >> (at % 8)) & 1);  // MSB first
         s = ((s << w) | code) & (kTrellisStates - 1);
         want[i] = trellis_table(w)[s] * unorm16_to_f32(h);
       }
@@ -383,7 +385,36 @@ TEST(Trellis, HalfBitFormatsMixTwoWidths) {
   EXPECT_GT(mse[1], mse[2]);
 }
 
-// Bytes: a 16-bit scale then B bits per coordinate, LSB first; the decoder
+// The attention kernels read tt rows in place (RowLayout kind kTrellis: a
+// 6-bit window per coordinate at a fixed bit offset, AVX-512 targets) and
+// through the codec elsewhere; both equal the float64 reference, for every
+// width, two widths in one row (ttB.5), rows longer than the reader's 128
+// bytes (tt4 at d = 256) and a head dim the reader's 16-lane chunks do not
+// divide (d 40, 72).
+TEST(Trellis, AttentionOnTrellisRowsMatchesTheReferenceOnEverySimdTarget) {
+  TargetGuard guard;
+  Rng rng(9);
+  for (const auto& target : simd_targets()) {
+    simd_force_target(target.bit);
+    for (const char* f : {"tt1", "tt2", "tt2.5", "tt3", "tt3.5", "tt4"})
+      for (int d : {40, 64, 72, 128, 256})
+        for (int g : {1, 4, 8}) {
+          const int n_q = g == 4 ? 5 : 1;
+          AttnCase c(f, d, 2, 2 * g, 77, n_q, rng);
+          std::vector<float> fast(c.out_size()), ref(c.out_size());
+          AttentionArgs a = c.a, b = c.a;
+          a.out = fast.data();
+          b.out = ref.data();
+          ASSERT_TRUE(attention(a).ok());
+          ASSERT_TRUE(attention_ref(b).ok());
+          EXPECT_LT(max_rel(fast, ref), 1e-4) << target.name << " " << f << " d=" << d << " g=" << g;
+        }
+  }
+  EXPECT_EQ((*make_codec("tt2", 128))->layout().kind, RowLayout::Kind::kTrellis);
+  EXPECT_EQ((*make_codec("tt2.5", 128))->layout().nparts, 2);
+}
+
+// Bytes: a 16-bit scale then B bits per coordinate, most significant first; the decoder
 // equals the state machine written out here; on Gaussian rows tt2's MSE is
 // below tq2's at the same size and within 1.35x of the rate-distortion
 // bound (RESULTS §17.2 gives the figures).
@@ -405,7 +436,7 @@ TEST(Trellis, RowsAndDecoderAndGainOverScalar) {
       const auto& table = trellis_table(bits);
       for (int i = 0, s = 0; i < d; ++i) {
         int code = 0;
-        for (int b = 0; b < bits; ++b) code |= ((row[2 + (i * bits + b) / 8] >> ((i * bits + b) % 8)) & 1) << b;
+        for (int b = 0; b < bits; ++b) code = code << 1 | ((row[2 + (i * bits + b) / 8] >> ((i * bits + b) % 8)) & 1);
         s = ((s << bits) | code) & (kTrellisStates - 1);
         want[i] = table[s] * unorm16_to_f32(h);
       }

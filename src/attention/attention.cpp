@@ -27,11 +27,14 @@ void init_reader(attn::RowReader& r, const Codec* c) {
   int covered = 0;
   for (int p = 0; p < r.layout.nparts; ++p) {
     std::memset(r.tables[p], 0, sizeof(r.tables[p]));
-    std::memcpy(r.tables[p], r.layout.parts[p].centroids, sizeof(float) * (1u << r.layout.parts[p].bits));
+    const bool trellis = r.layout.kind == RowLayout::Kind::kTrellis;  // 64-entry window tables
+    std::memcpy(r.tables[p], r.layout.parts[p].centroids,
+                sizeof(float) * (trellis ? 64u : 1u << r.layout.parts[p].bits));
     covered += r.layout.parts[p].count;
   }
   // Coordinates no part covers, padding past d included, must decode to 0.
-  r.gaps = r.layout.kind == RowLayout::Kind::kTurbo && covered < r.dp;
+  r.gaps = (r.layout.kind == RowLayout::Kind::kTurbo || r.layout.kind == RowLayout::Kind::kTrellis) &&
+           covered < r.dp;
   if (r.fast) {
     attn::reader_perm(r.layout, r.dp, r.perm);
   } else {

@@ -40,6 +40,20 @@ bool FastOk(const RowLayout& L, int d) {
       return 32 % N == 0;
     case RowLayout::Kind::kE8:
       return d % 8 == 0 && (N <= 8 || N == 16);  // a chunk is part of a group, or two
+    case RowLayout::Kind::kTrellis: {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // every AVX-512 target (vpermi2w)
+      // Parts in whole chunks of 16 lanes; the row in two 64-byte loads.
+      if (N != 16) return false;
+      size_t bits = 0;
+      for (int p = 0; p < L.nparts; ++p) {
+        if (L.parts[p].begin % N != 0 || L.parts[p].count % N != 0) return false;
+        bits += size_t(L.parts[p].count) * L.parts[p].bits;
+      }
+      return 2 + (bits + 7) / 8 <= 128;
+#else
+      return false;  // the codec decodes (no fast reader for this target)
+#endif
+    }
     case RowLayout::Kind::kOpaque: return false;  // rows only the codec decodes
     case RowLayout::Kind::kTurbo:
       if (N < 8) return false;  // planes need whole bytes per chunk
@@ -113,6 +127,14 @@ struct TurboConsts {
   decltype(hn::IndicesFromVec(DU(), hn::Zero(DU()))) idx4;
   int nparts = 0;
   Part parts[RowLayout::kMaxParts];
+  // Trellis rows (tt, ttc): per chunk of 16 coordinates, its part and first
+  // coordinate, and for lane j the row's 16-bit words w, w + 1 that hold the
+  // lane's 6-bit state window (in 32-bit lane j of a vpermi2w) and the
+  // window's shift in them.
+  int tchunks = 0;
+  int tpos[64], tpart[64];
+  HWY_ALIGN uint16_t twords[64][32];
+  HWY_ALIGN uint32_t tshift[64][16];
 };
 
 HWY_INLINE void MakeTurboConsts(const RowReader& R, TurboConsts& tc) {
@@ -143,6 +165,31 @@ HWY_INLINE void MakeTurboConsts(const RowReader& R, TurboConsts& tc) {
   }
 }
 
+// Chunks of a trellis row: the window of coordinate i is the stream's bits
+// e_i - 6 .. e_i - 1 (codec/trellis.h), i.e. row bits e_i + 10 .. e_i + 15
+// (the stream starts at byte 2); the first 16-bit word, the row scale, is
+// zeroed by the reader, which gives the zeros before the stream.
+HWY_INLINE void MakeTrellisConsts(const RowReader& R, TurboConsts& tc) {
+  MakeTurboConsts(R, tc);  // the parts' tables
+  tc.tchunks = 0;
+  int e = 0;  // stream bits before the part
+  for (int p = 0; p < R.layout.nparts; ++p) {
+    const RowLayout::Part& part = R.layout.parts[p];
+    for (int c = 0; c < part.count; c += 16) {
+      const int k = tc.tchunks++;
+      tc.tpos[k] = part.begin + c;
+      tc.tpart[k] = p;
+      for (int j = 0; j < 16; ++j) {
+        const int q = e + (c + j + 1) * part.bits + 10;
+        tc.twords[k][2 * j] = static_cast<uint16_t>(q >> 4);
+        tc.twords[k][2 * j + 1] = static_cast<uint16_t>(((q >> 4) + 1) & 63);
+        tc.tshift[k][j] = static_cast<uint32_t>(q & 15);
+      }
+    }
+    e += part.count * part.bits;
+  }
+}
+
 // Lane i gets the `lane_bits` (1..32, a power of two) bits at i·lane_bits of src.
 HWY_INLINE hn::Vec<DU> LaneWords(const TurboConsts& tc, const uint8_t* src, int lane_bits) {
   const DU du;
@@ -165,10 +212,13 @@ HWY_INLINE hn::Vec<DU> LaneWords(const TurboConsts& tc, const uint8_t* src, int 
 
 // Copies rows that end within 16 bytes of the buffer end, so decoders may
 // over-read (LoadDup128) safely.
-HWY_INLINE const uint8_t* SafeRow(const uint8_t* row, size_t bytes, const uint8_t* end, uint8_t* scratch) {
-  if (row + bytes + 16 <= end) return row;
+// (Trellis readers load 128 bytes from a row's start: `reach`.)
+HWY_INLINE const uint8_t* SafeRow(const uint8_t* row, size_t bytes, const uint8_t* end, uint8_t* scratch,
+                                  size_t reach = 0) {
+  const size_t need = std::max(bytes + 16, reach);
+  if (row + need <= end) return row;
   std::memcpy(scratch, row, bytes);
-  std::memset(scratch + bytes, 0, 16);
+  std::memset(scratch + bytes, 0, need - bytes);
   return scratch;
 }
 
@@ -380,7 +430,44 @@ HWY_INLINE void BlockLoop(const TurboConsts& tc, const TurboConsts::Part& part, 
 template <Kind KIND, class Fn>
 HWY_INLINE void ForEachChunk(const TurboConsts& tc, const uint8_t* const* rows, int dp, Fn&& fn) {
   const int N = Lanes();
-  if constexpr (KIND != Kind::kTurbo) {
+  if constexpr (KIND == Kind::kTrellis) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // (FastOk: no other target reads these)
+    // Per row its 128 bytes as 64 words in two registers, the scale word
+    // zeroed; per chunk one vpermi2w brings each lane its two words, a shift
+    // and a mask give the 6-bit window, and the 64-entry table is two
+    // vpermi2ps and a blend on bit 5.
+    __m512i lo[4], hi[4];
+    for (int r = 0; r < 4; ++r) {
+      lo[r] = _mm512_maskz_mov_epi16(0xFFFFFFFEu, _mm512_loadu_si512(rows[r]));
+      hi[r] = _mm512_loadu_si512(rows[r] + 64);
+    }
+    const __m512i m63 = _mm512_set1_epi32(63), b5 = _mm512_set1_epi32(32);
+    int cur = -1;
+    __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
+    for (int k = 0; k < tc.tchunks; ++k) {
+      if (tc.tpart[k] != cur) {
+        cur = tc.tpart[k];
+        const float* tb = tc.parts[cur].table;
+        t0 = _mm512_loadu_ps(tb);
+        t1 = _mm512_loadu_ps(tb + 16);
+        t2 = _mm512_loadu_ps(tb + 32);
+        t3 = _mm512_loadu_ps(tb + 48);
+      }
+      const __m512i widx = _mm512_load_si512(tc.twords[k]);
+      const __m512i sh = _mm512_load_si512(tc.tshift[k]);
+      hn::Vec<DF> v[4];
+      for (int r = 0; r < 4; ++r) {
+        const __m512i win =
+            _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutex2var_epi16(lo[r], widx, hi[r]), sh), m63);
+        const __m512 a = _mm512_permutex2var_ps(t0, win, t1), b = _mm512_permutex2var_ps(t2, win, t3);
+        v[r] = hn::Vec<DF>{_mm512_mask_blend_ps(_mm512_test_epi32_mask(win, b5), a, b)};
+      }
+      fn(tc.tpos[k], v[0], v[1], v[2], v[3]);
+    }
+#else
+    (void)tc; (void)rows; (void)dp; (void)fn; (void)N;
+#endif
+  } else if constexpr (KIND != Kind::kTurbo) {
     for (int c = 0; c < dp; c += N) {
       fn(c, Decode<KIND>(c, rows[0]), Decode<KIND>(c, rows[1]), Decode<KIND>(c, rows[2]), Decode<KIND>(c, rows[3]));
     }
@@ -590,14 +677,17 @@ void ByKind(Kind k, Args&&... args);
 Kind PrepareRows(const RowReader& R, const TurboConsts& tc, const RowSource& src, int h, const uint8_t* end, int b0,
                  int nb, int limit_rows, int G, BlockRows& B, float* dec) {
   const int dp = R.dp;
-  const bool turbo = R.layout.kind == Kind::kTurbo;
-  const bool scaled = turbo || R.layout.kind == Kind::kE8;  // a 16-bit row scale first
-  const bool wide_loads = turbo && R.fast;  // tq decoders load 16 bytes past a row
+  const bool turbo = R.layout.kind == Kind::kTurbo, trellis = R.layout.kind == Kind::kTrellis;
+  const bool scaled = turbo || trellis || R.layout.kind == Kind::kE8;  // a 16-bit row scale first
+  // tq decoders load 16 bytes past a row, trellis readers 128 from its start.
+  const bool wide_loads = (turbo || trellis) && R.fast;
+  const size_t reach = trellis ? 128 : 0;
   B.ahead_bytes = R.row_bytes;
   for (int i = 0; i < nb; ++i) {
     const uint8_t* row = src.at(b0 + i, h);
     // Only a row that ends near the buffer end needs a copy.
-    if (wide_loads && row + R.row_bytes + 16 > end) row = SafeRow(row, R.row_bytes, end, B.scratch[i]);
+    if (wide_loads && row + std::max(R.row_bytes + 16, reach) > end)
+      row = SafeRow(row, R.row_bytes, end, B.scratch[i], reach);
     B.row[i] = row;
     const int fut = b0 + i + kPrefetchRows;
     B.ahead[i] = fut < limit_rows ? src.at(fut, h) : nullptr;
@@ -630,6 +720,7 @@ void ByKind(Kind k, Args&&... args) {  // calls F<k>::Run(args...)
     case Kind::kQ4_0: F<Kind::kQ4_0>::Run(args...); break;
     case Kind::kTurbo: F<Kind::kTurbo>::Run(args...); break;
     case Kind::kE8: F<Kind::kE8>::Run(args...); break;
+    case Kind::kTrellis: F<Kind::kTrellis>::Run(args...); break;
     case Kind::kOpaque: break;  // never fast (FastOk): PrepareRows decodes these to f32
   }
 }
@@ -711,6 +802,8 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   TurboConsts ktc, vtc;
   if (K.layout.kind == Kind::kTurbo && K.fast) MakeTurboConsts(K, ktc);
   if (V.layout.kind == Kind::kTurbo && V.fast) MakeTurboConsts(V, vtc);
+  if (K.layout.kind == Kind::kTrellis && K.fast) MakeTrellisConsts(K, ktc);
+  if (V.layout.kind == Kind::kTrellis && V.fast) MakeTrellisConsts(V, vtc);
   const int dp = K.dp, G = w.G;
   // p[j][r]: softmax weights of the current block for query j.
   float* p = static_cast<float*>(alloca(sizeof(float) * G * kBlock));

@@ -37,6 +37,7 @@ Expected<FlatFormat> flatten_codec(const Codec& codec, std::vector<float>& table
       f.kind = codec.family() == FormatFamily::kCalibrated ? FlatFormat::kCalibrated : FlatFormat::kTurbo;
       break;
     case RowLayout::Kind::kE8:
+    case RowLayout::Kind::kTrellis:
     case RowLayout::Kind::kOpaque:
       return Status::Error("format " + codec.name() +
                            " has no flat row program (QJL, trellis and lattice rows are not on the GPU)");

@@ -22,9 +22,11 @@ enum class FormatFamily { kPlain, kLlamaBlock, kTurbo, kCalibrated };
 // the kind of row, and for tq rows the code planes and centroid tables.
 struct RowLayout {
   // kE8: te8 rows (a 16-bit scale, then a 16-bit E8 code per 8 coordinates;
-  // codec/lattice.h). kOpaque: rows only the codec decodes (no fast reader;
-  // QJL residuals, trellis codes).
-  enum class Kind { kF32, kF16, kBF16, kQ8_0, kQ4_0, kTurbo, kE8, kOpaque };
+  // codec/lattice.h). kTrellis: tt/ttc rows (a 16-bit scale, then one bit
+  // stream; codec/trellis.h): parts are runs of one code width in stream
+  // order, centroids its 64-entry window table. kOpaque: rows only the codec
+  // decodes (no fast reader; QJL residuals).
+  enum class Kind { kF32, kF16, kBF16, kQ8_0, kQ4_0, kTurbo, kE8, kTrellis, kOpaque };
   struct Plane {
     int width = 0;      // bits per code in this plane: 1, 2, 4 or 8
     int shift = 0;      // where these bits go in the code

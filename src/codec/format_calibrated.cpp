@@ -125,8 +125,8 @@ class CalibratedCodec final : public Codec {
 // components coded by the bitshift trellis of the ttB formats (FORMATS §4f)
 // instead of one Lloyd-Max code each: one stream of the coded components'
 // w_i-bit codes (w_i the allocation's width, capped at 4; components of width 0 are
-// skipped and decode to 0), after the 16-bit row scale. Decodes through the
-// codec (RowLayout kind kOpaque); attention folds sigma in as for tqc.
+// skipped and decode to 0), after the 16-bit row scale. Attention reads the
+// rows in place (RowLayout kind kTrellis) and folds sigma in as for tqc.
 class TrellisCalibratedCodec final : public Codec {
  public:
   TrellisCalibratedCodec(std::string name, int d, int total_bits, const std::vector<int>& bits,
@@ -134,7 +134,6 @@ class TrellisCalibratedCodec final : public Codec {
       : Codec(std::move(name), d, FormatFamily::kCalibrated) {
     rotation_ = std::move(rot);
     coord_scale_ = std::move(sigma);
-    layout_.kind = RowLayout::Kind::kOpaque;
     layout_.d = d;
     for (int i = 0; i < d; ++i)
       if (bits[i] > 0) {
@@ -143,6 +142,7 @@ class TrellisCalibratedCodec final : public Codec {
         tables_.push_back(trellis_table(bits[i]).data());
       }
     row_bytes_ = 2 + static_cast<size_t>(total_bits) / 8;
+    trellis_layout(widths_.data(), coded_.data(), static_cast<int>(coded_.size()), layout_);
   }
 
  protected:
@@ -174,23 +174,18 @@ class TrellisCalibratedCodec final : public Codec {
     const uint16_t h = f32_to_unorm16(static_cast<float>(t));
     std::memcpy(out, &h, 2);
     std::memset(out + 2, 0, row_bytes_ - 2);
-    for (int k = 0, bit = 0; k < n; ++k)  // w bits per coded component, LSB first, one stream
-      for (int b = 0; b < widths_[k]; ++b, ++bit)
-        if ((codes[k] >> b) & 1) out[2 + bit / 8] |= uint8_t(1u << (bit % 8));
+    trellis_pack(codes.data(), widths_.data(), n, out + 2);
     return Status::Ok();
   }
 
   void decode_row(const uint8_t* in, float* out, Impl) const override {
     uint16_t h;
     std::memcpy(&h, in, 2);
-    const float scale = unorm16_to_f32(h);
+    const int n = static_cast<int>(coded_.size());
+    float v[1024];
+    trellis_unpack(in + 2, widths_.data(), tables_.data(), n, unorm16_to_f32(h), v);
     std::memset(out, 0, sizeof(float) * d_);
-    for (int k = 0, st = 0, bit = 0; k < static_cast<int>(coded_.size()); ++k) {
-      int c = 0;
-      for (int b = 0; b < widths_[k]; ++b, ++bit) c |= ((in[2 + bit / 8] >> (bit % 8)) & 1) << b;
-      st = ((st << widths_[k]) | c) & (kTrellisStates - 1);
-      out[coded_[k]] = tables_[k][st] * scale;
-    }
+    for (int k = 0; k < n; ++k) out[coded_[k]] = v[k];
   }
 
  private:

@@ -135,6 +135,56 @@ constexpr float kTables[4][kStates] = {
 
 int trellis_trial(int bits) { return kTrials[bits - 1]; }
 
+const float* trellis_window_table(int bits) {
+  static const auto tables = [] {
+    std::vector<std::vector<float>> t(4, std::vector<float>(kStates));
+    for (int b = 1; b <= 4; ++b)
+      for (int w = 0; w < kStates; ++w) {
+        int state = 0;
+        for (int k = 0; k < kStateBits; ++k) state |= ((w >> k) & 1) << (kStateBits - 1 - k);
+        t[b - 1][w] = kTables[b - 1][state];
+      }
+    return t;
+  }();
+  return tables[bits - 1].data();
+}
+
+void trellis_layout(const uint8_t* widths, const int* coords, int n, RowLayout& L) {
+  L.kind = RowLayout::Kind::kTrellis;
+  L.nparts = 0;
+  for (int k = 0; k < n;) {
+    int j = k;
+    while (j < n && widths[j] == widths[k] && (!coords || coords[j] == coords[k] + (j - k))) ++j;
+    if (L.nparts == RowLayout::kMaxParts) {  // more runs than a layout holds: the codec decodes
+      L.kind = RowLayout::Kind::kOpaque;
+      L.nparts = 0;
+      return;
+    }
+    RowLayout::Part& part = L.parts[L.nparts++];
+    part.begin = coords ? coords[k] : k;
+    part.count = j - k;
+    part.bits = widths[k];
+    part.centroids = trellis_window_table(widths[k]);
+    k = j;
+  }
+}
+
+void trellis_pack(const uint8_t* codes, const uint8_t* widths, int n, uint8_t* out) {
+  for (int t = 0, bit = 0; t < n; ++t)
+    for (int b = widths[t] - 1; b >= 0; --b, ++bit)
+      if ((codes[t] >> b) & 1) out[bit / 8] |= uint8_t(1u << (bit % 8));
+}
+
+void trellis_unpack(const uint8_t* in, const uint8_t* widths, const float* const* tables, int n, float scale,
+                    float* out) {
+  for (int t = 0, s = 0, bit = 0; t < n; ++t) {
+    int c = 0;
+    for (int b = 0; b < widths[t]; ++b, ++bit) c = c << 1 | ((in[bit / 8] >> (bit % 8)) & 1);
+    s = ((s << widths[t]) | c) & (kStates - 1);
+    out[t] = tables[t][s] * scale;
+  }
+}
+
 const std::vector<float>& trellis_table(int bits) {
   static const std::vector<float> tables[4] = {
       {kTables[0], kTables[0] + kStates}, {kTables[1], kTables[1] + kStates},
@@ -184,8 +234,8 @@ class TrellisCodec final : public Codec {
       total += widths_[i];
     }
     row_bytes_ = 2 + (total + 7) / 8;
-    layout_.kind = RowLayout::Kind::kOpaque;
     layout_.d = d;
+    trellis_layout(widths_.data(), nullptr, d, layout_);
   }
 
  protected:
@@ -208,22 +258,14 @@ class TrellisCodec final : public Codec {
     const uint16_t h = f32_to_unorm16(scale);
     std::memcpy(out, &h, 2);
     std::memset(out + 2, 0, row_bytes_ - 2);
-    for (int i = 0, bit = 0; i < d_; ++i)  // w_i bits per coordinate, LSB first, one stream
-      for (int b = 0; b < widths_[i]; ++b, ++bit)
-        if ((codes[i] >> b) & 1) out[2 + bit / 8] |= uint8_t(1u << (bit % 8));
+    trellis_pack(codes.data(), widths_.data(), d_, out + 2);
     return Status::Ok();
   }
 
   void decode_row(const uint8_t* in, float* out, Impl) const override {
     uint16_t h;
     std::memcpy(&h, in, 2);
-    const float scale = unorm16_to_f32(h);
-    for (int i = 0, s = 0, bit = 0; i < d_; ++i) {
-      int c = 0;
-      for (int b = 0; b < widths_[i]; ++b, ++bit) c |= ((in[2 + bit / 8] >> (bit % 8)) & 1) << b;
-      s = ((s << widths_[i]) | c) & (kStates - 1);
-      out[i] = tables_[i][s] * scale;
-    }
+    trellis_unpack(in + 2, widths_.data(), tables_.data(), d_, unorm16_to_f32(h), out);
   }
 
  private:
