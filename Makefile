@@ -48,9 +48,12 @@ test-fast: deps
 # code), and the K-quant models against float64 (24 s under the sanitizers;
 # the matmul tests run every K-quant kernel there), and calibrate with the
 # lattice candidate (7 s under the sanitizers; the calibration test before it
-# runs the same code there, te8's codec its own tests). Accuracy and end-to-end checks whose code paths the other tests
+# runs the same code there, te8's codec its own tests) and with protected
+# tokens (27 s under the sanitizers: four calibrations; the policy file's
+# protection fields are read there by FuzzReplay.policy, the protected step
+# by Protected.*). Accuracy and end-to-end checks whose code paths the other tests
 # cover under the sanitizers.
-ASAN_ONLY_IN_RELEASE = Policy.CalibrationWithTheLatticeCandidateIsOptimalAndRuns|Matmul.ReferenceModelPerplexityWithinPointZeroFivePercent|Model.KQuantWeightsMatchReferenceOnDequantizedWeights|Matmul.RandomModelsOfEachArchitecturePerplexityWithinPointZeroFivePercent|ExternalReference.PerplexityOfEveryLlamaQuantizedFileWithinPointTwoPercentOfLlamaCpp|ExternalReference.ReferenceModelWikiTextPerplexityEqualsTheFloat64Figure|Codebook.D64AndD256MonteCarloAgreesWithIntegration|Codebook.D128MonteCarloOver200kUnitVectors|Cli.DemoRunsAndGivesVerdicts
+ASAN_ONLY_IN_RELEASE = Policy.CalibrationWithTheLatticeCandidateIsOptimalAndRuns|Policy.CalibrationCountsProtectedTokensAndRecordsThem|Matmul.ReferenceModelPerplexityWithinPointZeroFivePercent|Model.KQuantWeightsMatchReferenceOnDequantizedWeights|Matmul.RandomModelsOfEachArchitecturePerplexityWithinPointZeroFivePercent|ExternalReference.PerplexityOfEveryLlamaQuantizedFileWithinPointTwoPercentOfLlamaCpp|ExternalReference.ReferenceModelWikiTextPerplexityEqualsTheFloat64Figure|Codebook.D64AndD256MonteCarloAgreesWithIntegration|Codebook.D128MonteCarloOver200kUnitVectors|Cli.DemoRunsAndGivesVerdicts
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKV_SANITIZE=ON -DTKV_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)

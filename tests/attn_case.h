@@ -54,4 +54,16 @@ inline double max_rel(const std::vector<float>& x, const std::vector<float>& y) 
   return e / m;
 }
 
+// max_rel of attention() against attention_ref() on a fresh AttnCase (1e30
+// when either fails).
+inline double fast_against_ref(const std::string& fmt, int d, int H, int Hq, int n_kv, int n_q, Rng& rng) {
+  AttnCase c(fmt, d, H, Hq, n_kv, n_q, rng);
+  std::vector<float> fast(c.out_size()), ref(c.out_size());
+  AttentionArgs a = c.a, b = c.a;
+  a.out = fast.data();
+  b.out = ref.data();
+  if (!attention(a).ok() || !attention_ref(b).ok()) return 1e30;
+  return max_rel(fast, ref);
+}
+
 }  // namespace tkv

@@ -137,14 +137,8 @@ TEST(Lattice, AttentionOnLatticeRowsMatchesTheReferenceOnEverySimdTarget) {
     for (int d : {40, 64, 128, 256})
       for (int g : {1, 4, 8})
         for (int n_q : {1, 5}) {
-          AttnCase c("te8", d, 2, 2 * g, 77, n_q, rng);
-          std::vector<float> fast(c.out_size()), ref(c.out_size());
-          AttentionArgs a = c.a, b = c.a;
-          a.out = fast.data();
-          b.out = ref.data();
-          ASSERT_TRUE(attention(a).ok());
-          ASSERT_TRUE(attention_ref(b).ok());
-          EXPECT_LT(max_rel(fast, ref), 1e-4) << target.name << " d=" << d << " g=" << g << " n_q=" << n_q;
+          EXPECT_LT(fast_against_ref("te8", d, 2, 2 * g, 77, n_q, rng), 1e-4)
+              << target.name << " d=" << d << " g=" << g << " n_q=" << n_q;
         }
   }
   // The fast reader is the one in use for d = 128 (not the codec fallback).

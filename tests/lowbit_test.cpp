@@ -27,6 +27,23 @@ std::vector<float> gaussian_row(Rng& rng, int d) {
   return x;
 }
 
+// Relative squared error of rows x (d each) coded in `format` and decoded.
+double coded_rel_mse(const char* format, const std::vector<float>& x, int d) {
+  auto c = make_codec(format, d);
+  EXPECT_TRUE(c.ok()) << format;
+  const size_t n = x.size() / d;
+  std::vector<uint8_t> rows(n * (*c)->row_bytes());
+  EXPECT_TRUE((*c)->quantize(x.data(), n, rows.data()).ok()) << format;
+  std::vector<float> y(x.size());
+  (*c)->dequantize(rows.data(), n, y.data());
+  double e = 0, s = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    e += (x[i] - y[i]) * (x[i] - y[i]);
+    s += x[i] * x[i];
+  }
+  return e / s;
+}
+
 TEST(Qjl, RowBytesAreTheTqRowPlusNormAndSigns) {
   for (int d : {64, 128, 256})
     for (const char* base : {"tq1", "tq2", "tq2.5", "tq3", "tq2-ip"}) {
@@ -366,21 +383,7 @@ TEST(Trellis, HalfBitFormatsMixTwoWidths) {
   Rng rng(5);
   std::vector<float> x(size_t(n) * d);
   for (float& v : x) v = static_cast<float>(rng.gaussian());
-  double mse[3];
-  int k = 0;
-  for (const char* f : {"tt2", "tt2.5", "tt3"}) {
-    auto c = make_codec(f, d);
-    std::vector<uint8_t> rows(size_t(n) * (*c)->row_bytes());
-    ASSERT_TRUE((*c)->quantize(x.data(), n, rows.data()).ok());
-    std::vector<float> y(x.size());
-    (*c)->dequantize(rows.data(), n, y.data());
-    double e = 0, s = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      e += (x[i] - y[i]) * (x[i] - y[i]);
-      s += x[i] * x[i];
-    }
-    mse[k++] = e / s;
-  }
+  const double mse[3] = {coded_rel_mse("tt2", x, d), coded_rel_mse("tt2.5", x, d), coded_rel_mse("tt3", x, d)};
   EXPECT_LT(mse[1], mse[0]);
   EXPECT_GT(mse[1], mse[2]);
 }
@@ -400,14 +403,8 @@ TEST(Trellis, AttentionOnTrellisRowsMatchesTheReferenceOnEverySimdTarget) {
       for (int d : {40, 64, 72, 128, 256})
         for (int g : {1, 4, 8}) {
           const int n_q = g == 4 ? 5 : 1;
-          AttnCase c(f, d, 2, 2 * g, 77, n_q, rng);
-          std::vector<float> fast(c.out_size()), ref(c.out_size());
-          AttentionArgs a = c.a, b = c.a;
-          a.out = fast.data();
-          b.out = ref.data();
-          ASSERT_TRUE(attention(a).ok());
-          ASSERT_TRUE(attention_ref(b).ok());
-          EXPECT_LT(max_rel(fast, ref), 1e-4) << target.name << " " << f << " d=" << d << " g=" << g;
+          EXPECT_LT(fast_against_ref(f, d, 2, 2 * g, 77, n_q, rng), 1e-4)
+              << target.name << " " << f << " d=" << d << " g=" << g;
         }
   }
   EXPECT_EQ((*make_codec("tt2", 128))->layout().kind, RowLayout::Kind::kTrellis);
@@ -450,21 +447,7 @@ TEST(Trellis, RowsAndDecoderAndGainOverScalar) {
   Rng rng(2);
   std::vector<float> x(size_t(n) * d);
   for (float& v : x) v = static_cast<float>(rng.gaussian());
-  double mse[2];
-  int k = 0;
-  for (const char* f : {"tq2", "tt2"}) {
-    auto c = make_codec(f, d);
-    std::vector<uint8_t> rows(size_t(n) * (*c)->row_bytes());
-    ASSERT_TRUE((*c)->quantize(x.data(), n, rows.data()).ok());
-    std::vector<float> y(x.size());
-    (*c)->dequantize(rows.data(), n, y.data());
-    double e = 0, s = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      e += (x[i] - y[i]) * (x[i] - y[i]);
-      s += x[i] * x[i];
-    }
-    mse[k++] = e / s;
-  }
+  const double mse[2] = {coded_rel_mse("tq2", x, d), coded_rel_mse("tt2", x, d)};
   EXPECT_LT(mse[1], 0.78 * mse[0]) << "tt2 " << mse[1] << " against tq2 " << mse[0];
   // Within 1.35x of the rate-distortion bound 4^-2 (the target; the
   // trained table gives 1.32x, the Lloyd-Max start 1.62x).
