@@ -19,6 +19,8 @@
 #include <hwy/contrib/math/math-inl.h>
 // Row decoders per kind (Decode, RowScale) and the DF/DI/DU tags.
 #include "attention/row_decode-inl.h"
+// The trellis row reader (TrellisConsts, TrellisChunks).
+#include "attention/trellis_read-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tkv::attn {
@@ -127,14 +129,7 @@ struct TurboConsts {
   decltype(hn::IndicesFromVec(DU(), hn::Zero(DU()))) idx4;
   int nparts = 0;
   Part parts[RowLayout::kMaxParts];
-  // Trellis rows (tt, ttc): per chunk of 16 coordinates, its part and first
-  // coordinate, and for lane j the row's 16-bit words w, w + 1 that hold the
-  // lane's 6-bit state window (in 32-bit lane j of a vpermi2w) and the
-  // window's shift in them.
-  int tchunks = 0;
-  int tpos[64], tpart[64];
-  HWY_ALIGN uint16_t twords[64][32];
-  HWY_ALIGN uint32_t tshift[64][16];
+  TrellisConsts trellis;  // trellis rows (tt, ttc): trellis_read-inl.h
 };
 
 HWY_INLINE void MakeTurboConsts(const RowReader& R, TurboConsts& tc) {
@@ -162,31 +157,6 @@ HWY_INLINE void MakeTurboConsts(const RowReader& R, TurboConsts& tc) {
       dst.width[k] = k < src.nplanes ? src.planes[k].width : 0;
       dst.offset[k] = k < src.nplanes ? src.planes[k].offset : 0;
     }
-  }
-}
-
-// Chunks of a trellis row: the window of coordinate i is the stream's bits
-// e_i - 6 .. e_i - 1 (codec/trellis.h), i.e. row bits e_i + 10 .. e_i + 15
-// (the stream starts at byte 2); the first 16-bit word, the row scale, is
-// zeroed by the reader, which gives the zeros before the stream.
-HWY_INLINE void MakeTrellisConsts(const RowReader& R, TurboConsts& tc) {
-  MakeTurboConsts(R, tc);  // the parts' tables
-  tc.tchunks = 0;
-  int e = 0;  // stream bits before the part
-  for (int p = 0; p < R.layout.nparts; ++p) {
-    const RowLayout::Part& part = R.layout.parts[p];
-    for (int c = 0; c < part.count; c += 16) {
-      const int k = tc.tchunks++;
-      tc.tpos[k] = part.begin + c;
-      tc.tpart[k] = p;
-      for (int j = 0; j < 16; ++j) {
-        const int q = e + (c + j + 1) * part.bits + 10;
-        tc.twords[k][2 * j] = static_cast<uint16_t>(q >> 4);
-        tc.twords[k][2 * j + 1] = static_cast<uint16_t>(((q >> 4) + 1) & 63);
-        tc.tshift[k][j] = static_cast<uint32_t>(q & 15);
-      }
-    }
-    e += part.count * part.bits;
   }
 }
 
@@ -431,42 +401,9 @@ template <Kind KIND, class Fn>
 HWY_INLINE void ForEachChunk(const TurboConsts& tc, const uint8_t* const* rows, int dp, Fn&& fn) {
   const int N = Lanes();
   if constexpr (KIND == Kind::kTrellis) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // (FastOk: no other target reads these)
-    // Per row its 128 bytes as 64 words in two registers, the scale word
-    // zeroed; per chunk one vpermi2w brings each lane its two words, a shift
-    // and a mask give the 6-bit window, and the 64-entry table is two
-    // vpermi2ps and a blend on bit 5.
-    __m512i lo[4], hi[4];
-    for (int r = 0; r < 4; ++r) {
-      lo[r] = _mm512_maskz_mov_epi16(0xFFFFFFFEu, _mm512_loadu_si512(rows[r]));
-      hi[r] = _mm512_loadu_si512(rows[r] + 64);
-    }
-    const __m512i m63 = _mm512_set1_epi32(63), b5 = _mm512_set1_epi32(32);
-    int cur = -1;
-    __m512 t0 = _mm512_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
-    for (int k = 0; k < tc.tchunks; ++k) {
-      if (tc.tpart[k] != cur) {
-        cur = tc.tpart[k];
-        const float* tb = tc.parts[cur].table;
-        t0 = _mm512_loadu_ps(tb);
-        t1 = _mm512_loadu_ps(tb + 16);
-        t2 = _mm512_loadu_ps(tb + 32);
-        t3 = _mm512_loadu_ps(tb + 48);
-      }
-      const __m512i widx = _mm512_load_si512(tc.twords[k]);
-      const __m512i sh = _mm512_load_si512(tc.tshift[k]);
-      hn::Vec<DF> v[4];
-      for (int r = 0; r < 4; ++r) {
-        const __m512i win =
-            _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutex2var_epi16(lo[r], widx, hi[r]), sh), m63);
-        const __m512 a = _mm512_permutex2var_ps(t0, win, t1), b = _mm512_permutex2var_ps(t2, win, t3);
-        v[r] = hn::Vec<DF>{_mm512_mask_blend_ps(_mm512_test_epi32_mask(win, b5), a, b)};
-      }
-      fn(tc.tpos[k], v[0], v[1], v[2], v[3]);
-    }
-#else
-    (void)tc; (void)rows; (void)dp; (void)fn; (void)N;
-#endif
+    (void)dp;
+    (void)N;
+    TrellisChunks(tc.trellis, rows, fn);
   } else if constexpr (KIND != Kind::kTurbo) {
     for (int c = 0; c < dp; c += N) {
       fn(c, Decode<KIND>(c, rows[0]), Decode<KIND>(c, rows[1]), Decode<KIND>(c, rows[2]), Decode<KIND>(c, rows[3]));
@@ -802,8 +739,8 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   TurboConsts ktc, vtc;
   if (K.layout.kind == Kind::kTurbo && K.fast) MakeTurboConsts(K, ktc);
   if (V.layout.kind == Kind::kTurbo && V.fast) MakeTurboConsts(V, vtc);
-  if (K.layout.kind == Kind::kTrellis && K.fast) MakeTrellisConsts(K, ktc);
-  if (V.layout.kind == Kind::kTrellis && V.fast) MakeTrellisConsts(V, vtc);
+  if (K.layout.kind == Kind::kTrellis && K.fast) MakeTrellisConsts(K, ktc.trellis);
+  if (V.layout.kind == Kind::kTrellis && V.fast) MakeTrellisConsts(V, vtc.trellis);
   const int dp = K.dp, G = w.G;
   // p[j][r]: softmax weights of the current block for query j.
   float* p = static_cast<float*>(alloca(sizeof(float) * G * kBlock));

@@ -191,7 +191,8 @@ Status KvCache::attend_step_protected(int layer, int pos, int n, const float* k,
   }
   if (Status s = append(layer, pos, n, k, v); !s.ok()) return s;
   if (S.staging) return attend(layer, a);  // the first rows of a centred cache: still f16
-  from_ring(pos, pos + n);  // the ring holds at least a block (kRingBlock >= kProtectStep rows)
+  static_assert(kRingBlock >= kProtectStep, "the ring must hold a whole step's rows");
+  from_ring(pos, pos + n);  // the ring holds at least a block, so the whole step
   if (staged) {
     std::vector<float> row(d);
     for (int t = lo; t < pos; ++t)
@@ -202,7 +203,9 @@ Status KvCache::attend_step_protected(int layer, int pos, int n, const float* k,
           for (int i = 0; i < d; ++i) row[i] = x[i] - (S.centred ? mu[h * d + i] : 0.0f);
           const Codec* c = side ? hi.v_codec(h) : hi.k_codec(h);
           uint8_t* dst = side ? &vb[(size_t(t - lo) * H + h) * vrb] : &kb[(size_t(t - lo) * H + h) * krb];
-          if (Status st = c->quantize(row.data(), 1, dst); !st.ok()) return st;
+          if (Status st = c->quantize(row.data(), 1, dst); !st.ok())
+            return Status::Error("layer " + std::to_string(layer) + (side ? " V" : " K") + ", token " +
+                                 std::to_string(t) + ", head " + std::to_string(h) + ": " + st.message());
         }
   }
   AttentionArgs recent = a;

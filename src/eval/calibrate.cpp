@@ -250,8 +250,9 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
   // use_cal[e][w]: calibrated basis better on held-out rows at width w.
   std::vector<std::vector<bool>> use_cal(2 * L, std::vector<bool>(widths.size()));
   std::vector<std::vector<std::pair<double, double>>> mses(2 * L);
-  // usable[e][w]: every head's basis can be coded in format w (a ttc width
-  // codes 1 to 4 bits; a component the allocation gives more rules it out).
+  // usable[e][w]: every head's basis builds in format w (ttc caps its widths
+  // at 4 bits and builds on any basis today; a basis that did not would drop
+  // the candidate for that entry, not stop the run).
   std::vector<std::vector<bool>> usable(2 * L, std::vector<bool>(widths.size(), true));
   const double inf = std::numeric_limits<double>::infinity();
   for (int e = 0; e < 2 * L; ++e) {
