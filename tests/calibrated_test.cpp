@@ -220,6 +220,16 @@ TEST(Calibrated, TrellisOnTheCalibratedCoordinates) {
     }
     for (int i = 0; i < d; ++i) EXPECT_EQ(got[i], want[i]) << b << " i " << i;
   }
+  // Row size and the stream for d 64 and 256 (synthetic bases, spectra 1 to 1/16).
+  for (int dd : {64, 256}) {
+    const HeadBasis sb = synthetic_head_basis(dd, 5);
+    auto ttc = make_calibrated_codec("ttc2.5", sb);
+    auto tqc = make_calibrated_codec("tqc2.5", sb);
+    ASSERT_TRUE(ttc.ok() && tqc.ok()) << dd;
+    EXPECT_EQ((*ttc)->row_bytes(), (*tqc)->row_bytes()) << dd;
+    const auto rows = draw_rows(sb, 50, 7);
+    EXPECT_LT(rel_mse(**ttc, rows, sb.mean.data()), rel_mse(**tqc, rows, sb.mean.data())) << dd;
+  }
   auto wide = make_calibrated_codec("ttc4.5", *fit);
   ASSERT_FALSE(wide.ok());
   EXPECT_NE(wide.error().find("at most 4 bits"), std::string::npos) << wide.error();
