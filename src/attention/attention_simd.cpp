@@ -43,18 +43,15 @@ bool FastOk(const RowLayout& L, int d) {
     case RowLayout::Kind::kE8:
       return d % 8 == 0 && (N <= 8 || N == 16);  // a chunk is part of a group, or two
     case RowLayout::Kind::kTrellis: {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // every AVX-512 target (vpermi2w)
-      // Parts in whole chunks of 16 lanes; the row in two 64-byte loads.
-      if (N != 16) return false;
+      // Parts in whole chunks of 16 coordinates; the row within the 128
+      // bytes a reader loads (two 64-byte loads on AVX-512).
+      if (16 % N != 0) return false;
       size_t bits = 0;
       for (int p = 0; p < L.nparts; ++p) {
-        if (L.parts[p].begin % N != 0 || L.parts[p].count % N != 0) return false;
+        if (L.parts[p].begin % 16 != 0 || L.parts[p].count % 16 != 0) return false;
         bits += size_t(L.parts[p].count) * L.parts[p].bits;
       }
       return 2 + (bits + 7) / 8 <= 128;
-#else
-      return false;  // the codec decodes (no fast reader for this target)
-#endif
     }
     case RowLayout::Kind::kOpaque: return false;  // rows only the codec decodes
     case RowLayout::Kind::kTurbo:

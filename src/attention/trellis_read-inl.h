@@ -4,14 +4,17 @@
 // stored most significant bit first, so coordinate i's state is the 6-bit
 // window of stream bits e_i - 6 .. e_i - 1 (codec/trellis.h): row bits
 // e_i + 10 .. e_i + 15, the row scale's word zeroed for the zeros before the
-// stream. AVX-512 targets only (vpermi2w); FastOk keeps the others on the
-// codec.
+// stream. AVX-512 targets use vpermi2w; the others a 4-byte load per window
+// and a table load (AVX2: 2.2x the codec path, 0.3x tq2; two gathers per 8
+// lanes were no faster; RESULTS §17.4).
 #if defined(TKV_ATTENTION_TRELLIS_READ_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef TKV_ATTENTION_TRELLIS_READ_INL_H_
 #undef TKV_ATTENTION_TRELLIS_READ_INL_H_
 #else
 #define TKV_ATTENTION_TRELLIS_READ_INL_H_
 #endif
+
+#include <cstring>
 
 #include <hwy/highway.h>
 
@@ -30,6 +33,10 @@ struct TrellisConsts {
   int pos[64], part[64];
   HWY_ALIGN uint16_t words[64][32];
   HWY_ALIGN uint32_t shift[64][16];
+  // Other targets: lane j's window starts at row bit `bit`; `keep` clears the
+  // bits a window of the first coordinates takes from the row scale.
+  uint16_t bit[64][16];
+  uint8_t keep[64][16];
   const float* table[RowLayout::kMaxParts];  // the parts' 64-entry window tables
 };
 
@@ -48,6 +55,8 @@ HWY_INLINE void MakeTrellisConsts(const RowReader& R, TrellisConsts& t) {
         t.words[k][2 * j] = static_cast<uint16_t>(q >> 4);
         t.words[k][2 * j + 1] = static_cast<uint16_t>(((q >> 4) + 1) & 63);
         t.shift[k][j] = static_cast<uint32_t>(q & 15);
+        t.bit[k][j] = static_cast<uint16_t>(q);
+        t.keep[k][j] = static_cast<uint8_t>(q >= 16 ? 63 : (63u << (16 - q)) & 63);
       }
     }
     e += part.count * part.bits;
@@ -90,7 +99,22 @@ HWY_INLINE void TrellisChunks(const TrellisConsts& t, const uint8_t* const* rows
     fn(t.pos[k], v[0], v[1], v[2], v[3]);
   }
 #else
-  (void)t; (void)rows; (void)fn;
+  using DF = hn::ScalableTag<float>;
+  const DF df;
+  const int N = static_cast<int>(hn::Lanes(df));
+  HWY_ALIGN float v[4][16];
+  for (int k = 0; k < t.chunks; ++k) {
+    const float* tb = t.table[t.part[k]];
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < 16; ++j) {
+        uint32_t w;  // rows are readable 16 bytes past their end (SafeRow)
+        std::memcpy(&w, rows[r] + (t.bit[k][j] >> 3), 4);
+        v[r][j] = tb[(w >> (t.bit[k][j] & 7)) & t.keep[k][j]];
+      }
+    for (int s = 0; s < 16; s += N)
+      fn(t.pos[k] + s, hn::Load(df, v[0] + s), hn::Load(df, v[1] + s), hn::Load(df, v[2] + s),
+         hn::Load(df, v[3] + s));
+  }
 #endif
 }
 
