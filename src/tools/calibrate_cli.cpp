@@ -9,8 +9,8 @@
 #include <CLI/CLI.hpp>
 
 #include "eval/calibrate.h"
-#include "tools/arg_lists.h"
 #include "tools/common_flags.h"
+#include "tools/kv_flags.h"
 #include "tools/subcommands.h"
 #include "util/progress.h"
 #include "util/text_file.h"
@@ -61,17 +61,9 @@ void register_calibrate(CLI::App& app) {
     };
     if (o->protect == "auto") {
       o->c.protect_auto = true;
-    } else if (!o->protect.empty()) {
-      const std::vector<std::string> parts = split_list(o->protect);
-      auto count = [](const std::string& s, int& out) {
-        if (s.empty() || s.size() > 7 || s.find_first_not_of("0123456789") != std::string::npos) return false;
-        out = std::stoi(s);
-        return true;
-      };
-      if (parts.size() < 2 || parts.size() > 3 || o->protect.back() == ',' || !count(parts[0], o->c.protect_sinks) ||
-          !count(parts[1], o->c.protect_recent))
-        fail("--protect '" + o->protect + "': expected auto or SINKS,RECENT[,FORMAT] (two counts, e.g. 0,32,q8_0)");
-      if (parts.size() == 3) o->c.protect_type = parts[2];
+    } else if (!o->protect.empty() &&
+               !parse_protect_spec(o->protect, o->c.protect_sinks, o->c.protect_recent, o->c.protect_type)) {
+      fail("--protect '" + o->protect + "': expected auto or SINKS,RECENT[,FORMAT] (two counts, e.g. 0,32,q8_0)");
     }
     auto text = read_text_path(o->file);
     if (!text) fail(text.error());

@@ -22,18 +22,23 @@ Status apply_kv_policy_flags(const KvPolicyFlags& f, const Model& m, KvCacheOpti
   Status st = apply_kv_policy_or_preset(f.policy, f.preset, m.config().kv_shape().n_layer,
                                         f.policy.empty() ? 0 : m.fingerprint(), co);
   if (!st.ok() || f.protect.empty()) return st;
-  // SINKS,RECENT[,FORMAT], after the preset: an explicit flag wins.
-  const std::vector<std::string> parts = split_list(f.protect);
+  // After the preset or policy: an explicit flag wins.
+  if (!parse_protect_spec(f.protect, co.protect_sinks, co.protect_recent, co.protect_type))
+    return Status::Error("--kv-protect '" + f.protect + "': expected SINKS,RECENT[,FORMAT] (two counts, e.g. 4,64,q8_0)");
+  return Status::Ok();
+}
+
+bool parse_protect_spec(const std::string& spec, int& sinks, int& recent, std::string& type) {
+  const std::vector<std::string> parts = split_list(spec);
   auto count = [](const std::string& s, int& out) {
     if (s.empty() || s.size() > 8 || s.find_first_not_of("0123456789") != std::string::npos) return false;
     out = std::stoi(s);
     return true;
   };
-  if (parts.size() < 2 || parts.size() > 3 || f.protect.back() == ',' || !count(parts[0], co.protect_sinks) ||
-      !count(parts[1], co.protect_recent))
-    return Status::Error("--kv-protect '" + f.protect + "': expected SINKS,RECENT[,FORMAT] (two counts, e.g. 4,64,q8_0)");
-  if (parts.size() == 3) co.protect_type = parts[2];
-  return Status::Ok();
+  if (parts.size() < 2 || parts.size() > 3 || spec.back() == ',' || !count(parts[0], sinks) || !count(parts[1], recent))
+    return false;
+  if (parts.size() == 3) type = parts[2];
+  return true;
 }
 
 void add_cache_flags(CLI::App* cmd, CacheFlags& f) {

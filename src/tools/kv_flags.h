@@ -38,6 +38,10 @@ struct CacheFlags {
   std::string protect_label() const { return kv.protect.empty() ? "" : " (protected " + kv.protect + ")"; }
 };
 
+// SINKS,RECENT[,FORMAT] (--kv-protect, calibrate --protect): false when
+// malformed; FORMAT, when given, replaces type.
+bool parse_protect_spec(const std::string& spec, int& sinks, int& recent, std::string& type);
+
 // " (protected S,W,F)" for the protection a cache will have (from the flag,
 // a preset or the policy), or "".
 inline std::string protect_label(const KvCacheOptions& co) {
