@@ -250,26 +250,12 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
   // use_cal[e][w]: calibrated basis better on held-out rows at width w.
   std::vector<std::vector<bool>> use_cal(2 * L, std::vector<bool>(widths.size()));
   std::vector<std::vector<std::pair<double, double>>> mses(2 * L);
-  // usable[e][w]: every head's basis builds in format w (ttc caps its widths
-  // at 4 bits and builds on any basis today; a basis that did not would drop
-  // the candidate for that entry, not stop the run).
-  std::vector<std::vector<bool>> usable(2 * L, std::vector<bool>(widths.size(), true));
-  const double inf = std::numeric_limits<double>::infinity();
   for (int e = 0; e < 2 * L; ++e) {
     const Rows& R = (e % 2) ? vrows[e / 2] : krows[e / 2];
     CalibrateReport::Entry en;
     en.layer = e / 2;
     en.is_v = e % 2;
     for (size_t wi = 0; wi < widths.size(); ++wi) {
-      if (formats[wi].rfind("ttc", 0) == 0) {
-        for (const auto* set : {&choice[e].cal, &choice[e].iso, &choice[e].cal_all, &choice[e].iso_all})
-          for (const HeadBasis& b : *set) usable[e][wi] = usable[e][wi] && make_calibrated_codec(formats[wi], b).ok();
-        if (!usable[e][wi]) {
-          use_cal[e][wi] = true;
-          mses[e].push_back({inf, inf});
-          continue;
-        }
-      }
       // (A plain format reads only the means, the same in both: one run.)
       auto mc = held_out_mse(formats[wi], choice[e].cal, R, n_fit, n_rows, d);
       auto mi = is_calibrated_format(formats[wi]) ? held_out_mse(formats[wi], choice[e].iso, R, n_fit, n_rows, d) : mc;
@@ -280,11 +266,14 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
     rep.entries.push_back(en);
   }
 
-  // Mean KLD against the f32 cache of each policy (under one protection) over
+  // Mean KLD against the f32 cache of each policy (with its protection) over
   // the first kld_chunks chunks, chunk by chunk: one chunk's log-probabilities
   // in memory, whatever the vocabulary.
-  auto measure = [&](const std::vector<std::shared_ptr<const KvPolicy>>& ps, const ProtectChoice& pt,
-                     const std::string& what) -> Expected<std::vector<double>> {
+  struct Probe {
+    std::shared_ptr<const KvPolicy> policy;
+    ProtectChoice protect;
+  };
+  auto measure = [&](const std::vector<Probe>& ps, const std::string& what) -> Expected<std::vector<double>> {
     std::vector<double> kl(ps.size(), 0.0);
     size_t n = 0;
     std::vector<float> base, lp;
@@ -298,16 +287,12 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
         log_softmax_rows(logits.data(), n_ctx, V, base);
       }
       for (size_t pi = 0; pi < ps.size(); ++pi) {
-        if (!ps[pi]) {  // a candidate this entry cannot use
-          kl[pi] = std::numeric_limits<double>::infinity();
-          continue;
-        }
         KvCacheOptions co;
         co.capacity = n_ctx;
-        co.policy = ps[pi];
-        co.protect_sinks = pt.sinks;
-        co.protect_recent = pt.recent;
-        co.protect_type = pt.type;
+        co.policy = ps[pi].policy;
+        co.protect_sinks = ps[pi].protect.sinks;
+        co.protect_recent = ps[pi].protect.recent;
+        co.protect_type = ps[pi].protect.type;
         auto cache = KvCache::create(shape, co);
         if (!cache) return cache.status();
         Status s = model.forward(batch.data(), n_ctx, 0, **cache, o.threads, logits.data(), true);
@@ -344,7 +329,8 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
     const int ctx = o.budget_ctx > 0 ? o.budget_ctx : n_ctx;
     std::vector<std::vector<double>> sens(trials.size());
     std::vector<std::vector<size_t>> picks(trials.size());
-    int best_trial = -1;
+    std::vector<Probe> wholes;  // each fitting trial's policy, measured together below
+    std::vector<int> whole_trial;
     for (size_t ti = 0; ti < trials.size(); ++ti) {
       ProtectChoice& pt = trials[ti];
       auto extra = protected_bits(shape, pt, ctx);
@@ -361,36 +347,41 @@ Expected<KvPolicy> calibrate(const Model& model, const std::string& text, const 
         probe.v[l] = {"f32", choice[2 * l + 1].cal_all};
       }
       const size_t W = widths.size();
-      std::vector<std::shared_ptr<const KvPolicy>> probes(2 * L * W);
+      std::vector<Probe> probes(2 * L * W);
       for (int e = 0; e < 2 * L; ++e)
         for (size_t wi = 0; wi < W; ++wi) {
-          if (!usable[e][wi]) continue;
           KvPolicy p = probe;
           set_entry(p, e, wi);
-          probes[e * W + wi] = std::make_shared<const KvPolicy>(std::move(p));
+          probes[e * W + wi] = {std::make_shared<const KvPolicy>(std::move(p)), pt};
         }
-      auto kl = measure(probes, pt, "sensitivities" + what);
+      auto kl = measure(probes, "sensitivities" + what);
       if (!kl) return kl.status();
       sens[ti] = std::move(*kl);
       auto dp = choose_widths(sens[ti], widths, 2 * L, share);
       if (!dp) return Status::Error("calibrate: no widths meet a budget of " + std::to_string(o.budget) + " bits" + what);
       picks[ti] = std::move(dp->first);
       pt.predicted_kld = dp->second;
-      if (trials.size() > 1) {  // the whole policy, measured: predictions under different protections differ in kind
-        KvPolicy whole = pol;
-        for (int e = 0; e < 2 * L; ++e) set_entry(whole, e, picks[ti][e]);
-        auto m = measure({std::make_shared<const KvPolicy>(std::move(whole))}, pt, "the policy" + what);
-        if (!m) return m.status();
-        pt.measured_kld = (*m)[0];
-      }
-      const double key = trials.size() > 1 ? pt.measured_kld : pt.predicted_kld;
-      if (best_trial < 0 || key < (trials.size() > 1 ? trials[best_trial].measured_kld : trials[best_trial].predicted_kld))
-        best_trial = static_cast<int>(ti);
+      KvPolicy whole = pol;
+      for (int e = 0; e < 2 * L; ++e) set_entry(whole, e, picks[ti][e]);
+      wholes.push_back({std::make_shared<const KvPolicy>(std::move(whole)), pt});
+      whole_trial.push_back(static_cast<int>(ti));
     }
-    if (best_trial < 0)
+    if (wholes.empty())
       return Status::Error("calibrate: a budget of " + std::to_string(o.budget) + " bits leaves no room for the " +
                            "narrowest width beside the protected tokens' rows (" + std::to_string(trials[0].bits) +
                            " bits at " + std::to_string(ctx) + " tokens)");
+    // One trial: its widths. Several: each whole policy measured (the sums of
+    // sensitivities under different protections are not comparable), the
+    // least KLD kept.
+    int best_trial = whole_trial[0];
+    if (trials.size() > 1) {
+      auto m = measure(wholes, "the policies");
+      if (!m) return m.status();
+      for (size_t i = 0; i < wholes.size(); ++i) {
+        trials[whole_trial[i]].measured_kld = (*m)[i];
+        if ((*m)[i] < trials[best_trial].measured_kld) best_trial = whole_trial[i];
+      }
+    }
     const ProtectChoice& chosen = trials[best_trial];
     pick = picks[best_trial];
     rep.total_kld = chosen.predicted_kld;
