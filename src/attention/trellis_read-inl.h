@@ -33,8 +33,9 @@ struct TrellisConsts {
   int pos[64], part[64];
   HWY_ALIGN uint16_t words[64][32];
   HWY_ALIGN uint32_t shift[64][16];
-  // Other targets: lane j's window starts at row bit `bit`; `keep` clears the
-  // bits a window of the first coordinates takes from the row scale.
+  // Other targets (each fills only what it reads): lane j's window starts at
+  // row bit `bit`; `keep` clears the bits a window of the first coordinates
+  // takes from the row scale.
   uint16_t bit[64][16];
   uint8_t keep[64][16];
   const float* table[RowLayout::kMaxParts];  // the parts' 64-entry window tables
@@ -52,11 +53,14 @@ HWY_INLINE void MakeTrellisConsts(const RowReader& R, TrellisConsts& t) {
       t.part[k] = p;
       for (int j = 0; j < 16; ++j) {
         const int q = e + (c + j + 1) * part.bits + 10;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3  // what TrellisChunks reads on this target
         t.words[k][2 * j] = static_cast<uint16_t>(q >> 4);
         t.words[k][2 * j + 1] = static_cast<uint16_t>(((q >> 4) + 1) & 63);
         t.shift[k][j] = static_cast<uint32_t>(q & 15);
+#else
         t.bit[k][j] = static_cast<uint16_t>(q);
         t.keep[k][j] = static_cast<uint8_t>(q >= 16 ? 63 : (63u << (16 - q)) & 63);
+#endif
       }
     }
     e += part.count * part.bits;
