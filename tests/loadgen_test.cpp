@@ -275,7 +275,8 @@ TEST_F(LoadgenTest, ApiKeyFromFileOrEnvironment) {
     EXPECT_EQ(c.Get("/v1/models")->status, 200);
   }
   EXPECT_EQ(stop_server(), 0);
-  const CliResult r = run("serve -m " + kModel + " --api-key-file " + path("none.txt"));
+  // Checked before the model is loaded (a missing model would be the other error).
+  const CliResult r = run("serve -m " + path("no-model.gguf") + " --api-key-file " + path("none.txt"));
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("--api-key-file"), std::string::npos) << r.err;
 }

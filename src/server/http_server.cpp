@@ -324,8 +324,10 @@ void HttpServer::serve() {
     send_now(c.fd, simple_response(status, msg, type, status == 503));
     ::shutdown(c.fd, SHUT_WR);
     buffered -= c.counted;
+    const bool big = c.counted > (1u << 20);
     c.counted = 0;
     c.parser = HttpRequestParser(lim);
+    if (big) ::malloc_trim(0);  // what the refused body held goes back to the system
     c.linger = true;
     c.deadline = Clock::now() + std::chrono::seconds(1);
   };
@@ -683,7 +685,8 @@ void HttpServer::routes() {
         for (const ChatMessage& m : cr.messages) bytes += m.content.size();
         if (bytes > max_bytes) return too_long(bytes);
         const std::string text = render_chat(opt_.chat_template, cr.messages, bos, eos, true);
-        if (text.size() > max_bytes + 4096 * cr.messages.size()) return too_long(text.size());
+        // The template's own text is tokens too (its special tokens are vocabulary pieces).
+        if (text.size() > max_bytes) return too_long(text.size());
         g.prompt = tok.encode(text, !template_writes_bos(opt_.chat_template), true);
         for (const std::string& t : end_of_turn_texts(opt_.chat_template)) {
           const auto ids = tok.encode(t, false, true);

@@ -114,6 +114,18 @@ void register_serve(CLI::App& app) {
       }
     }
 
+    // The key: --api-key, else --api-key-file, else $TURBOKV_API_KEY.
+    // Read before the model loads: a wrong flag fails at once.
+    std::string key = o->api_key;
+    if (key.empty() && !o->api_key_file.empty()) {
+      std::ifstream in(o->api_key_file);
+      if (!in) fail("--api-key-file " + o->api_key_file + " cannot be read");
+      std::getline(in, key);
+      while (!key.empty() && (key.back() == '\r' || key.back() == ' ' || key.back() == '\t')) key.pop_back();
+      if (key.empty()) fail("--api-key-file " + o->api_key_file + ": the first line is empty");
+    }
+    if (key.empty())
+      if (const char* env = std::getenv("TURBOKV_API_KEY"); env && *env) key = env;
     auto m = Model::load(o->model);
     if (!m) fail(m.error());
     const Model& model = **m;
@@ -141,17 +153,6 @@ void register_serve(CLI::App& app) {
     server::HttpOptions ho;
     ho.host = o->host;
     ho.port = o->port;
-    // The key: --api-key, else --api-key-file, else $TURBOKV_API_KEY.
-    std::string key = o->api_key;
-    if (key.empty() && !o->api_key_file.empty()) {
-      std::ifstream in(o->api_key_file);
-      if (!in) fail("--api-key-file " + o->api_key_file + " cannot be read");
-      std::getline(in, key);
-      while (!key.empty() && (key.back() == '\r' || key.back() == ' ' || key.back() == '\t')) key.pop_back();
-      if (key.empty()) fail("--api-key-file " + o->api_key_file + ": the first line is empty");
-    }
-    if (key.empty())
-      if (const char* env = std::getenv("TURBOKV_API_KEY"); env && *env) key = env;
     ho.api_key = key;
     {
       auto b = parse_size(o->max_body);
