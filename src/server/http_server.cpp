@@ -511,11 +511,11 @@ void HttpServer::worker() {
       jobs_.pop_front();
       ++active_;
     }
+    const bool big = c->parser.request().body.size() > (1u << 20);
     handle(*c);
     // A pipelined request already read is not served: the connection closes.
     const bool keep = c->parser.take_leftover().empty() && c->parser.request().keep_alive && !stopping_ && client_alive(c->fd) && c->fd >= 0 &&
                       ++c->served < 1000;
-    const bool big = c->parser.request().body.size() > (1u << 20);
     c->parser = HttpRequestParser();
     if (big) ::malloc_trim(0);  // a large body's memory goes back to the system
     std::unique_lock<std::mutex> g(mu_);

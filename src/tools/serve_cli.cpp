@@ -12,6 +12,7 @@
 #include <memory>
 #include <thread>
 
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -106,6 +107,11 @@ void register_serve(CLI::App& app) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
     signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a dead server
+    // Request bodies and their copies (up to --max-body each) come from mmap
+    // and go back to the system when freed: glibc's threshold would otherwise
+    // rise to 32 MiB after the first large free, and such blocks stayed in the
+    // heap (RSS 82 MiB instead of 56 after four 16 MB bodies on ref-5m).
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
     {  // every connection is a descriptor: the soft limit raised to the hard one
       rlimit rl{};
       if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
