@@ -51,6 +51,15 @@ const Model& model() {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// RSS bounds are checked in the Release build: under AddressSanitizer freed
+// memory waits in its quarantine and the heap has shadow memory, so RSS
+// says nothing about what the server keeps.
+#ifdef TKV_SANITIZED
+constexpr bool kRssMeaningful = false;
+#else
+constexpr bool kRssMeaningful = true;
+#endif
+
 // A field of /proc/self/status in KiB (VmRSS, VmHWM).
 long status_kb(const char* field) {
   std::ifstream in("/proc/self/status");
@@ -326,7 +335,7 @@ TEST(ServerAttack, ChunkedBodyOverTheLimitIsRefusedWhileItIsRead) {
   EXPECT_LT(sent, size_t(16) << 20) << "bytes the server let the client send";
   const auto [st, sec] = s.normal_request();
   EXPECT_EQ(st, 200);
-  EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 64) << "peak RSS growth, MiB";
+  if (kRssMeaningful) EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 64) << "peak RSS growth, MiB";
 }
 
 // #31.3: a million headers were kept, before the key check.
@@ -352,7 +361,7 @@ TEST(ServerAttack, HeaderFloodIsRefusedBeforeTheKeyCheck) {
   ::close(fd);
   EXPECT_EQ(answer.rfind("HTTP/1.1 431", 0), 0u) << answer.substr(0, 300);
   EXPECT_NE(answer.find("head is over the limit of 32768 bytes"), std::string::npos) << answer.substr(0, 300);
-  EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 64) << "peak RSS growth, MiB";
+  if (kRssMeaningful) EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 64) << "peak RSS growth, MiB";
   EXPECT_EQ(s.normal_request().first, 401);  // the key check still applies
 }
 
@@ -383,9 +392,9 @@ TEST(ServerAttack, LongPromptsAndDeepJsonAreRefusedCheaply) {
     EXPECT_EQ(r->status, 400);
     EXPECT_NE(r->body.find("deeper than the limit of 64"), std::string::npos) << r->body.substr(0, 300);
   }
-  EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 96) << "peak RSS growth, MiB";
+  if (kRssMeaningful) EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 96) << "peak RSS growth, MiB";
   // Memory is given back after a large request: no plateau.
-  EXPECT_LT((status_kb("VmRSS:") - base) / 1024, 48) << "RSS growth after the requests, MiB";
+  if (kRssMeaningful) EXPECT_LT((status_kb("VmRSS:") - base) / 1024, 48) << "RSS growth after the requests, MiB";
   EXPECT_EQ(s.normal_request().first, 200);
 }
 
@@ -433,6 +442,7 @@ TEST(ServerAttack, StopEndsStreamsAndClosesSlowClientsWithinTwoSeconds) {
   server::EngineOptions eo;
   eo.ctx = 4096;
   server::HttpOptions ho;
+  ho.send_buffer_bytes = 16384;  // a response of a few hundred KB fills it (no autotuning to megabytes)
   Server s(eo, ho);
   std::vector<int> slow;
   for (int i = 0; i < 5; ++i) {
@@ -446,7 +456,7 @@ TEST(ServerAttack, StopEndsStreamsAndClosesSlowClientsWithinTwoSeconds) {
                   std::to_string(sbody.size()) + "\r\n\r\n" + sbody);
   const int stuck = dial(s.port, 4096);
   std::string text;
-  while (text.size() < (1u << 20)) text += "a b c d e f g h ";
+  while (text.size() < (64u << 10)) text += "a b c d e f g h ";
   const std::string tbody = json{{"content", text}, {"with_pieces", true}}.dump();
   put(stuck, "POST /tokenize HTTP/1.1\r\nContent-Length: " + std::to_string(tbody.size()) + "\r\n\r\n" + tbody);
   std::string streamed;
@@ -460,7 +470,13 @@ TEST(ServerAttack, StopEndsStreamsAndClosesSlowClientsWithinTwoSeconds) {
     }
   }
   ASSERT_NE(streamed.find("data: "), std::string::npos) << "the stream never started";
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the tokenize response fills the stuck client's buffers
+  {  // the tokenize response has started (tokenizing is done): its writes now fill the stuck client's buffers
+    const auto t0 = Clock::now();
+    char c;
+    while (::recv(stuck, &c, 1, MSG_PEEK | MSG_DONTWAIT) <= 0 && seconds_since(t0) < 60)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
   const double sec = s.stop();
   EXPECT_LT(sec, 2.0) << "seconds from stop to every thread joined";
   streamed += read_all(reader, 2);

@@ -441,6 +441,8 @@ void HttpServer::serve() {
         }
         int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (opt_.send_buffer_bytes > 0)
+          ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &opt_.send_buffer_bytes, sizeof opt_.send_buffer_bytes);
         std::unique_lock<std::mutex> g(mu_);
         int& mine = per_client_[host];
         if (open_ >= opt_.max_connections || mine >= opt_.max_connections_per_client) {

@@ -54,6 +54,7 @@ struct HttpOptions {
   int max_connections_per_client = 128;  // open connections from one client address
   int workers = 0;                    // request handler threads (0: slots + queue + 8)
   size_t max_buffered = 0;            // request bytes held by all connections being read (0: 4 x max_body)
+  int send_buffer_bytes = 0;          // SO_SNDBUF of each connection (0: the system's, autotuned)
   std::string model_id;          // the name /v1/models reports
   ChatTemplate chat_template;
 };
