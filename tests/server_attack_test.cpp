@@ -335,7 +335,9 @@ TEST(ServerAttack, ChunkedBodyOverTheLimitIsRefusedWhileItIsRead) {
   EXPECT_LT(sent, size_t(16) << 20) << "bytes the server let the client send";
   const auto [st, sec] = s.normal_request();
   EXPECT_EQ(st, 200);
-  if (kRssMeaningful) EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 64) << "peak RSS growth, MiB";
+  if (kRssMeaningful) {
+    EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 64) << "peak RSS growth, MiB";
+  }
 }
 
 // #31.3: a million headers were kept, before the key check.
@@ -361,7 +363,9 @@ TEST(ServerAttack, HeaderFloodIsRefusedBeforeTheKeyCheck) {
   ::close(fd);
   EXPECT_EQ(answer.rfind("HTTP/1.1 431", 0), 0u) << answer.substr(0, 300);
   EXPECT_NE(answer.find("head is over the limit of 32768 bytes"), std::string::npos) << answer.substr(0, 300);
-  if (kRssMeaningful) EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 64) << "peak RSS growth, MiB";
+  if (kRssMeaningful) {
+    EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 64) << "peak RSS growth, MiB";
+  }
   EXPECT_EQ(s.normal_request().first, 401);  // the key check still applies
 }
 
@@ -392,9 +396,13 @@ TEST(ServerAttack, LongPromptsAndDeepJsonAreRefusedCheaply) {
     EXPECT_EQ(r->status, 400);
     EXPECT_NE(r->body.find("deeper than the limit of 64"), std::string::npos) << r->body.substr(0, 300);
   }
-  if (kRssMeaningful) EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 96) << "peak RSS growth, MiB";
+  if (kRssMeaningful) {
+    EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 96) << "peak RSS growth, MiB";
+  }
   // Memory is given back after a large request: no plateau.
-  if (kRssMeaningful) EXPECT_LT((status_kb("VmRSS:") - base) / 1024, 48) << "RSS growth after the requests, MiB";
+  if (kRssMeaningful) {
+    EXPECT_LT((status_kb("VmRSS:") - base) / 1024, 48) << "RSS growth after the requests, MiB";
+  }
   EXPECT_EQ(s.normal_request().first, 200);
 }
 
