@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/chat_template.h"
+#include "text/chat_template.h"
 #include "server/openai_api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

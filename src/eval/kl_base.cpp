@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace tkv {
 

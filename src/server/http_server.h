@@ -7,7 +7,7 @@
 #include <string>
 
 #include "model/model.h"
-#include "server/chat_template.h"
+#include "text/chat_template.h"
 #include "server/engine.h"
 #include "util/status.h"
 

@@ -19,7 +19,7 @@
 #include "model/model.h"
 #include "model/prompt_cache.h"
 #include "model/sampler.h"
-#include "model/text_stream.h"
+#include "text/text_stream.h"
 #include "tools/kv_flags.h"
 #include "tools/common_flags.h"
 #include "tools/subcommands.h"
