@@ -1,4 +1,4 @@
-// Matrix-multiply cores (model/matmul.h): one 2048 x 2048 weight matrix of
+// Matrix-multiply cores (matmul/matmul.h): one 2048 x 2048 weight matrix of
 // each type against 1 token (decode) and 512 tokens (prefill), each core, one
 // thread. Counter "flops" = 2 rows cols tokens per second; compare it with
 // the FMA peak of the same run (`turbokv bench-attn` prints it) and the cores
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "model/matmul.h"
-#include "model/quantize_weights.h"
-#include "model/weight_blocks.h"
+#include "matmul/matmul.h"
+#include "gguf/quantize_weights.h"
+#include "gguf/weight_blocks.h"
 #include "util/fma_peak.h"
 #include "util/fp16.h"
 #include "util/rng.h"

@@ -1,5 +1,5 @@
 // libFuzzer harness for the chat-template recogniser and renderer
-// (server/chat_template.h): the input up to the first NUL is a GGUF's
+// (text/chat_template.h): the input up to the first NUL is a GGUF's
 // tokenizer.chat_template text, the rest NUL-separated role/content pairs;
 // the family is recognised, the messages validated and rendered with and
 // without the generation prompt. Seeds in fuzz/corpus/chat_template/: the
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "server/chat_template.h"
+#include "text/chat_template.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string in(reinterpret_cast<const char*>(data), size);

@@ -1,4 +1,4 @@
-// libFuzzer harness for the GGUF reader (model/gguf.h) and what is built on
+// libFuzzer harness for the GGUF reader (gguf/gguf.h) and what is built on
 // what it parsed: typed metadata lookups, the tokenizer (encode and decode),
 // model construction (shapes, types, tensor sizes) and, when a model comes
 // out, two tokens through it on an f16 cache (the forward pass must either
@@ -11,9 +11,10 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer_gguf.h"
+#include "text/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto f = tkv::gguf::File::from_memory("fuzz.gguf", data, size);
@@ -24,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)g.get_uint(key);
     (void)g.get_float(key);
   }
-  auto tok = tkv::Tokenizer::from_gguf(g);
+  auto tok = tkv::tokenizer_from_gguf(g);
   if (tok) {
     const auto ids = tok->encode("Hello <s> wor\xc3\xa9ld 12345!\n", true, true);
     (void)tok->decode(ids);

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/chat_template.h"
+#include "text/chat_template.h"
 #include "server/http_request.h"
 #include "server/openai_api.h"
 

@@ -1,4 +1,4 @@
-// libFuzzer harness for the tokenizers (model/tokenizer.h, pretokenize.h):
+// libFuzzer harness for the tokenizers (text/tokenizer.h, pretokenize.h):
 // arbitrary bytes encoded (with and without special-token parsing) and
 // decoded again on each vocabulary of ../shared/data/tokenizer (SentencePiece
 // and byte-level BPE with their pre-tokenizers), and arbitrary token ids
@@ -18,9 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
-#include "model/pretokenize.h"
-#include "model/tokenizer.h"
+#include "gguf/gguf.h"
+#include "text/pretokenize.h"
+#include "model/tokenizer_gguf.h"
+#include "text/tokenizer.h"
 
 namespace {
 
@@ -41,7 +42,7 @@ const std::vector<tkv::Tokenizer>& vocabularies() {
     std::sort(paths.begin(), paths.end());
     for (const auto& path : paths) {
       auto f = tkv::gguf::File::open(path);
-      auto t = f ? tkv::Tokenizer::from_gguf(**f) : tkv::Expected<tkv::Tokenizer>(f.status());
+      auto t = f ? tkv::tokenizer_from_gguf(**f) : tkv::Expected<tkv::Tokenizer>(f.status());
       if (!t && t.status().message().find("is not supported") != std::string::npos) {
         std::fprintf(stderr, "fuzz_tokenizer: left out: %s\n", t.status().message().c_str());
         continue;

@@ -3,7 +3,7 @@
 # GPU (the lent H200: see docs/RESULTS.md §18 for the call). Builds the
 # minimal CUDA configuration (TKV_CUDA_CHECK: util, codec, attention, cuda),
 # then runs
-#   1. the GPU tests (tests/cuda_test.cpp, tests/flat_codec_test.cpp): quantize
+#   1. the GPU tests (tests/cuda/cuda_test.cpp, tests/codec/flat_codec_test.cpp): quantize
 #      bytes equal to the CPU codec's for every format and d in
 #      {64, 80, 96, 128, 256}; attention equal to the float64 reference for
 #      format pairs, GQA 1-8, contexts 1 to 64K, decode and prefill, masks,

@@ -3,7 +3,7 @@
 pre-tokenizer regexes of GPT-2, Llama 3 (cl100k-style, digits 1..3), Qwen2
 (digits one by one) and DeepSeek LLM (six regexes in turn) split them, computed with the `regex` module (Debian
 python3-regex), an implementation independent of turbokv's hand-written
-splitters (src/model/pretokenize.cpp). Texts: the llama.cpp tokenizer suites'
+splitters (src/text/pretokenize.cpp). Texts: the llama.cpp tokenizer suites'
 inputs in ../shared/data/tokenizer, WikiText-2 lines, and mixed-script
 strings. Run from the repository root: scripts/gen-pretokenize-cases.py"""
 import json
@@ -46,8 +46,8 @@ DEEPSEEK_LLM = [
 ]
 
 
-# The regex pre-tokenizers (src/model/pretokenize.cpp runs the same lists with
-# its own matcher, src/model/cpt_regex.cpp), as llama.cpp's llama-vocab.cpp
+# The regex pre-tokenizers (src/text/pretokenize.cpp runs the same lists with
+# its own matcher, src/text/cpt_regex.cpp), as llama.cpp's llama-vocab.cpp
 # lists them, written as the models' own patterns where llama.cpp rewrites
 # them for std::regex. Kimi K2 as its tiktoken pattern, with class
 # intersections (regex.V1), which turbokv writes with lookaheads.

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "model/gen_model.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 namespace tkv {
 

@@ -1,3 +1,6 @@
+// attention/: attention over compressed rows — the fused kernels and their
+// scalar reference. It sees util/ and codec/ only.
+//
 // Attention directly on compressed K/V rows (DESIGN.md 1.5). Rows are never
 // rebuilt in the original domain: each query is rotated once into K's coding
 // domain, scores come from codes and row scales, V is accumulated in V's

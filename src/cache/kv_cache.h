@@ -1,3 +1,6 @@
+// cache/: KV memory — layouts, the block pool, sequences, policies, cache
+// files. It sees util/, codec/ and attention/'s row views; never model/.
+//
 // A sequence's KV cache: per layer, K and V rows in their own formats (chosen
 // independently), in blocks of a BlockPool (cache/block_pool.h) listed in one
 // block table, with optional exact mean centring (docs/ARCHITECTURE.md, "Mean

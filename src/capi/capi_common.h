@@ -1,3 +1,6 @@
+// capi/: libturbokv.so, the C API of include/turbokv.h, beside tools/. It sees
+// eval/ and below; never server/ or tools/.
+//
 // What every C API file shares (include/turbokv.h is the interface): the
 // handle types behind the opaque pointers, the thread's error message, the
 // guard that keeps C++ exceptions from crossing into C, and the checks of

@@ -6,7 +6,7 @@
 #include "capi/capi_common.h"
 #include "eval/calibrate.h"
 #include "eval/perplexity.h"
-#include "model/text_stream.h"
+#include "text/text_stream.h"
 
 using namespace tkv;
 using capi::fail;

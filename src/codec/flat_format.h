@@ -4,7 +4,7 @@
 // calibrated scales) is a FlatFormat plus one float array of tables that the
 // format indexes by offset, so the pair can be copied to a device as is.
 // The row programs over it (codec/flat_kernels.h) write the bytes the Codec
-// writes; tests/cuda_test.cpp checks that for every format on the CPU.
+// writes; tests/cuda/cuda_test.cpp checks that for every format on the CPU.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,3 +1,6 @@
+// codec/: rotations, codebooks and every KV row format (the Codec interface).
+// It sees util/ only.
+//
 // KV row formats: one registry, one Codec per (format, head dim d, seed).
 // A row is one head vector of one token; every format turns d floats into
 // row_bytes() bytes (layouts in docs/FORMATS.md). Rotated formats also decode

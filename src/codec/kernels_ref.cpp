@@ -6,6 +6,7 @@
 
 #include "codec/kernels.h"
 #include "util/fp16.h"
+#include "util/llama_blocks.h"
 
 namespace tkv {
 namespace ref {
@@ -64,34 +65,8 @@ void decode_cells(const uint8_t* codes, int n, const float* cent, float scale, f
   for (int i = 0; i < n; ++i) out[i] = scale * cent[codes[i]];
 }
 
-void quantize_q8_0(const float* x, int nblocks, uint8_t* out) {
-  for (int b = 0; b < nblocks; ++b, x += 32, out += 34) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float dl = amax / 127.0f;
-    const float id = recip_or_zero(dl);
-    const uint16_t h = f32_to_f16(dl);
-    std::memcpy(out, &h, 2);
-    for (int j = 0; j < 32; ++j) out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
-  }
-}
-
-void quantize_q4_0(const float* x, int nblocks, uint8_t* out) {
-  for (int b = 0; b < nblocks; ++b, x += 32, out += 18) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 32; ++j)
-      if (amax < std::fabs(x[j])) { amax = std::fabs(x[j]); max = x[j]; }
-    const float dl = max / -8.0f;
-    const float id = recip_or_zero(dl);
-    const uint16_t h = f32_to_f16(dl);
-    std::memcpy(out, &h, 2);
-    for (int j = 0; j < 16; ++j) {
-      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
-      const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
-      out[2 + j] = static_cast<uint8_t>(q0 | (q1 << 4));
-    }
-  }
-}
+void quantize_q8_0(const float* x, int nblocks, uint8_t* out) { llama_quantize_q8_0(x, nblocks, out); }
+void quantize_q4_0(const float* x, int nblocks, uint8_t* out) { llama_quantize_q4_0(x, nblocks, out); }
 
 void to_f16(const float* x, int n, uint8_t* out) {
   for (int i = 0; i < n; ++i) {

@@ -1,3 +1,6 @@
+// cuda/: the codec and fused attention on NVIDIA GPUs, beside attention/.
+// It sees util/, codec/ and attention/ only.
+//
 // The CUDA backend: the codec's quantizer and the fused attention on an
 // NVIDIA GPU (docs/ARCHITECTURE.md, "CUDA"). This header has no CUDA types,
 // so every layer above can call it; in a build without nvcc (cuda_off.cpp)

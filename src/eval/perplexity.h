@@ -1,3 +1,6 @@
+// eval/: measuring models and caches — perplexity, KL divergence, calibration,
+// needle in a haystack, KV statistics, reports. It sees model/ and below.
+//
 // Perplexity by llama-perplexity's method, and KL divergence against a saved
 // base run: the text is split into chunks of n_ctx tokens, BOS replaces the
 // first token of each chunk, and only the second half of each chunk is scored.

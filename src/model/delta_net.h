@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "model/matmul.h"
+#include "matmul/matmul.h"
 
 namespace tkv {
 

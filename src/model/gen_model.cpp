@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/arch.h"
-#include "model/quantize_weights.h"
+#include "gguf/quantize_weights.h"
 #include "util/fp16.h"
 #include "util/rng.h"
 

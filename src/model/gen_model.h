@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "util/status.h"
 
 namespace tkv {

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "model/arch.h"
+#include "model/tokenizer_gguf.h"
 #include "util/hash.h"
 
 namespace tkv {
@@ -223,7 +224,7 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
     return Status::Error(path + ": token_embd.weight has " + std::to_string(emb->dims[1]) + " rows (tokens), more than " +
                          std::to_string(kMaxVocab) + " supported");
   c.n_vocab = static_cast<int>(emb->dims[1]);
-  auto tok = Tokenizer::from_gguf(g);
+  auto tok = tokenizer_from_gguf(g);
   if (!tok) return tok.status();
   if (tok->n_vocab() != c.n_vocab)
     return Status::Error(path + ": the vocabulary has " + std::to_string(tok->n_vocab()) + " tokens but token_embd.weight has " + std::to_string(c.n_vocab));

@@ -1,3 +1,7 @@
+// model/: the transformer — architectures (arch.h), the forward pass, mixtures
+// of experts, Gated DeltaNet, the sampler, prompt caches, gen-model. It sees
+// util, codec, attention, cache, gguf, text and matmul; nothing above it.
+//
 // Transformer models from GGUF, one file per architecture behind one table
 // (model/arch.h: llama, qwen2, qwen3, phi3, qwen3moe in arch_llama.cpp,
 // gemma3, qwen35), running attention on the compressed KV cache. The forward
@@ -10,11 +14,11 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/delta_net.h"
-#include "model/matmul.h"
+#include "matmul/matmul.h"
 #include "model/moe.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/huge_buffer.h"
 #include "util/status.h"
 

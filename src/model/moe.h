@@ -10,7 +10,7 @@
 #include <functional>
 #include <vector>
 
-#include "model/matmul.h"
+#include "matmul/matmul.h"
 #include "util/status.h"
 
 namespace tkv {

@@ -1,3 +1,7 @@
+// server/: the serving engine (slots, admission, batched steps) and the
+// OpenAI-compatible HTTP server. It sees everything up to eval/ and text/;
+// tools/, capi/ and python/ never come in.
+//
 // The serving engine behind `turbokv serve`: many sequences in one KV block
 // pool (cache/block_pool.h) within a memory budget, run together in batched
 // steps (Model::forward_batch) by one scheduler thread.
@@ -26,7 +30,7 @@
 #include "cache/kv_cache.h"
 #include "model/model.h"
 #include "model/sampler.h"
-#include "model/text_stream.h"
+#include "text/text_stream.h"
 #include "util/status.h"
 
 namespace tkv::server {

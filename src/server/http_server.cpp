@@ -27,7 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/http_request.h"
-#include "model/text_stream.h"
+#include "text/text_stream.h"
 #include "server/openai_api.h"
 
 namespace tkv::server {

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "model/model.h"
-#include "server/chat_template.h"
+#include "text/chat_template.h"
 #include "server/engine.h"
 #include "util/status.h"
 

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/text_stream.h"
+#include "text/text_stream.h"
 
 namespace tkv::server {
 namespace {

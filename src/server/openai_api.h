@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/sampler.h"
-#include "server/chat_template.h"
+#include "text/chat_template.h"
 
 namespace tkv::server {
 

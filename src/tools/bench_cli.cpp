@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/kv_cache.h"
-#include "model/matmul.h"
+#include "matmul/matmul.h"
 #include "model/model.h"
 #include "tools/common_flags.h"
 #include "tools/json_text.h"

@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
 #include "tools/subcommands.h"
 

@@ -1,3 +1,6 @@
+// tools/: the turbokv binary's subcommands. The top: it may include every
+// library; nothing includes it.
+//
 // Every `turbokv` subcommand registers itself on the top-level app with one
 // function defined in its own file; main.cpp calls them all. A subcommand's
 // callback reports failures on stderr and throws CLI::RuntimeError(1), which

@@ -7,8 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "gguf/gguf.h"
+#include "model/tokenizer_gguf.h"
+#include "text/tokenizer.h"
 #include "tools/subcommands.h"
 #include "util/text_file.h"
 
@@ -41,7 +42,7 @@ void register_tokenize(CLI::App& app) {
     }
     auto g = gguf::File::open(o->model);
     if (!g) fail(g.error());
-    auto tok = Tokenizer::from_gguf(**g);
+    auto tok = tokenizer_from_gguf(**g);
     if (!tok) fail(tok.error());
     const auto ids = tok->encode(text, !o->no_bos, o->parse_special);
     for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];

@@ -1,3 +1,6 @@
+// util/: what every layer uses — errors as values, f16/bf16, RNG, SIMD
+// targets, buffers, files, progress. It includes nothing of turbokv's.
+//
 // Errors are values: Status for "ok or a message", Expected<T> for "a T or a message".
 // Messages name what was wrong (file, field, row, expected value); nothing aborts.
 #pragma once

@@ -1,0 +1,217 @@
+// Q8_0 decode with rows in lanes: the one-token kernel and the server's
+// decode groups (matmul_tokens) for Q8_0 weights.
+//
+// Why: a server step decodes one token for each of up to 16+ sequences, and
+// the row-streaming kernel (matmul_tiled.cpp) applies the block scales per 64
+// weights per token (VNNI dot, convert, two FMAs); at 16 tokens that made the
+// step bound by vector operations, not by reading the weights (docs/RESULTS.md
+// §11). Here 16 rows sit in the 16 lanes: per 32-column block the rows' codes
+// are transposed into 8 vectors (lane r = 4 codes of row r), each token's
+// activation dwords are broadcast, the int32 dot of every row with the block
+// is completed by 8 VNNI steps, and only then one scale step is taken:
+//   f = fma(float(dot), d_w * d_x, f)          (dot exact in int32)
+// so the scales cost 3 operations per 512 weights per token instead of 3 per
+// 64, and the transposition is shared by all the tokens of a group.
+//
+// Bits: every (row, token) lane does exactly the operations of
+// decode_q8_rows_ref for that row and token, in block order, whatever rows
+// share its vector and whatever tokens share its group, so a token decoded
+// alone and in a server step gets the same bits.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "matmul/matmul_tiled.h"
+#include "gguf/weight_blocks.h"
+#include "util/fp16.h"
+
+#if defined(__x86_64__) && !defined(TKV_NO_VNNI)
+#include <immintrin.h>
+#define TKV_Q8R_VNNI 1
+#define TKV_Q8R_ATTR __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+#endif
+
+namespace tkv {
+namespace {
+
+constexpr int kQ8Block = 34;  // f16 scale + 32 int8 codes
+
+// One token's activations: codes, block scales d_x and the code sums (for
+// the +128 offset of the unsigned weight operand).
+struct Q8Acts {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> sum;
+};
+
+Q8Acts q8_acts(const float* x, int64_t cols) {
+  Q8Acts a;
+  const int64_t nb = cols / 32;
+  a.q.resize(cols);
+  a.d.resize(nb);
+  std::vector<float> s(nb);
+  quantize_activations_q8_simd(x, cols, a.q.data(), a.d.data(), s.data());
+  a.sum.resize(nb);
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t t = 0;
+    for (int k = 0; k < 32; ++k) t += a.q[b * 32 + k];
+    a.sum[b] = t;
+  }
+  return a;
+}
+
+float f16_scale(const uint8_t* block) {
+  uint16_t h;
+  std::memcpy(&h, block, 2);
+  return f16_to_f32(h);
+}
+
+#ifdef TKV_Q8R_VNNI
+// GCC 12 reports the intrinsics' own undefined upper halves
+// (_mm512_castsi256_si512, the unpacks) as maybe uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// 16 rows (row r at base + r * rb; rows past the matrix repeat the last one
+// and are not stored) x NT tokens.
+template <int NT>
+TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool more, int64_t nb,
+                                const Q8Acts* const* a, float* out, int64_t out_stride) {
+  const uint8_t* row[16];
+  for (int r = 0; r < 16; ++r) row[r] = base + std::min(r, nrows - 1) * rb;
+  // Qword indices that gather [u.lane j, v.lane j, u.lane j+2, v.lane j+2].
+  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  const __m512i bias = _mm512_set1_epi8(-128);
+  __m512 f[NT];
+  for (int t = 0; t < NT; ++t) f[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t bo = b * kQ8Block;
+    // The 16 rows are one contiguous region read 16 places at a time, which
+    // the hardware prefetchers serve poorly (one stream: 22-23 tokens/s on
+    // the 1 GB model without this, 28-36 with it); the next group's region
+    // is asked for in address order meanwhile, 16 x 34 bytes per block.
+    if (more) {  // (the last group has no next region)
+      const uint8_t* pf = base + 16 * rb + b * 16 * kQ8Block;
+      for (int l = 0; l < 16 * kQ8Block; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
+    }
+    // z[i] = [row i codes | row i + 8 codes] (8 dwords each), as u8 (+128).
+    __m512i z[8];
+    for (int i = 0; i < 8; ++i)
+      z[i] = _mm512_xor_si512(
+          _mm512_inserti64x4(
+              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i] + bo + 2))),
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i + 8] + bo + 2)), 1),
+          bias);
+    // 8x8 dword transpose inside each 256-bit half, then lanes regrouped: w[k]
+    // lane r = dword k (codes 4k..4k+3) of row r.
+    __m512i t[8], u[8], w[8];
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; ++h) {  // rows 0-3 (h = 0) and 4-7 (h = 1) of each half
+      const __m512i* th = t + 4 * h;
+      u[4 * h + 0] = _mm512_unpacklo_epi64(th[0], th[2]);  // dwords 0 | 4
+      u[4 * h + 1] = _mm512_unpackhi_epi64(th[0], th[2]);  // 1 | 5
+      u[4 * h + 2] = _mm512_unpacklo_epi64(th[1], th[3]);  // 2 | 6
+      u[4 * h + 3] = _mm512_unpackhi_epi64(th[1], th[3]);  // 3 | 7
+    }
+    for (int k = 0; k < 4; ++k) {
+      w[k] = _mm512_permutex2var_epi64(u[k], lo, u[4 + k]);
+      w[k + 4] = _mm512_permutex2var_epi64(u[k], hi, u[4 + k]);
+    }
+    // Row scales built in a register: 16 two-byte stores then a vector load
+    // stalled store forwarding every block (one stream 28 -> 40 tokens/s).
+    auto h = [&](int r) {
+      uint16_t v;
+      std::memcpy(&v, row[r] + bo, 2);
+      return static_cast<short>(v);
+    };
+    const __m512 dw = _mm512_cvtph_ps(_mm256_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7), h(8), h(9),
+                                                        h(10), h(11), h(12), h(13), h(14), h(15)));
+    for (int tk = 0; tk < NT; ++tk) {
+      const int8_t* q = a[tk]->q.data() + b * 32;
+      int32_t xq[8];
+      std::memcpy(xq, q, 32);
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+      for (int k = 0; k < 8; k += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(xq[k]));
+        s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(xq[k + 1]));
+      }
+      const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * a[tk]->sum[b]));
+      f[tk] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(a[tk]->d[b])), f[tk]);
+    }
+  }
+  alignas(64) float o[16];
+  for (int tk = 0; tk < NT; ++tk) {
+    _mm512_store_ps(o, f[tk]);
+    for (int r = 0; r < nrows; ++r) out[tk * out_stride + r] = o[r];
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+}  // namespace
+
+void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y) {
+  const int64_t nb = w.cols / 32;
+  for (int t = 0; t < n_tok; ++t) {
+    const Q8Acts a = q8_acts(x + t * w.cols, w.cols);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      const uint8_t* row = w.data + r * w.row_bytes;
+      float f = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* wq = reinterpret_cast<const int8_t*>(row + b * kQ8Block + 2);
+        int32_t dot = 0;
+        for (int k = 0; k < 32; ++k) dot += int32_t(wq[k]) * a.q[b * 32 + k];
+        const float scale = f16_scale(row + b * kQ8Block) * a.d[b];
+        f = std::fma(static_cast<float>(dot), scale, f);
+      }
+      y[t * w.rows + r] = f;
+    }
+  }
+}
+
+bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
+  if (w.type != 8 || w.cols % 32 != 0 || n_tok < 1 || !vnni_available()) return false;
+#ifdef TKV_Q8R_VNNI
+  std::vector<Q8Acts> acts;
+  for (int t = 0; t < n_tok; ++t) acts.push_back(q8_acts(x + t * w.cols, w.cols));
+  std::vector<const Q8Acts*> ap;
+  for (const auto& a : acts) ap.push_back(&a);
+  const int64_t nb = w.cols / 32, groups = (w.rows + 15) / 16;
+#pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t r0 = g * 16;
+    const int nr = static_cast<int>(std::min<int64_t>(16, w.rows - r0));
+    const uint8_t* base = w.data + r0 * w.row_bytes;
+    for (int t0 = 0; t0 < n_tok; t0 += 8) {  // 8 accumulators + 8 code vectors + temporaries in the 32 zmm
+      const Q8Acts* const* at = ap.data() + t0;
+      float* out = y + int64_t(t0) * w.rows + r0;
+      switch (std::min(8, n_tok - t0)) {
+        case 1: rows16_tokens<1>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 2: rows16_tokens<2>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 3: rows16_tokens<3>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 4: rows16_tokens<4>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 5: rows16_tokens<5>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 6: rows16_tokens<6>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 7: rows16_tokens<7>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        default: rows16_tokens<8>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+      }
+    }
+  }
+  return true;
+#else
+  (void)x;
+  (void)y;
+  (void)threads;
+  return false;
+#endif
+}
+
+}  // namespace tkv

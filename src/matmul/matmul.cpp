@@ -1,0 +1,282 @@
+#include "matmul/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "matmul/matmul_tiled.h"
+#include "gguf/weight_blocks.h"
+
+#include "util/fp16.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "matmul/matmul.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace tkv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// dot(W row, x) for each of n_tok vectors; the row is decoded chunk by chunk
+// and reused across the tokens (weights are the bandwidth; x stays in cache).
+void RowDots(uint32_t type, const uint8_t* row, int64_t cols, const float* x, int n_tok, int64_t x_stride,
+             float* out, int64_t out_stride) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int kT = 4;  // tokens per pass
+  if (n_tok == 1 && (type == 8 || type == 2) && N <= 16 && 16 % N == 0) {
+    // Decode: one token, so the dot of a Q8_0/Q4_0 row needs independent
+    // accumulators to hide the FMA latency (one chain per 16-value half block).
+    const bool q8 = type == 8;
+    const int64_t bb = q8 ? 34 : 18;
+    const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+    const hn::Rebind<uint16_t, decltype(df)> du16;
+    auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      const uint8_t* blk = row + b * bb;
+      uint16_t h;
+      std::memcpy(&h, blk, 2);
+      const auto scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16, h)));
+      for (int64_t o = 0; o < 16; o += N) {
+        decltype(hn::Zero(df)) w0, w1;  // values o.. and 16 + o..
+        if (q8) {
+          const hn::Rebind<int8_t, decltype(di)> d8;
+          w0 = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2 + o))));
+          w1 = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 18 + o))));
+        } else {
+          const hn::Rebind<uint8_t, decltype(di)> d8;
+          const auto q = hn::PromoteTo(di, hn::LoadU(d8, blk + 2 + o));
+          w0 = hn::ConvertTo(df, hn::Sub(hn::And(q, hn::Set(di, 15)), hn::Set(di, 8)));
+          w1 = hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(q), hn::Set(di, 8)));
+        }
+        const auto x0 = hn::Mul(hn::LoadU(df, x + b * 32 + o), scale);
+        const auto x1 = hn::Mul(hn::LoadU(df, x + b * 32 + 16 + o), scale);
+        if (b & 1) {
+          a2 = hn::MulAdd(w0, x0, a2);
+          a3 = hn::MulAdd(w1, x1, a3);
+        } else {
+          a0 = hn::MulAdd(w0, x0, a0);
+          a1 = hn::MulAdd(w1, x1, a1);
+        }
+      }
+    }
+    out[0] = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+    return;
+  }
+  for (int t0 = 0; t0 < n_tok; t0 += kT) {
+    const int nt = std::min(kT, n_tok - t0);
+    decltype(hn::Zero(df)) acc[kT];
+    for (int t = 0; t < kT; ++t) acc[t] = hn::Zero(df);
+    auto fma_chunk = [&](int64_t c, decltype(hn::Zero(df)) w) {
+      for (int t = 0; t < nt; ++t)
+        acc[t] = hn::MulAdd(w, hn::LoadU(df, x + (t0 + t) * x_stride + c), acc[t]);
+    };
+    float tail[kT] = {0, 0, 0, 0};
+    if (type == 0) {  // F32
+      const float* w = reinterpret_cast<const float*>(row);
+      int64_t c = 0;
+      for (; c + N <= cols; c += N) fma_chunk(c, hn::LoadU(df, w + c));
+      for (; c < cols; ++c)
+        for (int t = 0; t < nt; ++t) tail[t] += w[c] * x[(t0 + t) * x_stride + c];
+    } else if (type == 1 || type == 30) {  // F16, BF16
+      int64_t c = 0;
+      if (type == 1) {
+        const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+        const auto* w = reinterpret_cast<const hwy::float16_t*>(row);
+        for (; c + N <= cols; c += N) fma_chunk(c, hn::PromoteTo(df, hn::LoadU(dh, w + c)));
+      } else {
+        const hn::Rebind<hwy::bfloat16_t, decltype(df)> db;
+        const auto* w = reinterpret_cast<const hwy::bfloat16_t*>(row);
+        for (; c + N <= cols; c += N) fma_chunk(c, hn::PromoteTo(df, hn::LoadU(db, w + c)));
+      }
+      for (; c < cols; ++c) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * c, 2);
+        const float wv = type == 1 ? f16_to_f32(h) : bf16_to_f32(h);
+        for (int t = 0; t < nt; ++t) tail[t] += wv * x[(t0 + t) * x_stride + c];
+      }
+    } else {  // Q8_0 (8) and Q4_0 (2): blocks of 32 with an f16 scale
+      const bool q8 = type == 8;
+      const int64_t bb = q8 ? 34 : 18;
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        const uint8_t* blk = row + b * bb;
+        uint16_t h;
+        std::memcpy(&h, blk, 2);
+        // Hardware f16 -> f32 on the broadcast scale (a software conversion
+        // per block of 32 weights would cost more than the block's FMAs).
+        const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+        const hn::Rebind<uint16_t, decltype(df)> du16;
+        const auto scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16, h)));
+        for (int64_t o = 0; o < 32; o += N) {
+          decltype(hn::Zero(df)) w;
+          if (q8) {
+            const hn::Rebind<int8_t, decltype(di)> d8;
+            w = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2 + o))));
+          } else {
+            const hn::Rebind<uint8_t, decltype(di)> d8;
+            auto q = hn::PromoteTo(di, hn::LoadU(d8, blk + 2 + (o & 15)));
+            q = o < 16 ? hn::And(q, hn::Set(di, 15)) : hn::ShiftRight<4>(q);
+            w = hn::ConvertTo(df, hn::Sub(q, hn::Set(di, 8)));
+          }
+          fma_chunk(b * 32 + o, hn::Mul(w, scale));
+        }
+      }
+    }
+    for (int t = 0; t < nt; ++t) out[(t0 + t) * out_stride] = hn::GetLane(hn::SumOfLanes(df, acc[t])) + tail[t];
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace tkv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tkv {
+HWY_EXPORT(RowDots);
+
+Expected<Matrix> matrix_from(const gguf::Tensor& t, const std::string& path) {
+  const uint32_t ok_types[] = {0, 1, 2, 3, 6, 7, 8, 12, 13, 14, 30};
+  bool ok = false;
+  for (uint32_t k : ok_types) ok |= t.type == k;
+  if (!ok)
+    return Status::Error(path + ": tensor '" + t.name + "' has type " + t.info().name +
+                         ", which the runtime does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
+  if (t.dims.size() > 2) return Status::Error(path + ": tensor '" + t.name + "' has more than 2 dims");
+  Matrix m;
+  m.data = t.data;
+  m.type = t.type;
+  m.cols = static_cast<int64_t>(t.dims[0]);
+  m.rows = t.dims.size() > 1 ? static_cast<int64_t>(t.dims[1]) : 1;
+  m.row_bytes = static_cast<size_t>(m.cols / t.info().block * t.info().block_bytes);
+  return m;
+}
+
+namespace {
+
+MatmulCore core_from_env() {
+  const char* e = std::getenv("TKV_MATMUL");
+  if (!e) return MatmulCore::kAuto;
+  auto c = parse_matmul_core(e);
+  return c ? *c : MatmulCore::kAuto;
+}
+
+std::atomic<int> g_core{-1};
+
+}  // namespace
+
+Expected<MatmulCore> parse_matmul_core(const std::string& name) {
+  if (name == "auto" || name == "new") return MatmulCore::kAuto;
+  if (name == "rows" || name == "old") return MatmulCore::kRows;
+  if (name == "tiled") return MatmulCore::kTiled;
+  if (name == "int8") return MatmulCore::kInt8;
+  return Status::Error("unknown matmul core '" + name + "' (auto|new, rows|old, tiled, int8)");
+}
+
+const char* matmul_core_name(MatmulCore c) {
+  switch (c) {
+    case MatmulCore::kRows: return "rows";
+    case MatmulCore::kTiled: return "tiled";
+    case MatmulCore::kInt8: return "int8";
+    default: return "auto";
+  }
+}
+
+MatmulCore matmul_core() {
+  int c = g_core.load(std::memory_order_relaxed);
+  if (c < 0) {
+    c = static_cast<int>(core_from_env());
+    g_core.store(c, std::memory_order_relaxed);
+  }
+  return static_cast<MatmulCore>(c);
+}
+
+void set_matmul_core(MatmulCore c) { g_core.store(static_cast<int>(c), std::memory_order_relaxed); }
+
+namespace {
+// Types whose few-token products take the int8 prefill core rather than the
+// row core where the K-quant decode kernel (AVX512-VNNI, tried first) is
+// absent: Q6_K, whose rows the row core expands to floats with scalar code
+// (1.7 GFLOP/s at one token against the int8 core's 6.6, measured before
+// that kernel existed). Q4_K's expansion is cheaper (8.5 against 6.9).
+bool int8_for_decode(uint32_t type) { return type == 14 && int8_core_available(); }
+}  // namespace
+
+void matmul(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
+  matmul_with(matmul_core(), w, x, n_tok, y, threads);
+}
+
+void matmul_with(MatmulCore core, const Matrix& w, const float* x, int n_tok, float* y, int threads) {
+  if (core == MatmulCore::kAuto) {
+    if (n_tok == 1 && matmul_int8_decode(w, x, y, threads)) return;
+    core = n_tok >= kTiledMinTokens || int8_for_decode(w.type) ? MatmulCore::kInt8 : MatmulCore::kRows;
+  }
+  if (core == MatmulCore::kInt8) {
+    if (n_tok == 1 && matmul_int8_decode(w, x, y, threads)) return;
+    if (matmul_int8(w, x, n_tok, y, threads)) return;
+    if (matmul_bf16(w, x, n_tok, y, threads)) return;
+    core = MatmulCore::kTiled;
+  }
+  if (core == MatmulCore::kTiled) return matmul_tiled_f32(w, x, n_tok, y, threads);
+  matmul_rows(w, x, n_tok, y, threads);
+}
+
+void matmul_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
+  const MatmulCore core = matmul_core();
+  if (n_tok == 1) return matmul_with(core, w, x, 1, y, threads);
+  if (core == MatmulCore::kAuto || core == MatmulCore::kInt8)
+    if (matmul_int8_decode_tokens(w, x, n_tok, y, threads)) return;
+  // The int8 core gives each token the bits it gives that token alone.
+  if (core == MatmulCore::kAuto && int8_for_decode(w.type) && matmul_int8(w, x, n_tok, y, threads)) return;
+  const bool q_1tok = w.type == 8 || w.type == 2;  // RowDots has a one-token path for these
+  if (core == MatmulCore::kAuto && !q_1tok) {
+    // One token takes kRows here, and RowDots keeps one accumulator per
+    // token in the same order whatever the group: per token the same bits.
+    return matmul_rows(w, x, n_tok, y, threads);
+  }
+  if (core == MatmulCore::kAuto) {  // Q8_0/Q4_0 without the int8 kernel: the one-token dot per token, row read once
+#pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
+    for (int64_t r = 0; r < w.rows; ++r)
+      for (int t = 0; t < n_tok; ++t)
+        HWY_DYNAMIC_DISPATCH(RowDots)(w.type, w.data + r * w.row_bytes, w.cols, x + t * w.cols, 1, w.cols,
+                                      y + t * w.rows + r, w.rows);
+    return;
+  }
+  // A core forced for comparison (TKV_MATMUL): token by token.
+  std::vector<float> one(static_cast<size_t>(w.rows));
+  for (int t = 0; t < n_tok; ++t) {
+    matmul_with(core, w, x + t * w.cols, 1, one.data(), threads);
+    std::copy(one.begin(), one.end(), y + t * w.rows);
+  }
+}
+
+void matmul_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
+  // F32/F16/BF16/Q8_0/Q4_0 rows are decoded inside the SIMD dot; the other
+  // block types are expanded row by row into a per-thread buffer first.
+  const bool direct = w.type == 0 || w.type == 1 || w.type == 30 || w.type == 8 || w.type == 2;
+#pragma omp parallel num_threads(threads) if (w.rows * w.cols > 65536)
+  {
+    std::vector<float> buf(direct ? 0 : w.cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < w.rows; ++r) {
+      if (direct) {
+        HWY_DYNAMIC_DISPATCH(RowDots)(w.type, w.data + r * w.row_bytes, w.cols, x, n_tok, w.cols, y + r, w.rows);
+      } else {
+        unpack_f32(w.type, w.data + r * w.row_bytes, 0, w.cols, buf.data());
+        HWY_DYNAMIC_DISPATCH(RowDots)(0, reinterpret_cast<const uint8_t*>(buf.data()), w.cols, x, n_tok, w.cols, y + r,
+                                      w.rows);
+      }
+    }
+  }
+}
+
+void dequantize_row(const Matrix& w, int64_t r, float* out) {
+  unpack_f32(w.type, w.data + r * w.row_bytes, 0, w.cols, out);
+}
+
+}  // namespace tkv
+#endif

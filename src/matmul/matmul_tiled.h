@@ -1,0 +1,75 @@
+// The prefill cores behind matmul() (matmul/matmul.h): weight panels unpacked
+// once and multiplied against every token of the batch, tiles of rows x
+// tokens held in registers. Internal to the model layer; tests call them to
+// check each core against a float64 reference.
+#pragma once
+#include <cstdint>
+
+#include "matmul/matmul.h"
+
+namespace tkv {
+
+// Tiled f32 core for every weight type: a panel of rows is unpacked to f32
+// (weight_blocks.h) in chunks of 256 columns, then kMR vectors of rows x kNT
+// tokens of FMAs per step (Highway, every compiled target).
+void matmul_tiled_f32(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+
+// Int8-activation core (matmul_int8.cpp): activations quantized per block of
+// 32 (Q8_0-like), weights unpacked to u8 codes with a scale and offset per 32
+// (unpack_u8; Q6_K: a scale per 16, unpack_q6k_u8), exact integer dot
+// products (AVX512-VNNI vpdpbusd, or AVX2 vpmaddubsw + vpmaddwd: the same
+// sums, the same bits), scaled once per block. False (nothing written) when
+// the type is not one of them or the CPU / the forced SIMD target has
+// neither kernel.
+bool matmul_int8(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+bool int8_core_available();
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
+bool int8_supports(uint32_t type);
+// BF16 weights with AVX512-BF16 vdpbf16ps (matmul_bf16.cpp): activations
+// rounded to bf16 (nearest even), pairs of products per f32 lane, panels of
+// 32 rows x tiles of 8 tokens. False (nothing written) for other types or
+// without the instruction (or the AVX-512 target).
+bool matmul_bf16(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+bool bf16_dot_available();
+// AVX512-VNNI usable now (the CPU has it and dispatch may pick an AVX-512
+// target): the decode kernels below need it.
+bool vnni_available();
+// Decode (one token) with int8 activations for Q8_0 and Q4_0: Q8_0 by
+// decode_q8_rows (below); Q4_0 rows streamed straight from their blocks, two
+// blocks per vpdpbusd, scales applied per lane. False (nothing written) for
+// other types or without the kernel.
+bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads);
+// Q4_K, Q5_K, Q6_K decode (decode_kquants.cpp) for one token or a group:
+// activations per 256 (Q8_K-like), integer sub-block scales and mins, one
+// float step per super-block; each token's bits its own alone. False for
+// other types or without AVX512-VNNI.
+bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+// Q8_0 decode with rows in lanes (decode_q8_rows.cpp) for one token or a
+// group: 16 rows per vector, each block's int32 dots completed before one
+// scale step, so scales cost 3 operations per 512 weights per token; every
+// token's bits are decode_q8_rows_ref's for it alone. False for other types
+// or without AVX512-VNNI.
+bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+// Its scalar specification: per row and token, f = fma(float(dot_b), d_w(b) * d_x(b), f)
+// over the blocks in order, dot_b the exact integer dot of the block's codes.
+void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y);
+// The decode kernel for n_tok tokens at once (matmul_tokens): each row is
+// read from memory once and dotted with every token's activations by the
+// one-token code, so each token's result is bit-identical to
+// matmul_int8_decode on it alone.
+bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+// The scalar specification of matmul_int8: the same operations in the same
+// order (fmaf per block), so the SIMD kernel matches it bit for bit.
+void matmul_int8_ref(const Matrix& w, const float* x, int n_tok, float* y);
+
+// One block of n activations: d = max|x| / 127, q = round(x / d) (half to
+// even) in -127..127; returns Σ q. The scalar specification of every
+// activation quantizer (blocks of 32 below, of 256 for K-quant decode).
+int32_t quantize_block_q8(const float* x, int n, int8_t* q, float* d);
+// Activation quantization of one row (cols a multiple of 32): per block b,
+// d[b] = max|x| / 127, q = round(x / d) in -127..127, s[b] = d[b] * Σ q.
+void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, float* s);
+// The same with Highway SIMD (the dispatched target), bit for bit.
+void quantize_activations_q8_simd(const float* x, int64_t cols, int8_t* q, float* d, float* s);
+
+}  // namespace tkv
