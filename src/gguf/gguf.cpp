@@ -429,6 +429,49 @@ void Writer::add_i32_array(const std::string& k, const std::vector<int32_t>& v) 
   for (int32_t x : v) put(kv_, x);
 }
 
+namespace {
+// Scalar v as its little-endian bytes.
+void put_scalar(std::vector<uint8_t>& b, const Value& v) {
+  switch (v.type) {
+    case Type::kU8: case Type::kBool: put<uint8_t>(b, static_cast<uint8_t>(v.u)); break;
+    case Type::kI8: put<int8_t>(b, static_cast<int8_t>(v.i)); break;
+    case Type::kU16: put<uint16_t>(b, static_cast<uint16_t>(v.u)); break;
+    case Type::kI16: put<int16_t>(b, static_cast<int16_t>(v.i)); break;
+    case Type::kU32: put<uint32_t>(b, static_cast<uint32_t>(v.u)); break;
+    case Type::kI32: put<int32_t>(b, static_cast<int32_t>(v.i)); break;
+    case Type::kF32: put<float>(b, static_cast<float>(v.f)); break;
+    case Type::kU64: put<uint64_t>(b, v.u); break;
+    case Type::kI64: put<int64_t>(b, v.i); break;
+    case Type::kF64: put<double>(b, v.f); break;
+    default: break;
+  }
+}
+}  // namespace
+
+Status Writer::add_value(const std::string& k, const Value& v) {
+  if (v.type == Type::kString) {
+    add_string(k, std::string(v.s));
+    return Status::Ok();
+  }
+  if (v.type != Type::kArray) {
+    if (scalar_size(v.type) == 0) return Status::Error("gguf writer: '" + k + "' has an unknown type");
+    key(k, v.type);
+    put_scalar(kv_, v);
+    return Status::Ok();
+  }
+  if (v.elem == Type::kArray) return Status::Error("gguf writer: '" + k + "' is a nested array (not written)");
+  key(k, Type::kArray);
+  put<uint32_t>(kv_, static_cast<uint32_t>(v.elem));
+  put<uint64_t>(kv_, v.count);
+  if (v.elem == Type::kString) {
+    for (auto s : v.strings) put_str(kv_, std::string(s));
+  } else {
+    const size_t n = scalar_size(v.elem) * v.count;
+    if (n && v.raw) kv_.insert(kv_.end(), v.raw, v.raw + n);
+  }
+  return Status::Ok();
+}
+
 Status Writer::add_tensor(const std::string& name, const std::vector<uint64_t>& dims, uint32_t type,
                           const void* bytes, size_t n_bytes) {
   const TensorType* tt = tensor_type(type);

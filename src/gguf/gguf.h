@@ -124,6 +124,9 @@ class Writer {
   void add_string_array(const std::string& key, const std::vector<std::string>& v);
   void add_f32_array(const std::string& key, const std::vector<float>& v);
   void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
+  // A value as read from a File, of any type (copying or splitting a file's
+  // metadata); nested arrays are an error naming the key.
+  Status add_value(const std::string& key, const Value& v);
   // Copies `bytes` (which must be the tensor's exact size for its type).
   Status add_tensor(const std::string& name, const std::vector<uint64_t>& dims, uint32_t type,
                     const void* bytes, size_t n_bytes);

@@ -91,6 +91,7 @@ Expected<Matrix> ArchLoader::tensor(const std::string& name, int64_t cols, int64
     return error("tensor '" + name + "' is " + std::to_string(mat->cols) + " x " + std::to_string(mat->rows) +
                  ", expected " + std::to_string(cols) + " x " + std::to_string(rows));
   m.weight_bytes_ += t->n_bytes;
+  mark_used(t);
   return *mat;
 }
 
@@ -114,6 +115,7 @@ Expected<std::vector<Matrix>> ArchLoader::experts(const std::string& name, int64
   std::vector<Matrix> out;
   for (int64_t e = 0; e < n; ++e) out.push_back(row_range(*mat, e * rows, rows));
   m.weight_bytes_ += t->n_bytes;
+  mark_used(t);
   return out;
 }
 
@@ -195,6 +197,48 @@ Status shared_hparams(const ArchLoader& a) {
   return Status::Ok();
 }
 
+// THE LIST of tensors the runtime knowingly skips: a file's tensor that no
+// loader read is refused unless it is one of these (llama.cpp loads the same
+// ones with TENSOR_SKIP):
+//  - the multi-token-prediction blocks: qwen35's `nextn_predict_layers`
+//    blocks after the ones run (blk.<il>.* with n_layer <= il < the file's
+//    block_count), which only speculative decoding would use.
+//  - rope_freqs.weight (Llama 3's RoPE factors), until the loader reads it
+//    (issue 32, item 2): knowingly ignored, as before.
+bool skipped_tensor(const ArchLoader& a, const std::string& name) {
+  if (name == "rope_freqs.weight") return true;
+  const uint64_t file_blocks = a.g.get_uint_or(a.c.arch + ".block_count", 0);
+  if (name.rfind("blk.", 0) == 0) {
+    const size_t dot = name.find('.', 4);
+    if (dot == std::string::npos || dot == 4) return false;
+    uint64_t il = 0;
+    for (size_t i = 4; i < dot; ++i) {
+      if (name[i] < '0' || name[i] > '9' || il > (1u << 24)) return false;
+      il = il * 10 + uint64_t(name[i] - '0');
+    }
+    return il >= uint64_t(a.c.n_layer) && il < file_blocks;  // a multi-token-prediction block
+  }
+  return false;
+}
+
+// Every tensor of the file was read by a loader or is on the list above;
+// the others are named (a file with tensors the runtime would silently
+// ignore computes something else than what it was made for).
+Status check_tensors_used(const ArchLoader& a) {
+  std::string names;
+  size_t n = 0;
+  const auto& ts = a.g.tensors();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (a.used[i] || skipped_tensor(a, ts[i].name)) continue;
+    if (n < 8) names += (n ? ", '" : "'") + ts[i].name + "'";
+    ++n;
+  }
+  if (n == 0) return Status::Ok();
+  if (n > 8) names += " and " + std::to_string(n - 8) + " more";
+  return a.error(std::to_string(n) + (n == 1 ? " tensor is" : " tensors are") + " not used by the " + a.c.arch +
+                 " loader and not on the list of tensors turbokv knowingly skips: " + names);
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::File> file) {
@@ -209,7 +253,8 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
   c.arch = *arch_name;
   const ArchSpec* arch = find_arch(c.arch);
   if (!arch) return Status::Error(path + ": architecture '" + c.arch + "' is not supported (" + arch_names() + ")");
-  const ArchLoader a{g, path, c, *m};
+  std::vector<char> used(g.tensors().size(), 0);
+  const ArchLoader a{g, path, c, *m, used};
   if (Status s = shared_hparams(a); !s.ok()) return s;
   if (Status s = arch->hparams(a); !s.ok()) return s;
   if (c.window.empty()) c.window.assign(c.n_layer, 0);
@@ -261,6 +306,7 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
           return Status::Error(path + ": a rope factor is " + std::to_string(f) + " (factors must be finite and > 0)");
     }
   }
+  if (Status s = check_tensors_used(a); !s.ok()) return s;
   // Copy the weights out of the file mapping onto huge pages: decode streams
   // them all once per token, and 4 KiB pages cost TLB misses at that speed.
   std::vector<Matrix*> mats = {&m->tok_embd_, &m->out_norm_, &m->output_};
