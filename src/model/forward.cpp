@@ -41,22 +41,36 @@ void rmsnorm_rows(const float* x, int n_rows, const Matrix& w, int n, float eps,
   for (int t = 0; t < n_rows; ++t) rmsnorm_row(x + size_t(t) * n, wv.data(), n, eps, out + size_t(t) * n);
 }
 
-// The rotation angles of one position: cos and sin of p * base^(-2i/dims)
-// (divided by factors[i], LongRoPE, when given; both scaled by
-// rope_attn_factor then).
+// The rotation angles of one position, as ggml's rope (rope_yarn): pair i's
+// extrapolated angle is p * base^(-2i/dims) / factors[i] (Llama 3's
+// rope_freqs or Phi-3's LongRoPE factors, when given), the interpolated one
+// that divided by the scale; with YaRN (c.yarn_ext_factor != 0) the two are
+// mixed by a ramp over the pairs between the correction dims, and cos and
+// sin get (1 + 0.1 ln scale) on top of c.rope_mscale.
 // base and scale are the layer's (gemma3's window layers have their own).
 void rope_angles(int dims, int pos, float base, float scale, const ModelConfig& c, const float* factors, float* cs,
                  float* sn) {
-  const float p = static_cast<float>(pos) / scale;
+  float mscale = c.rope_mscale, lo = 0.0f, hi = 0.0f;
+  if (c.yarn_ext_factor != 0.0f) {
+    // ggml_rope_yarn_corr_dims: the pair whose wavelength fits n_ctx_orig / beta times.
+    auto corr = [&](float beta) {
+      return dims * std::log(c.n_ctx_orig / (beta * 2.0f * static_cast<float>(M_PI))) / (2.0f * std::log(base));
+    };
+    lo = std::max(0.0f, std::floor(corr(c.yarn_beta_fast)));
+    hi = std::min(static_cast<float>(dims - 1), std::ceil(corr(c.yarn_beta_slow)));
+    mscale *= 1.0f + 0.1f * std::log(scale);
+  }
   for (int i = 0; i < dims / 2; ++i) {
-    float theta = p * std::pow(base, -2.0f * i / dims);
-    if (factors) theta /= factors[i];
-    cs[i] = std::cos(theta);
-    sn[i] = std::sin(theta);
-    if (factors) {
-      cs[i] *= c.rope_attn_factor;
-      sn[i] *= c.rope_attn_factor;
+    float extrap = static_cast<float>(pos) * std::pow(base, -2.0f * i / dims);
+    if (factors) extrap /= factors[i];
+    float theta = extrap / scale;
+    if (c.yarn_ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i) - lo) / std::max(0.001f, hi - lo);
+      const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * c.yarn_ext_factor;
+      theta = theta * (1.0f - mix) + extrap * mix;
     }
+    cs[i] = std::cos(theta) * mscale;
+    sn[i] = std::sin(theta) * mscale;
   }
 }
 
@@ -165,6 +179,8 @@ struct ForwardPass {
         if (!M.rope_long_.empty())
           row_factors[row0[i] + t] =
               seqs[i].cache->capacity() > c.n_ctx_orig ? M.rope_long_.data() : M.rope_short_.data();
+        else if (!M.rope_freqs_.empty())
+          row_factors[row0[i] + t] = M.rope_freqs_.data();
       }
     return Status::Ok();
   }

@@ -62,6 +62,7 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   if (rope_dims > o.head_dim || rope_dims % 2) return Status::Error("gen-model: --rope-dims must be even and <= head dim");
   const float rope_base = o.rope_base > 0 ? o.rope_base : gemma ? 1e6f : q35 ? 1e7f : 10000.0f;
   if (o.rope_orig_ctx && o.arch != "phi3") return Status::Error("gen-model: --rope-orig-ctx is for phi3");
+  if (o.llama3_rope_ctx && o.arch != "llama") return Status::Error("gen-model: --llama3-rope is for llama");
   const gguf::TensorType* tt = gguf::tensor_type(o.type);
   const bool block_type = o.type == "Q8_0" || o.type == "Q4_0" || o.type == "Q4_1" || o.type == "Q5_0" ||
                           o.type == "Q5_1" || o.type == "Q4_K" || o.type == "Q5_K" || o.type == "Q6_K";
@@ -257,6 +258,20 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
       TKV_ADD(p + "ffn_up.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f);
     }
     TKV_ADD(p + "ffn_down.weight", o.ffn, E, true, s / std::sqrt(float(o.ffn)), 0.0f);
+  }
+  if (o.llama3_rope_ctx) {  // after the layers, as the converter writes it: Llama 3 scaling per rotated pair, by wavelength (llama.cpp's converter)
+    const double factor = 8.0, low = 1.0, high = 4.0, ctx0 = o.llama3_rope_ctx;
+    std::vector<float> ff(rope_dims / 2);
+    for (int i = 0; i < rope_dims / 2; ++i) {
+      const double wavelen = 2.0 * M_PI / std::pow(double(rope_base), -2.0 * i / rope_dims);
+      if (wavelen < ctx0 / high) ff[i] = 1.0f;
+      else if (wavelen > ctx0 / low) ff[i] = static_cast<float>(factor);
+      else {
+        const double smooth = (ctx0 / wavelen - low) / (high - low);
+        ff[i] = static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth));
+      }
+    }
+    if (!(st = w.add_tensor("rope_freqs.weight", {uint64_t(ff.size())}, 0, ff.data(), 4 * ff.size())).ok()) return st;
   }
 #undef TKV_ADD
   return w.write(out_path);

@@ -22,6 +22,10 @@ struct GenModelOptions {
   float weight_scale = 1.0f;   // multiplies the default init std (1/sqrt(fan_in))
   int vocab = 0;               // synthetic byte-level vocabulary size when no vocab file (>= 259)
   int rope_orig_ctx = 0;       // phi3: LongRoPE factors and original context (0: none)
+  // llama: rope_freqs.weight as llama.cpp's converter writes it for Llama 3.1+
+  // (factor 8, low-frequency factor 1, high-frequency factor 4) for this
+  // original context (0: none).
+  int llama3_rope_ctx = 0;
   int experts = 8, experts_used = 2;  // qwen3moe, qwen35moe (--ffn is each expert's width)
   int shared_ffn = 0;          // qwen35moe: the shared expert's width (0: --ffn)
   int window = 16, swa_period = 6;  // gemma3: sliding window, every period-th layer global

@@ -186,6 +186,7 @@ Status shared_hparams(const ArchLoader& a) {
   c.rope_attn_factor = static_cast<float>(a.g.get_float_or(c.arch + ".rope.scaling.attn_factor", 1.0));
   if (!(c.rope_attn_factor > 0.0f && c.rope_attn_factor < 100.0f))
     return a.error(c.arch + ".rope.scaling.attn_factor = " + std::to_string(c.rope_attn_factor) + " is out of range");
+  c.rope_mscale = c.rope_attn_factor;  // llama.cpp scales cos and sin by it whatever the scaling
   if (c.n_head_kv < 1 || c.n_head % c.n_head_kv != 0)
     return a.error("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
                    std::to_string(c.n_head_kv));
@@ -203,10 +204,7 @@ Status shared_hparams(const ArchLoader& a) {
 //  - the multi-token-prediction blocks: qwen35's `nextn_predict_layers`
 //    blocks after the ones run (blk.<il>.* with n_layer <= il < the file's
 //    block_count), which only speculative decoding would use.
-//  - rope_freqs.weight (Llama 3's RoPE factors), until the loader reads it
-//    (issue 32, item 2): knowingly ignored, as before.
 bool skipped_tensor(const ArchLoader& a, const std::string& name) {
-  if (name == "rope_freqs.weight") return true;
   const uint64_t file_blocks = a.g.get_uint_or(a.c.arch + ".block_count", 0);
   if (name.rfind("blk.", 0) == 0) {
     const size_t dot = name.find('.', 4);
@@ -305,6 +303,23 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
         if (!(f > 0.0f) || !std::isfinite(f))
           return Status::Error(path + ": a rope factor is " + std::to_string(f) + " (factors must be finite and > 0)");
     }
+  }
+  // Llama 3's RoPE factors, where the architecture reads them (as llama.cpp's
+  // loader): one per rotated pair, finite and > 0.
+  if (c.rope_freqs && g.tensor("rope_freqs.weight")) {
+    const gguf::Tensor* t = g.tensor("rope_freqs.weight");
+    if (t->n_elements != uint64_t(c.rope_dims / 2) || t->dims.size() != 1)
+      return Status::Error(path + ": rope_freqs.weight has " + std::to_string(t->n_elements) +
+                           " factors; expected one per rotated pair, " + std::to_string(c.rope_dims / 2) +
+                           " (rope.dimension_count " + std::to_string(c.rope_dims) + " / 2)");
+    auto f = a.tensor("rope_freqs.weight", c.rope_dims / 2, 1);
+    if (!f) return f.status();
+    m->rope_freqs_.resize(static_cast<size_t>(c.rope_dims / 2));
+    dequantize_row(*f, 0, m->rope_freqs_.data());
+    for (size_t i = 0; i < m->rope_freqs_.size(); ++i)
+      if (!(m->rope_freqs_[i] > 0.0f) || !std::isfinite(m->rope_freqs_[i]))
+        return Status::Error(path + ": rope_freqs.weight[" + std::to_string(i) + "] is " +
+                             std::to_string(m->rope_freqs_[i]) + " (factors must be finite and > 0)");
   }
   if (Status s = check_tensors_used(a); !s.ok()) return s;
   // Copy the weights out of the file mapping onto huge pages: decode streams

@@ -42,7 +42,22 @@ struct ModelConfig {
   // n_ctx_orig (llama.cpp's choice by context size, here a sequence's cache
   // capacity); cos and sin scaled by rope_attn_factor.
   int n_ctx_orig = 0;
-  float rope_attn_factor = 1.0f;
+  float rope_attn_factor = 1.0f;  // the file's rope.scaling.attn_factor
+  // Llama 3's RoPE factors (rope_freqs.weight): one per rotated pair, each
+  // dividing its pair's frequency, as llama.cpp's freq_factors; read by the
+  // architectures whose llama.cpp loader reads them (rope_freqs set by the
+  // architecture's entry), refused as an unused tensor by the others.
+  bool rope_freqs = false;
+  // YaRN (rope.scaling.type = yarn), as ggml's rope: per rotated pair i the
+  // angle mixes the interpolated one (times 1/rope_scale) and the
+  // extrapolated one by a ramp over the pairs between the correction dims
+  // of beta_fast and beta_slow (ggml_rope_yarn_corr_dims with n_ctx_orig),
+  // times yarn_ext_factor; cos and sin are scaled by rope_mscale times
+  // (1 + 0.1 ln rope_scale) there. yarn_ext_factor 0: no YaRN.
+  float yarn_ext_factor = 0.0f, yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+  // What cos and sin are multiplied by (llama.cpp's cparams.yarn_attn_factor:
+  // the file's attn_factor, for YaRN with its mscale corrections).
+  float rope_mscale = 1.0f;
   // Mixture of experts (qwen3moe): 0 experts for a dense feed-forward.
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   int n_ff_shexp = 0;  // qwen35moe's shared expert (0: none)
@@ -151,6 +166,7 @@ class Model {
   Matrix tok_embd_, out_norm_, output_;
   std::vector<Layer> layers_;
   std::vector<float> rope_long_, rope_short_;  // Phi-3 LongRoPE factors (empty when absent)
+  std::vector<float> rope_freqs_;              // Llama 3 RoPE factors (empty when absent)
   size_t weight_bytes_ = 0;
   HugeBuffer weights_;  // all weight bytes, copied out of the file onto huge pages
 };

@@ -47,6 +47,10 @@ void register_gen_model(CLI::App& app) {
                   "phi3: write LongRoPE factors (long and short) switching at this original context, "
                   "and the attention factor for --ctx over it (default 0: none)")
       ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--llama3-rope", o->llama3_rope_ctx,
+                  "llama: write rope_freqs.weight, Llama 3's RoPE factors (factor 8, low 1, high 4) for this "
+                  "original context (default 0: none)")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("-o,--output", *out, "output GGUF")->required();
   cmd->callback([o, vocab, out]() {
     std::shared_ptr<gguf::File> v;

@@ -10,10 +10,15 @@
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "eval/perplexity.h"
+#include "util/hash.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
 #include "model/gen_model.h"
@@ -110,6 +115,358 @@ TEST(TensorAccounting, EverySharedFileAndEveryGenModelArchitectureLoads) {
   }
 }
 
+
+// ---------------------------------------------------------------- a float64 llama
+
+using Vec = std::vector<double>;
+
+// The configuration the reference runs: written by the test, never read
+// from the engine's ModelConfig.
+struct RefConfig {
+  int layers = 2, dim = 64, heads = 4, kv_heads = 2, head_dim = 16, ffn = 128;
+  double eps = 1e-5, base = 10000.0;
+  bool neox = false;       // llama: adjacent pairs
+  std::vector<double> ff;  // per rotated pair: the frequency is divided by it (empty: none)
+  double scale = 1.0;      // rope.scaling.factor (positions interpolated by 1/scale)
+  // YaRN: ext_factor != 0 mixes interpolated and extrapolated angles.
+  double ext = 0.0, beta_fast = 32.0, beta_slow = 1.0, mscale = 1.0;
+  int orig_ctx = 0;
+};
+
+struct LlamaRef {
+  const gguf::File& f;
+  RefConfig c;
+  Vec mat(const std::string& name) const {
+    const gguf::Tensor* t = f.tensor(name);
+    EXPECT_NE(t, nullptr) << name;
+    auto w = *matrix_from(*t, "test");
+    std::vector<float> row(w.cols);
+    Vec out(size_t(w.rows) * w.cols);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      dequantize_row(w, r, row.data());
+      for (int64_t k = 0; k < w.cols; ++k) out[size_t(r) * w.cols + k] = row[k];
+    }
+    return out;
+  }
+  static Vec mv(const Vec& w, const Vec& x) {
+    Vec y(w.size() / x.size(), 0.0);
+    for (size_t r = 0; r < y.size(); ++r)
+      for (size_t k = 0; k < x.size(); ++k) y[r] += w[r * x.size() + k] * x[k];
+    return y;
+  }
+  Vec rms(const Vec& x, const Vec& g) const {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / x.size() + c.eps);
+    Vec y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
+    return y;
+  }
+  // Pair i's angle at position p and the factor on cos and sin (YaRN as the
+  // YaRN paper and ggml describe it: the ramp between the pairs whose
+  // wavelength fits orig_ctx / beta_fast and orig_ctx / beta_slow times).
+  double angle(int i, int p, double* ms) const {
+    const int d = c.head_dim;
+    double extrap = p * std::pow(c.base, -2.0 * i / d);
+    if (!c.ff.empty()) extrap /= c.ff[i];
+    const double interp = extrap / c.scale;
+    *ms = c.mscale;
+    if (c.ext == 0.0) return interp;
+    auto corr = [&](double beta) { return d * std::log(c.orig_ctx / (beta * 2 * M_PI)) / (2 * std::log(c.base)); };
+    const double lo = std::max(0.0, std::floor(corr(c.beta_fast))), hi = std::min(d - 1.0, std::ceil(corr(c.beta_slow)));
+    const double ramp = 1.0 - std::clamp((i - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
+    *ms *= 1.0 + 0.1 * std::log(c.scale);
+    return interp * (1.0 - ramp * c.ext) + extrap * ramp * c.ext;
+  }
+  void rope(double* v, int p) const {
+    const int d = c.head_dim;
+    for (int i = 0; i < d / 2; ++i) {
+      double ms = 1.0;
+      const double th = angle(i, p, &ms);
+      const int a = c.neox ? i : 2 * i, b = c.neox ? i + d / 2 : 2 * i + 1;
+      const double x0 = v[a], x1 = v[b];
+      v[a] = ms * (x0 * std::cos(th) - x1 * std::sin(th));
+      v[b] = ms * (x0 * std::sin(th) + x1 * std::cos(th));
+    }
+  }
+  // Logits at every position of toks.
+  std::vector<Vec> run(const std::vector<int32_t>& toks) const {
+    const int T = static_cast<int>(toks.size()), E = c.dim, hd = c.head_dim;
+    const Vec emb = mat("token_embd.weight");
+    std::vector<Vec> x(T);
+    for (int t = 0; t < T; ++t) x[t] = Vec(emb.begin() + size_t(toks[t]) * E, emb.begin() + size_t(toks[t] + 1) * E);
+    for (int l = 0; l < c.layers; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      const Vec an = mat(p + "attn_norm.weight"), wq = mat(p + "attn_q.weight"), wk = mat(p + "attn_k.weight"),
+                wv = mat(p + "attn_v.weight"), wo = mat(p + "attn_output.weight"), fn = mat(p + "ffn_norm.weight"),
+                wg = mat(p + "ffn_gate.weight"), wu = mat(p + "ffn_up.weight"), wd = mat(p + "ffn_down.weight");
+      std::vector<Vec> Q, K, V;
+      for (int t = 0; t < T; ++t) {
+        const Vec h = rms(x[t], an);
+        Vec q = mv(wq, h), k = mv(wk, h);
+        for (int hh = 0; hh < c.heads; ++hh) rope(&q[size_t(hh) * hd], t);
+        for (int hh = 0; hh < c.kv_heads; ++hh) rope(&k[size_t(hh) * hd], t);
+        Q.push_back(q);
+        K.push_back(k);
+        V.push_back(mv(wv, h));
+      }
+      for (int t = 0; t < T; ++t) {
+        Vec att(size_t(c.heads) * hd, 0.0);
+        for (int hh = 0; hh < c.heads; ++hh) {
+          const int kv = hh / (c.heads / c.kv_heads);
+          Vec s(t + 1);
+          double mx = -1e300, sum = 0;
+          for (int j = 0; j <= t; ++j) {
+            double dot = 0;
+            for (int i = 0; i < hd; ++i) dot += Q[t][size_t(hh) * hd + i] * K[j][size_t(kv) * hd + i];
+            s[j] = dot / std::sqrt(double(hd));
+            mx = std::max(mx, s[j]);
+          }
+          for (double& v : s) sum += (v = std::exp(v - mx));
+          for (int j = 0; j <= t; ++j)
+            for (int i = 0; i < hd; ++i) att[size_t(hh) * hd + i] += s[j] / sum * V[j][size_t(kv) * hd + i];
+        }
+        const Vec o = mv(wo, att);
+        for (int i = 0; i < E; ++i) x[t][i] += o[i];
+        const Vec h = rms(x[t], fn);
+        Vec g = mv(wg, h);
+        const Vec u = mv(wu, h);
+        for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+        const Vec dn = mv(wd, g);
+        for (int i = 0; i < E; ++i) x[t][i] += dn[i];
+      }
+    }
+    const Vec on = mat("output_norm.weight"), out = mat("output.weight");
+    std::vector<Vec> logits;
+    for (int t = 0; t < T; ++t) logits.push_back(mv(out, rms(x[t], on)));
+    return logits;
+  }
+};
+
+// The worst relative error over positions of two runs' logits.
+double worst_rel(const std::vector<Vec>& got, const std::vector<Vec>& want) {
+  double worst = 0;
+  for (size_t t = 0; t < want.size(); ++t) {
+    double e = 0, n = 0;
+    for (size_t i = 0; i < want[t].size(); ++i) {
+      e += (got[t][i] - want[t][i]) * (got[t][i] - want[t][i]);
+      n += want[t][i] * want[t][i];
+    }
+    worst = std::max(worst, std::sqrt(e / n));
+  }
+  return worst;
+}
+
+// The engine's logits (f32 cache) over toks: a prompt of `prompt` tokens at
+// once, then one token at a time.
+std::vector<Vec> engine_logits(const Model& m, const std::vector<int32_t>& toks, int prompt) {
+  const ModelConfig& c = m.config();
+  KvCacheOptions co;
+  co.type_k = co.type_v = "f32";
+  co.capacity = static_cast<int>(toks.size()) + 8;
+  auto cache = KvCache::create(c.kv_shape(), co);
+  EXPECT_TRUE(cache.ok()) << cache.error();
+  std::vector<Vec> out;
+  std::vector<float> lg(size_t(prompt) * c.n_vocab);
+  Status s = m.forward(toks.data(), prompt, 0, **cache, 2, lg.data(), true);
+  EXPECT_TRUE(s.ok()) << s.message();
+  for (int t = 0; t < prompt; ++t) out.emplace_back(lg.begin() + size_t(t) * c.n_vocab, lg.begin() + size_t(t + 1) * c.n_vocab);
+  for (size_t t = prompt; t < toks.size(); ++t) {
+    s = m.forward(&toks[t], 1, static_cast<int>(t), **cache, 1, lg.data());
+    EXPECT_TRUE(s.ok()) << s.message();
+    out.emplace_back(lg.begin(), lg.begin() + c.n_vocab);
+  }
+  return out;
+}
+
+std::vector<int32_t> test_tokens(int T, int vocab) {
+  std::vector<int32_t> toks(T);
+  for (int i = 0; i < T; ++i) toks[i] = (i * 37 + 11) % vocab;
+  return toks;
+}
+
+// Llama 3's factors for one rotated pair, from the converter's description:
+// by wavelength, 1 above ctx / high, `factor` below ctx / low, smooth between.
+std::vector<double> llama3_factors(int dims, double base, double ctx) {
+  std::vector<double> ff;
+  for (int i = 0; i < dims / 2; ++i) {
+    const double wl = 2 * M_PI * std::pow(base, 2.0 * i / dims);
+    if (wl < ctx / 4) ff.push_back(1.0);
+    else if (wl > ctx / 1) ff.push_back(8.0);
+    else {
+      const double sm = (ctx / wl - 1.0) / 3.0;
+      ff.push_back(1.0 / ((1 - sm) / 8.0 + sm));
+    }
+  }
+  return ff;
+}
+
+// ---------------------------------------------------------------- 2. Llama 3 RoPE factors
+
+TEST(RopeFactors, Llama3FactorsMatchFloat64Reference) {
+  GenModelOptions o;  // gen-model's defaults: 2 layers, dim 64, 4/2 heads of 16, ffn 128, base 1e4
+  o.llama3_rope_ctx = 32;
+  o.seed = 9;
+  const std::string path = tmp("llama3.gguf");
+  ASSERT_TRUE(generate_model(o, nullptr, path).ok());
+  auto m = Model::load(path);
+  ASSERT_TRUE(m.ok()) << m.error();
+  RefConfig rc;
+  rc.ff = llama3_factors(16, 10000.0, 32);
+  // The factors written are the converter's: 1 for short wavelengths, 8 for long ones.
+  auto fr = LlamaRef{(*m)->file(), rc}.mat("rope_freqs.weight");
+  ASSERT_EQ(fr.size(), 8u);
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(fr[i], rc.ff[i], 1e-6 * rc.ff[i]) << i;
+  EXPECT_EQ(rc.ff[0], 1.0);
+  EXPECT_EQ(rc.ff[7], 8.0);
+  const auto toks = test_tokens(40, (*m)->config().n_vocab);
+  const auto want = LlamaRef{(*m)->file(), rc}.run(toks);
+  const auto got = engine_logits(**m, toks, 24);
+  EXPECT_LT(worst_rel(got, want), 1e-4);
+  // The factors matter at these positions: ignored or inverted, the
+  // reference moves by far more than the tolerance.
+  RefConfig none = rc, inverted = rc;
+  none.ff.clear();
+  for (double& v : inverted.ff) v = 1.0 / v;
+  EXPECT_GT(worst_rel(LlamaRef{(*m)->file(), none}.run(toks), want), 1e-2);
+  EXPECT_GT(worst_rel(LlamaRef{(*m)->file(), inverted}.run(toks), want), 1e-2);
+  std::remove(path.c_str());
+}
+
+// A factor tensor of the wrong count, a zero, a NaN, or one on an
+// architecture llama.cpp does not read it for: refused, naming it.
+TEST(RopeFactors, BadFactorsAreRefusedByName) {
+  GenModelOptions o;
+  o.llama3_rope_ctx = 32;
+  const std::string path = tmp("llama3_src.gguf"), bad = tmp("llama3_bad.gguf");
+  ASSERT_TRUE(generate_model(o, nullptr, path).ok());
+  auto f = gguf::File::open(path);
+  ASSERT_TRUE(f.ok());
+  auto without = [](const gguf::Tensor& t) { return t.name != "rope_freqs.weight"; };
+  struct Case {
+    std::vector<float> v;
+    const char* want;
+  };
+  const float nan = std::nanf("");
+  for (const Case& k : {Case{std::vector<float>(7, 1.0f), "has 7 factors; expected one per rotated pair, 8"},
+                        Case{{1, 1, 1, 0, 1, 1, 1, 1}, "rope_freqs.weight[3] is 0"},
+                        Case{{1, 1, 1, 1, 1, nan, 1, 1}, "rope_freqs.weight[5] is nan"},
+                        Case{{1, 1, 1, 1, 1, 1, 1, -2}, "rope_freqs.weight[7] is -2"}}) {
+    gguf::Writer w;
+    copy_gguf(**f, w, {}, without);
+    ASSERT_TRUE(w.add_tensor("rope_freqs.weight", {k.v.size()}, 0, k.v.data(), 4 * k.v.size()).ok());
+    ASSERT_TRUE(w.write(bad).ok());
+    auto m = Model::load(bad);
+    ASSERT_FALSE(m.ok()) << k.want;
+    EXPECT_NE(m.error().find(k.want), std::string::npos) << m.error();
+  }
+  // qwen2 (llama.cpp reads no rope_freqs for it): an unused tensor.
+  o.arch = "qwen2";
+  o.llama3_rope_ctx = 0;
+  ASSERT_TRUE(generate_model(o, nullptr, path).ok());
+  auto q = gguf::File::open(path);
+  ASSERT_TRUE(q.ok());
+  gguf::Writer w;
+  copy_gguf(**q, w);
+  const std::vector<float> ones(8, 1.0f);
+  ASSERT_TRUE(w.add_tensor("rope_freqs.weight", {8}, 0, ones.data(), 32).ok());
+  ASSERT_TRUE(w.write(bad).ok());
+  auto m = Model::load(bad);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().find("'rope_freqs.weight'"), std::string::npos) << m.error();
+  std::remove(path.c_str());
+  std::remove(bad.c_str());
+}
+
+// ---------------------------------------------------------------- llama.cpp's perplexities
+
+// tests/data/llama-cpp-ppl/figures.tsv: gen-model files (made again here,
+// byte for byte: size and hash checked) with llama-perplexity's figure on
+// the first 60,000 characters of WikiText-2 test, -c 128 --chunks 4, f16
+// cache (README there). turbokv must be within 0.05%.
+struct PplFixture {
+  std::string name;
+  GenModelOptions o;
+  uint64_t bytes = 0;
+  std::string fnv;
+  double ppl = 0;
+};
+
+std::vector<PplFixture> ppl_fixtures() {
+  std::ifstream in(std::string(TKV_SOURCE_DIR) + "/tests/data/llama-cpp-ppl/figures.tsv");
+  EXPECT_TRUE(in.good()) << "tests/data/llama-cpp-ppl/figures.tsv";
+  std::vector<PplFixture> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> col;
+    std::stringstream ls(line);
+    for (std::string c; std::getline(ls, c, '\t');) col.push_back(c);
+    EXPECT_EQ(col.size(), 5u) << line;
+    if (col.size() != 5) continue;
+    PplFixture f;
+    f.name = col[0];
+    std::stringstream os(col[1]);
+    for (std::string kv; os >> kv;) {
+      const size_t eq = kv.find('=');
+      const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+      GenModelOptions& o = f.o;
+      if (k == "arch") o.arch = v;
+      else if (k == "type") o.type = v;
+      else if (k == "layers") o.layers = std::stoi(v);
+      else if (k == "dim") o.dim = std::stoi(v);
+      else if (k == "heads") o.heads = std::stoi(v);
+      else if (k == "kv_heads") o.kv_heads = std::stoi(v);
+      else if (k == "head_dim") o.head_dim = std::stoi(v);
+      else if (k == "ffn") o.ffn = std::stoi(v);
+      else if (k == "seed") o.seed = std::stoull(v);
+      else if (k == "ctx") o.ctx = std::stoi(v);
+      else if (k == "rope_base") o.rope_base = std::stof(v);
+      else if (k == "llama3_rope_ctx") o.llama3_rope_ctx = std::stoi(v);
+      else ADD_FAILURE() << f.name << ": unknown option " << k;
+    }
+    f.bytes = std::stoull(col[2]);
+    f.fnv = col[3];
+    f.ppl = std::stod(col[4]);
+    out.push_back(f);
+  }
+  return out;
+}
+
+TEST(LlamaCppPerplexity, GenModelFilesWithinFiveHundredthsOfAPercent) {
+  TKV_NEED_SHARED("models/ref-5m/ref-5m-f16.gguf", "models/families/wikitext-2-test-60k-lf.txt");
+  auto vocab = gguf::File::open(shared_path("models/ref-5m/ref-5m-f16.gguf"));
+  ASSERT_TRUE(vocab.ok()) << vocab.error();
+  std::ifstream tin(shared_path("models/families/wikitext-2-test-60k-lf.txt"));
+  std::stringstream text;
+  text << tin.rdbuf();
+  const auto fixtures = ppl_fixtures();
+  EXPECT_GE(fixtures.size(), 1u);
+  for (const PplFixture& f : fixtures) {
+    const std::string path = tmp("ppl_" + f.name + ".gguf");
+    ASSERT_TRUE(generate_model(f.o, vocab->get(), path).ok()) << f.name;
+    std::ifstream bin(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(bin)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(bytes.size(), f.bytes) << f.name << ": gen-model no longer writes the file llama.cpp measured";
+    if (f.fnv != "-") {
+      char h[32];
+      std::snprintf(h, sizeof(h), "%016llx", static_cast<unsigned long long>(fnv1a(bytes.data(), bytes.size())));
+      EXPECT_EQ(std::string(h), f.fnv) << f.name << ": gen-model no longer writes the file llama.cpp measured";
+    }
+    auto m = Model::load(path);
+    ASSERT_TRUE(m.ok()) << m.error();
+    PerplexityOptions po;
+    po.n_ctx = 128;
+    po.max_chunks = 4;
+    po.cache.type_k = po.cache.type_v = "f16";
+    auto r = perplexity(**m, text.str(), po);
+    ASSERT_TRUE(r.ok()) << r.error();
+    const double rel = std::abs(r->ppl / f.ppl - 1.0);
+    std::printf("%-14s turbokv PPL %.4f, llama.cpp %.4f (%.4f %%)\n", f.name.c_str(), r->ppl, f.ppl, 100 * rel);
+    EXPECT_LT(rel, 5e-4) << f.name << ": turbokv " << r->ppl << " vs llama.cpp " << f.ppl;
+    std::remove(path.c_str());
+  }
+}
 
 }  // namespace model_files
 }  // namespace tkv
