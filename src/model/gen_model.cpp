@@ -63,6 +63,8 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   const float rope_base = o.rope_base > 0 ? o.rope_base : gemma ? 1e6f : q35 ? 1e7f : 10000.0f;
   if (o.rope_orig_ctx && o.arch != "phi3") return Status::Error("gen-model: --rope-orig-ctx is for phi3");
   if (o.llama3_rope_ctx && o.arch != "llama") return Status::Error("gen-model: --llama3-rope is for llama");
+  if (o.yarn_factor != 0.0f && (!(o.yarn_factor >= 1.0f && o.yarn_factor <= 1e4f) || o.yarn_orig_ctx < 1 || o.rope_orig_ctx))
+    return Status::Error("gen-model: --yarn-factor must be in 1..10000, with --yarn-orig-ctx > 0 and without --rope-orig-ctx");
   const gguf::TensorType* tt = gguf::tensor_type(o.type);
   const bool block_type = o.type == "Q8_0" || o.type == "Q4_0" || o.type == "Q4_1" || o.type == "Q5_0" ||
                           o.type == "Q5_1" || o.type == "Q4_K" || o.type == "Q5_K" || o.type == "Q6_K";
@@ -138,6 +140,11 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
     const double scale = double(o.ctx) / o.rope_orig_ctx;
     w.add_f32(a + ".rope.scaling.attn_factor",
               scale <= 1.0 ? 1.0f : static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(double(o.rope_orig_ctx)))));
+  }
+  if (o.yarn_factor != 0.0f) {  // YaRN, as llama.cpp's converters write it for Qwen and Llama checkpoints
+    w.add_string(a + ".rope.scaling.type", "yarn");
+    w.add_f32(a + ".rope.scaling.factor", o.yarn_factor);
+    w.add_u32(a + ".rope.scaling.original_context_length", o.yarn_orig_ctx);
   }
   w.add_string("tokenizer.ggml.model", tok_model);
   w.add_string_array("tokenizer.ggml.tokens", vocab.tokens);

@@ -26,6 +26,10 @@ struct GenModelOptions {
   // (factor 8, low-frequency factor 1, high-frequency factor 4) for this
   // original context (0: none).
   int llama3_rope_ctx = 0;
+  // YaRN as converters write it (rope.scaling.type yarn, factor, original
+  // context; the yarn_* keys left at their defaults): factor 0 for none.
+  float yarn_factor = 0.0f;
+  int yarn_orig_ctx = 0;
   int experts = 8, experts_used = 2;  // qwen3moe, qwen35moe (--ffn is each expert's width)
   int shared_ffn = 0;          // qwen35moe: the shared expert's width (0: --ffn)
   int window = 16, swa_period = 6;  // gemma3: sliding window, every period-th layer global

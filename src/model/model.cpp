@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include "model/arch.h"
 #include "model/tokenizer_gguf.h"
@@ -170,23 +171,62 @@ Status shared_hparams(const ArchLoader& a) {
   auto rd = a.optional("rope.dimension_count", c.head_dim, 0, uint64_t(c.head_dim));
   if (!rd) return rd.status();
   c.rope_dims = *rd;
-  const std::string scaling = a.g.get_string_or(c.arch + ".rope.scaling.type", "none");
-  if (scaling == "linear") {
-    c.rope_scale = static_cast<float>(a.g.get_float_or(c.arch + ".rope.scaling.factor", 1.0));
-    if (!(c.rope_scale >= 1e-3f && c.rope_scale <= 1e6f))
-      return a.error(c.arch + ".rope.scaling.factor = " + std::to_string(c.rope_scale) + " is out of range");
-  } else if (scaling != "none") {
-    return a.error("rope scaling '" + scaling + "' is not supported yet (none, linear)");
-  }
-  // Phi-3's LongRoPE: the original context the factors switch at, and the
-  // attention factor (its converter writes both with the factor tensors).
+  // RoPE scaling as llama.cpp runs it: linear (positions times 1 /
+  // rope.scaling.factor) or YaRN (ggml's rope_yarn: the ramp between
+  // interpolated and extrapolated angles, mscale on cos and sin).
+  const std::string key = c.arch + ".rope.scaling.";
+  const std::string scaling = a.g.get_string_or(key + "type", "none");
+  auto f32_key = [&](const std::string& name, double fallback, double lo, double hi, float* dst) -> Status {
+    const gguf::Value* v = a.g.find(key + name);
+    if (v && !v->is_float() && !v->is_int()) return a.error(key + name + " is not a number");
+    double x = fallback;
+    if (v) {
+      using gguf::Type;
+      const bool is_signed = v->type == Type::kI8 || v->type == Type::kI16 || v->type == Type::kI32 || v->type == Type::kI64;
+      x = v->is_float() ? v->f : is_signed ? double(v->i) : double(v->u);
+    }
+    if (!(x >= lo && x <= hi))
+      return a.error(key + name + " = " + std::to_string(x) + " is out of range (" + std::to_string(lo) + ".." +
+                     std::to_string(hi) + ")");
+    *dst = static_cast<float>(x);
+    return Status::Ok();
+  };
+  // Phi-3's LongRoPE writes the original context with its factor tensors;
+  // YaRN's ramp is over it (llama.cpp: n_ctx_orig_yarn, the trained context
+  // when absent or 0).
   auto orig = a.optional("rope.scaling.original_context_length", 0, 0, 1u << 24);
   if (!orig) return orig.status();
   c.n_ctx_orig = *orig;
-  c.rope_attn_factor = static_cast<float>(a.g.get_float_or(c.arch + ".rope.scaling.attn_factor", 1.0));
-  if (!(c.rope_attn_factor > 0.0f && c.rope_attn_factor < 100.0f))
-    return a.error(c.arch + ".rope.scaling.attn_factor = " + std::to_string(c.rope_attn_factor) + " is out of range");
-  c.rope_mscale = c.rope_attn_factor;  // llama.cpp scales cos and sin by it whatever the scaling
+  if (Status s = f32_key("attn_factor", 1.0, 1e-3, 100.0, &c.rope_attn_factor); !s.ok()) return s;
+  float attn = 1.0f;  // llama.cpp's cparams.yarn_attn_factor before the file's attn_factor
+  if (scaling == "linear" || scaling == "yarn") {
+    if (!a.g.find(key + "factor"))
+      return a.error(key + "factor is missing (rope.scaling.type is " + scaling + ")");
+    if (Status s = f32_key("factor", 0.0, 1e-3, 1e6, &c.rope_scale); !s.ok()) return s;
+  } else if (scaling != "none") {
+    return a.error("rope scaling '" + scaling + "' is not supported (none, linear, yarn)");
+  }
+  if (scaling == "yarn") {
+    if (c.n_ctx_orig == 0) c.n_ctx_orig = c.n_ctx_train;
+    float log_mul = 0.0f;
+    for (auto [name, fallback, lo, hi, dst] :
+         {std::tuple<const char*, double, double, double, float*>{"yarn_ext_factor", 1.0, 0.0, 1.0, &c.yarn_ext_factor},
+          {"yarn_attn_factor", 1.0, 1e-3, 100.0, &attn},
+          {"yarn_beta_fast", 32.0, 1e-3, 1e4, &c.yarn_beta_fast},
+          {"yarn_beta_slow", 1.0, 1e-3, 1e4, &c.yarn_beta_slow},
+          {"yarn_log_multiplier", 0.0, 0.0, 100.0, &log_mul}})
+      if (Status s = f32_key(name, fallback, lo, hi, dst); !s.ok()) return s;
+    if (c.yarn_ext_factor != 0.0f) {
+      // llama.cpp's context: get_mscale(f, 1) / get_mscale(f, log_mul) (or
+      // get_mscale(f, 1) without a multiplier), then divided by the
+      // 1 + 0.1 ln f that ggml's rope multiplies in again.
+      const float f = c.rope_scale;
+      auto mscale = [](float scale, float m) { return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f; };
+      attn = log_mul != 0.0f ? mscale(f, 1.0f) / mscale(f, log_mul) : mscale(f, 1.0f);
+      attn *= 1.0f / (1.0f + 0.1f * std::log(f));
+    }
+  }
+  c.rope_mscale = attn * c.rope_attn_factor;
   if (c.n_head_kv < 1 || c.n_head % c.n_head_kv != 0)
     return a.error("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
                    std::to_string(c.n_head_kv));

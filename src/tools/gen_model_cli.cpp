@@ -51,6 +51,10 @@ void register_gen_model(CLI::App& app) {
                   "llama: write rope_freqs.weight, Llama 3's RoPE factors (factor 8, low 1, high 4) for this "
                   "original context (default 0: none)")
       ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--yarn-factor", o->yarn_factor, "YaRN: rope.scaling.type yarn with this factor (default 0: none)")
+      ->check(CLI::Range(0.0, 1e4));
+  cmd->add_option("--yarn-orig-ctx", o->yarn_orig_ctx, "YaRN: rope.scaling.original_context_length")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("-o,--output", *out, "output GGUF")->required();
   cmd->callback([o, vocab, out]() {
     std::shared_ptr<gguf::File> v;

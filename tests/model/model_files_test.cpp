@@ -378,6 +378,137 @@ TEST(RopeFactors, BadFactorsAreRefusedByName) {
   std::remove(bad.c_str());
 }
 
+// ---------------------------------------------------------------- 3. YaRN
+
+// gen-model's YaRN variant: head dim 32, base 1e4, original context 64,
+// factor 4. The correction dims are pairs 0 (beta_fast 32: below 0) and 5
+// (beta_slow 1: 4.03 rounded up), so pair 0 keeps its extrapolated angle,
+// pairs 1-4 mix the two by the ramp, pairs 5+ are interpolated; cos and sin
+// times 1 + 0.1 ln 4.
+GenModelOptions yarn_options() {
+  GenModelOptions o;
+  o.head_dim = 32;
+  o.heads = 2;
+  o.kv_heads = 1;
+  o.yarn_factor = 4.0f;
+  o.yarn_orig_ctx = 64;
+  o.seed = 13;
+  return o;
+}
+
+RefConfig yarn_reference() {
+  RefConfig rc;
+  rc.heads = 2;
+  rc.kv_heads = 1;
+  rc.head_dim = 32;
+  rc.scale = 4.0;
+  rc.ext = 1.0;
+  rc.orig_ctx = 64;
+  return rc;
+}
+
+TEST(Yarn, MatchesFloat64ReferenceWhereTheRampMatters) {
+  const std::string path = tmp("yarn.gguf");
+  ASSERT_TRUE(generate_model(yarn_options(), nullptr, path).ok());
+  auto m = Model::load(path);
+  ASSERT_TRUE(m.ok()) << m.error();
+  const RefConfig rc = yarn_reference();
+  const auto toks = test_tokens(48, (*m)->config().n_vocab);
+  const auto want = LlamaRef{(*m)->file(), rc}.run(toks);
+  EXPECT_LT(worst_rel(engine_logits(**m, toks, 30), want), 1e-4);
+  // Sensitivity: without the ramp (all interpolated, as linear scaling), with
+  // the ramp reversed, or without the mscale, the reference moves by far more.
+  RefConfig linear = rc, no_ms = rc, flat = rc;
+  linear.ext = 0.0;
+  linear.mscale = 1.0 + 0.1 * std::log(4.0);  // same magnitude, no mixing
+  no_ms.mscale = 1.0 / (1.0 + 0.1 * std::log(4.0));
+  flat.beta_slow = 1e-3;  // the ramp over every pair: nearly all extrapolated
+  for (const RefConfig* r : {&linear, &no_ms, &flat})
+    EXPECT_GT(worst_rel(LlamaRef{(*m)->file(), *r}.run(toks), want), 1e-2);
+  std::remove(path.c_str());
+}
+
+// The rope.scaling.yarn_* keys of converted files: beta_fast, beta_slow,
+// ext_factor and the log multiplier (mscale as llama.cpp's context: the
+// file's attn_factor times (1 + 0.1 ln f) / (1 + 0.1 L ln f)).
+TEST(Yarn, ReadsTheYarnKeysOfConvertedFiles) {
+  const std::string src = tmp("yarn_src.gguf"), path = tmp("yarn_keys.gguf");
+  ASSERT_TRUE(generate_model(yarn_options(), nullptr, src).ok());
+  auto f = gguf::File::open(src);
+  ASSERT_TRUE(f.ok());
+  gguf::Writer w;
+  copy_gguf(**f, w);
+  w.add_f32("llama.rope.scaling.yarn_beta_fast", 16.0f);  // corr dim -0.78: from pair 0
+  w.add_f32("llama.rope.scaling.yarn_beta_slow", 0.25f);  // corr dim 6.44: to pair 7
+  w.add_f32("llama.rope.scaling.yarn_ext_factor", 0.5f);
+  w.add_f32("llama.rope.scaling.yarn_log_multiplier", 0.5f);
+  w.add_f32("llama.rope.scaling.attn_factor", 0.9f);
+  ASSERT_TRUE(w.write(path).ok());
+  auto m = Model::load(path);
+  ASSERT_TRUE(m.ok()) << m.error();
+  RefConfig rc = yarn_reference();
+  rc.beta_fast = 16.0;
+  rc.beta_slow = 0.25;
+  rc.ext = 0.5;
+  rc.mscale = 0.9 / (1.0 + 0.1 * 0.5 * std::log(4.0));  // angle() adds the 1 + 0.1 ln 4
+  const auto toks = test_tokens(48, (*m)->config().n_vocab);
+  const auto want = LlamaRef{(*m)->file(), rc}.run(toks);
+  EXPECT_LT(worst_rel(engine_logits(**m, toks, 30), want), 1e-4);
+  EXPECT_GT(worst_rel(LlamaRef{(*m)->file(), yarn_reference()}.run(toks), want), 1e-2) << "the keys matter here";
+  std::remove(src.c_str());
+  std::remove(path.c_str());
+}
+
+// Scaling types other than none, linear and yarn, and bad YaRN keys: refused,
+// naming the key (and the supported types).
+TEST(Yarn, BadScalingIsRefusedByName) {
+  const std::string src = tmp("yarn_src2.gguf"), path = tmp("yarn_bad.gguf");
+  ASSERT_TRUE(generate_model(yarn_options(), nullptr, src).ok());
+  auto f = gguf::File::open(src);
+  ASSERT_TRUE(f.ok());
+  struct Case {
+    const char* key;
+    float value;  // NaN: the key dropped
+    const char* want;
+  };
+  const float nan = std::nanf("");
+  for (const Case& k : {Case{"llama.rope.scaling.factor", nan, "llama.rope.scaling.factor is missing"},
+                        Case{"llama.rope.scaling.factor", 0.0f, "llama.rope.scaling.factor = 0"},
+                        Case{"llama.rope.scaling.yarn_beta_fast", nan, ""},
+                        Case{"llama.rope.scaling.yarn_beta_fast", -1.0f, "llama.rope.scaling.yarn_beta_fast = -1"},
+                        Case{"llama.rope.scaling.yarn_beta_slow", 1e30f, "llama.rope.scaling.yarn_beta_slow = 1"},
+                        Case{"llama.rope.scaling.yarn_ext_factor", 2.0f, "llama.rope.scaling.yarn_ext_factor = 2"},
+                        Case{"llama.rope.scaling.yarn_log_multiplier", -0.5f, "yarn_log_multiplier = -0.5"},
+                        Case{"llama.rope.scaling.original_context_length", 0.0f, ""}}) {
+    gguf::Writer w;
+    const std::string key = k.key;
+    copy_gguf(**f, w, [&](const std::string& kk) { return kk != key; });
+    const bool drop = std::isnan(k.value);
+    if (!drop) {
+      if (key.find("original_context_length") != std::string::npos) w.add_u32(key, 0);
+      else w.add_f32(key, k.value);
+    }
+    ASSERT_TRUE(w.write(path).ok());
+    auto m = Model::load(path);
+    if (*k.want == 0) {  // optional keys: their defaults
+      EXPECT_TRUE(m.ok()) << key << ": " << m.error();
+      continue;
+    }
+    ASSERT_FALSE(m.ok()) << key;
+    EXPECT_NE(m.error().find(k.want), std::string::npos) << m.error();
+  }
+  gguf::Writer w;
+  copy_gguf(**f, w, [](const std::string& kk) { return kk != "llama.rope.scaling.type"; });
+  w.add_string("llama.rope.scaling.type", "dynamic");
+  ASSERT_TRUE(w.write(path).ok());
+  auto m = Model::load(path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().find("rope scaling 'dynamic' is not supported (none, linear, yarn)"), std::string::npos)
+      << m.error();
+  std::remove(src.c_str());
+  std::remove(path.c_str());
+}
+
 // ---------------------------------------------------------------- llama.cpp's perplexities
 
 // tests/data/llama-cpp-ppl/figures.tsv: gen-model files (made again here,
@@ -423,6 +554,8 @@ std::vector<PplFixture> ppl_fixtures() {
       else if (k == "ctx") o.ctx = std::stoi(v);
       else if (k == "rope_base") o.rope_base = std::stof(v);
       else if (k == "llama3_rope_ctx") o.llama3_rope_ctx = std::stoi(v);
+      else if (k == "yarn_factor") o.yarn_factor = std::stof(v);
+      else if (k == "yarn_orig_ctx") o.yarn_orig_ctx = std::stoi(v);
       else ADD_FAILURE() << f.name << ": unknown option " << k;
     }
     f.bytes = std::stoull(col[2]);
