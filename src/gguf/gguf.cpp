@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -201,6 +203,94 @@ const TensorType* tensor_type(std::string_view name) {
 }
 
 Expected<std::shared_ptr<File>> File::open(const std::string& path) {
+  auto f = open_part(path);
+  if (!f) return f;
+  if (Status s = (*f)->join_parts(); !s.ok()) return s;
+  return f;
+}
+
+namespace {
+
+// llama.cpp's split names: PREFIX-%05d-of-%05d.gguf, parts counted from 1.
+std::string split_path(const std::string& prefix, uint64_t no, uint64_t count) {
+  char tail[64];
+  std::snprintf(tail, sizeof(tail), "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(no),
+                static_cast<unsigned long long>(count));
+  return prefix + tail;
+}
+
+// A split key of a part: an unsigned integer, or an error naming it.
+Expected<uint64_t> split_key(const File& f, const char* key) {
+  const Value* v = f.find(key);
+  if (!v) return Status::Error(f.path() + ": " + key + " is missing (a part of a split model has it)");
+  if (!v->is_int() || v->type == Type::kBool) return Status::Error(f.path() + ": " + key + " is not an integer");
+  const bool is_signed = v->type == Type::kI8 || v->type == Type::kI16 || v->type == Type::kI32 || v->type == Type::kI64;
+  if (is_signed && v->i < 0) return Status::Error(f.path() + ": " + key + " = " + std::to_string(v->i) + " is negative");
+  return is_signed ? static_cast<uint64_t>(v->i) : v->u;
+}
+
+}  // namespace
+
+// A split model's later parts, opened by name from the first one's and
+// checked against it: each its own number, the same count, and all
+// together the tensor count the first part announces, no name twice.
+Status File::join_parts() {
+  const Value* cv = find("split.count");
+  if (!cv) return Status::Ok();
+  auto count = split_key(*this, "split.count");
+  if (!count) return count.status();
+  auto no = split_key(*this, "split.no");
+  if (!no) return no.status();
+  if (*count == 0 || *count > 99999) return Status::Error(path_ + ": split.count = " + std::to_string(*count) + " is out of range (1..99999)");
+  if (*no >= *count)
+    return Status::Error(path_ + ": split.no = " + std::to_string(*no) + " is not below split.count " + std::to_string(*count));
+  if (*no != 0)
+    return Status::Error(path_ + " is part " + std::to_string(*no + 1) + " of " + std::to_string(*count) +
+                         " of a split model; open its first part (split.no 0)");
+  auto total = split_key(*this, "split.tensors.count");
+  if (!total) return total.status();
+  parts_.push_back(Part{path_, tensors_.size(), size_});
+  if (*count == 1) return Status::Ok();
+  const std::string tail = split_path("", 1, *count);
+  if (path_.size() <= tail.size() || path_.compare(path_.size() - tail.size(), tail.size(), tail) != 0)
+    return Status::Error(path_ + ": the first of " + std::to_string(*count) + " parts must be named PREFIX" + tail +
+                         " (llama-gguf-split's names), so that the others can be found");
+  const std::string prefix = path_.substr(0, path_.size() - tail.size());
+  for (uint64_t k = 1; k < *count; ++k) {
+    const std::string part = split_path(prefix, k + 1, *count);
+    const std::string which = "part " + std::to_string(k + 1) + " of " + std::to_string(*count) + " (" + part + ")";
+    auto f = open_part(part);
+    if (!f) return Status::Error("split model " + path_ + ": " + which + ": " + f.error());
+    auto pno = split_key(**f, "split.no");
+    if (!pno) return Status::Error("split model " + path_ + ": " + which + ": " + pno.error());
+    auto pcount = split_key(**f, "split.count");
+    if (!pcount) return Status::Error("split model " + path_ + ": " + which + ": " + pcount.error());
+    if (*pcount != *count || *pno != k)
+      return Status::Error("split model " + path_ + ": " + which + " says it is part " + std::to_string(*pno + 1) +
+                           " of " + std::to_string(*pcount) + " (split.no " + std::to_string(*pno) + ", split.count " +
+                           std::to_string(*pcount) + "): a part renamed, reordered or from another split");
+    auto pt = split_key(**f, "split.tensors.count");
+    if (!pt) return Status::Error("split model " + path_ + ": " + which + ": " + pt.error());
+    if (*pt != *total)
+      return Status::Error("split model " + path_ + ": " + which + " has split.tensors.count " + std::to_string(*pt) +
+                           ", the first part " + std::to_string(*total) + ": a part of another split");
+    for (const Tensor& t : (*f)->tensors()) {
+      if (tensor_index_.count(t.name))
+        return Status::Error("split model " + path_ + ": " + which + " holds tensor '" + t.name +
+                             "' that an earlier part holds too");
+      tensor_index_[t.name] = tensors_.size();
+      tensors_.push_back(t);
+    }
+    parts_.push_back(Part{part, (*f)->tensors().size(), (*f)->size()});
+    more_.push_back(std::move(*f));
+  }
+  if (tensors_.size() != *total)
+    return Status::Error("split model " + path_ + ": the " + std::to_string(*count) + " parts hold " +
+                         std::to_string(tensors_.size()) + " tensors, split.tensors.count says " + std::to_string(*total));
+  return Status::Ok();
+}
+
+Expected<std::shared_ptr<File>> File::open_part(const std::string& path) {
   std::shared_ptr<File> f(new File());
   f->path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY);

@@ -25,7 +25,9 @@
 #include "model/model.h"
 #include "gguf_edit.h"
 #include "shared_data.h"
+#include "test_cli.h"
 #include "test_models.h"
+#include "turbokv.h"
 
 namespace tkv {
 namespace model_files {
@@ -599,6 +601,193 @@ TEST(LlamaCppPerplexity, GenModelFilesWithinFiveHundredthsOfAPercent) {
     EXPECT_LT(rel, 5e-4) << f.name << ": turbokv " << r->ppl << " vs llama.cpp " << f.ppl;
     std::remove(path.c_str());
   }
+}
+
+// ---------------------------------------------------------------- 4. split files
+
+// Cuts a GGUF into `count` parts as llama-gguf-split does: every part has
+// split.no, split.count and split.tensors.count, the first also all the
+// metadata; tensors in file order, about the same number in each part.
+void split_gguf(const std::string& src, const std::string& prefix, int count) {
+  auto f = gguf::File::open(src);
+  ASSERT_TRUE(f.ok()) << f.error();
+  const auto& ts = (*f)->tensors();
+  const size_t per = (ts.size() + count - 1) / count;
+  for (int k = 0; k < count; ++k) {
+    gguf::Writer w;
+    if (k == 0) copy_gguf(**f, w, {}, [](const gguf::Tensor&) { return false; });
+    w.add_u32("split.no", static_cast<uint32_t>(k));
+    w.add_u32("split.count", static_cast<uint32_t>(count));
+    w.add_i32("split.tensors.count", static_cast<int32_t>(ts.size()));
+    for (size_t i = k * per; i < std::min(ts.size(), (k + 1) * per); ++i)
+      ASSERT_TRUE(w.add_tensor(ts[i].name, ts[i].dims, ts[i].type, ts[i].data, ts[i].n_bytes).ok());
+    char name[64];
+    std::snprintf(name, sizeof(name), "-%05d-of-%05d.gguf", k + 1, count);
+    ASSERT_TRUE(w.write(prefix + name).ok());
+  }
+}
+
+std::vector<float> all_logits(const Model& m, int T) {
+  const auto toks = test_tokens(T, m.config().n_vocab);
+  KvCacheOptions co;
+  co.type_k = co.type_v = "f16";
+  co.capacity = T;
+  auto cache = KvCache::create(m.config().kv_shape(), co);
+  EXPECT_TRUE(cache.ok());
+  std::vector<float> lg(size_t(T) * m.config().n_vocab);
+  EXPECT_TRUE(m.forward(toks.data(), T, 0, **cache, 2, lg.data(), true).ok());
+  return lg;
+}
+
+std::string part(const std::string& prefix, int k, int n) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "-%05d-of-%05d.gguf", k, n);
+  return prefix + name;
+}
+
+TEST(SplitFiles, ThreePartsGiveTheSingleFilesLogitsBitForBit) {
+  GenModelOptions o;
+  o.type = "Q8_0";
+  o.layers = 3;
+  const std::string single = tmp("whole.gguf"), prefix = tmp("cut");
+  ASSERT_TRUE(generate_model(o, nullptr, single).ok());
+  split_gguf(single, prefix, 3);
+  auto a = Model::load(single);
+  ASSERT_TRUE(a.ok()) << a.error();
+  auto b = Model::load(part(prefix, 1, 3));
+  ASSERT_TRUE(b.ok()) << b.error();
+  ASSERT_EQ((*b)->file().parts().size(), 3u);
+  uint64_t n = 0;
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ((*b)->file().parts()[k].path, part(prefix, k + 1, 3));
+    EXPECT_GT((*b)->file().parts()[k].n_tensors, 0u);
+    n += (*b)->file().parts()[k].n_tensors;
+  }
+  EXPECT_EQ(n, (*a)->file().tensors().size());
+  EXPECT_TRUE((*a)->file().parts().empty());
+  const auto la = all_logits(**a, 24), lb = all_logits(**b, 24);
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0) << "logits differ";
+  EXPECT_EQ((*a)->fingerprint(), (*b)->fingerprint());
+  for (int k = 1; k <= 3; ++k) std::remove(part(prefix, k, 3).c_str());
+  std::remove(single.c_str());
+}
+
+TEST(SplitFiles, MissingReorderedOrMismatchedPartsAreRefusedByName) {
+  GenModelOptions o;
+  const std::string single = tmp("whole2.gguf"), prefix = tmp("cut2"), other = tmp("other");
+  ASSERT_TRUE(generate_model(o, nullptr, single).ok());
+  auto load_error = [&](const std::string& path) {
+    auto m = Model::load(path);
+    EXPECT_FALSE(m.ok()) << path;
+    return m.ok() ? std::string() : m.error();
+  };
+  const std::string p1 = part(prefix, 1, 3), p2 = part(prefix, 2, 3), p3 = part(prefix, 3, 3);
+  // Missing: the third part.
+  split_gguf(single, prefix, 3);
+  std::remove(p3.c_str());
+  std::string e = load_error(p1);
+  EXPECT_NE(e.find("part 3 of 3 (" + p3 + ")"), std::string::npos) << e;
+  EXPECT_NE(e.find("cannot open"), std::string::npos) << e;
+  // Reordered: parts 2 and 3 swapped by name.
+  split_gguf(single, prefix, 3);
+  std::rename(p2.c_str(), (p2 + ".x").c_str());
+  std::rename(p3.c_str(), p2.c_str());
+  std::rename((p2 + ".x").c_str(), p3.c_str());
+  e = load_error(p1);
+  EXPECT_NE(e.find("part 2 of 3 (" + p2 + ") says it is part 3 of 3"), std::string::npos) << e;
+  // Mismatched: the third part of a split into 4 renamed as the third of 3.
+  split_gguf(single, other, 4);
+  split_gguf(single, prefix, 3);
+  std::rename(part(other, 3, 4).c_str(), p3.c_str());
+  e = load_error(p1);
+  EXPECT_NE(e.find("part 3 of 3 (" + p3 + ") says it is part 3 of 4"), std::string::npos) << e;
+  // Mismatched: a part of another model's split with the same numbering.
+  GenModelOptions o2 = o;
+  o2.layers = 3;
+  ASSERT_TRUE(generate_model(o2, nullptr, single + ".b").ok());
+  split_gguf(single + ".b", other, 3);
+  split_gguf(single, prefix, 3);
+  std::rename(part(other, 2, 3).c_str(), p2.c_str());
+  e = load_error(p1);
+  EXPECT_NE(e.find("part 2 of 3 (" + p2 + ") has split.tensors.count"), std::string::npos) << e;
+  // A later part opened alone, and a first part not named as llama-gguf-split names it.
+  split_gguf(single, prefix, 3);
+  e = load_error(p2);
+  EXPECT_NE(e.find(p2 + " is part 2 of 3 of a split model"), std::string::npos) << e;
+  std::rename(p1.c_str(), (prefix + ".gguf").c_str());
+  e = load_error(prefix + ".gguf");
+  EXPECT_NE(e.find("must be named PREFIX-00001-of-00003.gguf"), std::string::npos) << e;
+  std::remove((prefix + ".gguf").c_str());
+  for (int k = 1; k <= 4; ++k) std::remove(part(other, k, 4).c_str());
+  for (int k = 1; k <= 3; ++k) {
+    std::remove(part(prefix, k, 3).c_str());
+    std::remove(part(other, k, 3).c_str());
+  }
+  std::remove(single.c_str());
+  std::remove((single + ".b").c_str());
+}
+
+// tests/data/split: a model cut by llama-gguf-split itself (README there);
+// gen-model writes the same model again here: the parts hold its tensors
+// byte for byte and give its logits bit for bit.
+TEST(SplitFiles, LlamaGgufSplitsPartsLoadAsTheSingleFile) {
+  const std::string dir = std::string(TKV_SOURCE_DIR) + "/tests/data/split/";
+  GenModelOptions o;
+  o.layers = 1;
+  o.dim = 32;
+  o.heads = 2;
+  o.kv_heads = 1;
+  o.head_dim = 16;
+  o.ffn = 32;
+  o.vocab = 300;
+  o.type = "F16";
+  o.seed = 21;
+  const std::string single = tmp("tiny.gguf");
+  ASSERT_TRUE(generate_model(o, nullptr, single).ok());
+  auto a = Model::load(single);
+  ASSERT_TRUE(a.ok()) << a.error();
+  auto b = Model::load(dir + "tiny-00001-of-00003.gguf");
+  ASSERT_TRUE(b.ok()) << b.error();
+  ASSERT_EQ((*b)->file().parts().size(), 3u);
+  for (const gguf::Tensor& t : (*a)->file().tensors()) {
+    const gguf::Tensor* u = (*b)->file().tensor(t.name);
+    ASSERT_NE(u, nullptr) << t.name;
+    EXPECT_EQ(u->dims, t.dims) << t.name;
+    EXPECT_EQ(u->type, t.type) << t.name;
+    ASSERT_EQ(u->n_bytes, t.n_bytes) << t.name;
+    EXPECT_EQ(std::memcmp(u->data, t.data, t.n_bytes), 0) << t.name;
+  }
+  const auto la = all_logits(**a, 16), lb = all_logits(**b, 16);
+  EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0) << "logits differ";
+  std::remove(single.c_str());
+}
+
+// Every surface opens a split model through the one loader: the CLI (run,
+// inspect listing the parts) and the C API.
+TEST_F(Cli, SplitModelThroughInspectRunAndTheCApi) {
+  const std::string first = std::string(TKV_SOURCE_DIR) + "/tests/data/split/tiny-00001-of-00003.gguf";
+  CliResult r = run("inspect --no-tensors '" + first + "'");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("split model: 3 parts"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("part 3: " + std::string(TKV_SOURCE_DIR) + "/tests/data/split/tiny-00003-of-00003.gguf, 4 tensors"),
+            std::string::npos) << r.out;
+  r = run("run -m '" + first + "' -p hello -n 4 --temp 0");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  // A later part alone: inspect shows it and says which part it is; run refuses it.
+  const std::string second = std::string(TKV_SOURCE_DIR) + "/tests/data/split/tiny-00002-of-00003.gguf";
+  r = run("inspect --no-tensors '" + second + "'");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("part 2 of 3 of a split model"), std::string::npos) << r.out;
+  r = run("run -m '" + second + "' -p hello -n 4");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("is part 2 of 3 of a split model"), std::string::npos) << r.err;
+  tkv_model* m = nullptr;
+  ASSERT_EQ(tkv_model_load(first.c_str(), &m), TKV_OK) << tkv_last_error();
+  EXPECT_EQ(tkv_model_n_vocab(m), 300);
+  tkv_model_free(m);
+  EXPECT_NE(tkv_model_load(second.c_str(), &m), TKV_OK);
+  EXPECT_NE(std::string(tkv_last_error()).find("part 2 of 3"), std::string::npos) << tkv_last_error();
 }
 
 }  // namespace model_files
