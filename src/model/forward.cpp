@@ -140,10 +140,18 @@ struct ForwardPass {
 #pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)
     for (int64_t i = 0; i < n_x; ++i) dst[i] += src[i];
   }
-  // A layer's output, normed first where the architecture has post norms.
+  // A layer's output, normed first where the architecture has post norms,
+  // scaled where it has a residual scale (Granite).
   void residual(const Matrix& post_norm) {
     if (post_norm.rows) rmsnorm_rows(tmp.data(), n, post_norm, c.n_embd, c.eps, tmp.data(), threads);
+    if (c.residual_scale != 0.0f)
+      for (float& v : tmp) v *= c.residual_scale;
     add_rows(x.data(), tmp.data());
+  }
+  // The norm before a token mixer or feed-forward (OLMo 2 has none: h = x).
+  void pre_norm(const Matrix& norm) {
+    if (norm.rows) rmsnorm_rows(x.data(), n, norm, c.n_embd, c.eps, h.data(), threads);
+    else std::copy(x.begin(), x.end(), h.begin());
   }
 
   Status plan() {
@@ -212,7 +220,7 @@ struct ForwardPass {
     const int hd = c.head_dim, Dq = c.n_head * hd, Dkv = c.n_head_kv * hd;
     const int W = c.window[l];
     std::vector<float> q(size_t(n) * Dq), k(size_t(n) * Dkv), v(size_t(n) * Dkv), att(size_t(n) * Dq), gate;
-    rmsnorm_rows(x.data(), n, L.attn_norm, c.n_embd, c.eps, h.data(), threads);
+    pre_norm(L.attn_norm);
     if (c.attn_gate) {  // qwen35: per head its query then its gate
       std::vector<float> qg(size_t(n) * Dq * 2);
       mm(L.wq, h.data(), qg.data());
@@ -231,25 +239,30 @@ struct ForwardPass {
     add_bias(q, L.bq, Dq);
     add_bias(k, L.bk, Dkv);
     add_bias(v, L.bv, Dkv);
-    std::vector<float> qn, kn;
+    std::vector<float> qn, kn;  // per head, or over all heads (qk_norm_full)
     if (L.q_norm.rows) {
-      qn.resize(hd);
-      kn.resize(hd);
+      qn.resize(L.q_norm.cols);
+      kn.resize(L.k_norm.cols);
       dequantize_row(L.q_norm, 0, qn.data());
       dequantize_row(L.k_norm, 0, kn.data());
     }
     const float base = W > 0 ? c.rope_base_swa : c.rope_base, scale = W > 0 ? c.rope_scale_swa : c.rope_scale;
+    const bool rotate = c.no_rope.empty() || !c.no_rope[l];
 #pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)
     for (int r = 0; r < n; ++r) {
       float head[kMaxHeadDim], cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
-      rope_angles(c.rope_dims, row_pos[r], base, scale, c, row_factors[r], cs, sn);
+      if (c.qk_norm_full) {  // one norm over each whole vector, in place
+        rmsnorm_row(&q[size_t(r) * Dq], qn.data(), Dq, c.eps, &q[size_t(r) * Dq]);
+        rmsnorm_row(&k[size_t(r) * Dkv], kn.data(), Dkv, c.eps, &k[size_t(r) * Dkv]);
+      }
+      if (rotate) rope_angles(c.rope_dims, row_pos[r], base, scale, c, row_factors[r], cs, sn);
       for (int hh = 0; hh < c.n_head + c.n_head_kv; ++hh) {
         float* vv = hh < c.n_head ? &q[size_t(r) * Dq + hh * hd] : &k[size_t(r) * Dkv + (hh - c.n_head) * hd];
-        if (!qn.empty()) {
+        if (!qn.empty() && !c.qk_norm_full) {
           rmsnorm_row(vv, hh < c.n_head ? qn.data() : kn.data(), hd, c.eps, head);
           std::memcpy(vv, head, sizeof(float) * hd);
         }
-        rope(vv, c.rope_dims, cs, sn, c);
+        if (rotate) rope(vv, c.rope_dims, cs, sn, c);
       }
     }
     for (size_t i : order) {
@@ -308,7 +321,7 @@ struct ForwardPass {
 
   void ffn_layer(int l) {
     const LayerWeights& L = M.layers_[l];
-    rmsnorm_rows(x.data(), n, L.ffn_norm, c.n_embd, c.eps, h.data(), threads);
+    pre_norm(L.ffn_norm);
     if (L.moe.n_used > 0) {  // experts, grouped as the matrix products above
       if (n_single > 0)
         moe_ffn(L.moe, h.data(), n_single, tmp.data(),
@@ -338,7 +351,10 @@ struct ForwardPass {
     mm(L.w_down, g.data(), tmp.data());
   }
 
+  // Granite's logit scale, Gemma's soft cap.
   void softcap(float* lg, size_t count) const {
+    if (c.logit_scale != 0.0f)
+      for (size_t i = 0; i < count; ++i) lg[i] /= c.logit_scale;
     if (c.final_softcap > 0.0f)
       for (size_t i = 0; i < count; ++i) lg[i] = c.final_softcap * std::tanh(lg[i] / c.final_softcap);
   }

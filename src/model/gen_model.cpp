@@ -141,6 +141,12 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
     w.add_f32(a + ".rope.scaling.attn_factor",
               scale <= 1.0 ? 1.0f : static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(double(o.rope_orig_ctx)))));
   }
+  if (o.arch == "granite") {  // its four scales, as its converter writes them
+    w.add_f32(a + ".embedding_scale", o.embedding_scale);
+    w.add_f32(a + ".residual_scale", o.residual_scale);
+    w.add_f32(a + ".attention.scale", o.attention_scale);
+    w.add_f32(a + ".logit_scale", o.logit_scale);
+  }
   if (o.yarn_factor != 0.0f) {  // YaRN, as llama.cpp's converters write it for Qwen and Llama checkpoints
     w.add_string(a + ".rope.scaling.type", "yarn");
     w.add_f32(a + ".rope.scaling.factor", o.yarn_factor);
@@ -206,9 +212,10 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
     if (!(st = w.add_tensor("rope_factors_long.weight", {uint64_t(fl.size())}, 0, fl.data(), 4 * fl.size())).ok()) return st;
     if (!(st = w.add_tensor("rope_factors_short.weight", {uint64_t(fs.size())}, 0, fs.data(), 4 * fs.size())).ok()) return st;
   }
+  const bool olmo2 = o.arch == "olmo2";  // no pre-norms; Q/K norms over all heads; post norms
   for (int l = 0; l < o.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    TKV_ADD(p + "attn_norm.weight", E, 1, false, 0.1f, 1.0f);
+    if (!olmo2) TKV_ADD(p + "attn_norm.weight", E, 1, false, 0.1f, 1.0f);
     if (q35 && (l + 1) % o.full_attn_interval != 0) {  // a Gated DeltaNet layer
       const int Hv = o.ssm_v_heads, ch = 2 * o.ssm_groups * o.ssm_state + Dss;
       TKV_ADD(p + "attn_qkv.weight", E, ch, true, s / std::sqrt(float(E)), 0.0f);
@@ -240,11 +247,15 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
       TKV_ADD(p + "attn_q_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
       TKV_ADD(p + "attn_k_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
     }
-    if (gemma) {
+    if (olmo2) {
+      TKV_ADD(p + "attn_q_norm.weight", Dq, 1, false, 0.1f, 1.0f);
+      TKV_ADD(p + "attn_k_norm.weight", Dkv, 1, false, 0.1f, 1.0f);
+    }
+    if (gemma || olmo2) {
       TKV_ADD(p + "post_attention_norm.weight", E, 1, false, 0.1f, 1.0f);
       TKV_ADD(p + "post_ffw_norm.weight", E, 1, false, 0.1f, 1.0f);
     }
-    TKV_ADD(p + (q35 ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, false, 0.1f, 1.0f);
+    if (!olmo2) TKV_ADD(p + (q35 ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, false, 0.1f, 1.0f);
     if (moe) {  // the router (F32, as llama.cpp's converter keeps it), then each expert's matrices
       if (!(st = add(p + "ffn_gate_inp.weight", E, o.experts, false, 1.0f / std::sqrt(float(E)), 0.0f)).ok()) return st;
       TKV_ADD(p + "ffn_gate_exps.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f, o.experts);

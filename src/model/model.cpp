@@ -122,7 +122,7 @@ Expected<std::vector<Matrix>> ArchLoader::experts(const std::string& name, int64
 
 const ArchSpec* find_arch(const std::string& name) {
   for (const ArchSpec* a : {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchPhi3, &kArchQwen3Moe, &kArchGemma3,
-                            &kArchQwen35, &kArchQwen35Moe})
+                            &kArchQwen35, &kArchQwen35Moe, &kArchSmolLM3, &kArchGranite, &kArchOlmo2})
     if (name == a->name) return a;
   return nullptr;
 }
@@ -130,7 +130,7 @@ const ArchSpec* find_arch(const std::string& name) {
 std::string arch_names() {
   std::string s;
   for (const ArchSpec* a : {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchPhi3, &kArchQwen3Moe, &kArchGemma3,
-                            &kArchQwen35, &kArchQwen35Moe})
+                            &kArchQwen35, &kArchQwen35Moe, &kArchSmolLM3, &kArchGranite, &kArchOlmo2})
     s += (s.empty() ? "" : ", ") + std::string(a->name);
   return s;
 }

@@ -4,7 +4,7 @@
 //
 // Transformer models from GGUF, one file per architecture behind one table
 // (model/arch.h: llama, qwen2, qwen3, phi3, qwen3moe in arch_llama.cpp,
-// gemma3, qwen35), running attention on the compressed KV cache. The forward
+// gemma3, qwen35, smollm3, granite, olmo2), running attention on the compressed KV cache. The forward
 // pass (forward.cpp) reads top to bottom in Model::run.
 #pragma once
 #include <cstdint>
@@ -72,6 +72,15 @@ struct ModelConfig {
   float attn_scale = 0.0f;
   float final_softcap = 0.0f;  // logits = cap * tanh(logits / cap) when > 0
   float rope_base_swa = 10000.0f, rope_scale_swa = 1.0f;
+  // Layers without RoPE (SmolLM3's every fourth, Granite's rope.scaling.finetuned
+  // false): per layer, 1 for none (empty: every layer rotates).
+  std::vector<char> no_rope;
+  // Granite: attention and feed-forward outputs times residual_scale before
+  // their residual add, logits divided by logit_scale (0: none of either).
+  float residual_scale = 0.0f, logit_scale = 0.0f;
+  // OLMo 2: Q and K RMS-normed as whole vectors over all heads (q_norm of
+  // n_head * head_dim, k_norm of n_head_kv * head_dim), not per head.
+  bool qk_norm_full = false;
   // Per layer: its sliding window (0: full attention) and its KV cache layer
   // (-1: a recurrent layer without one, qwen35's Gated DeltaNet).
   std::vector<int> window, kv_layer;

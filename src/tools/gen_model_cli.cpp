@@ -1,4 +1,4 @@
-// `turbokv gen-model --arch llama|qwen2|qwen3|phi3|qwen3moe|gemma3|qwen35|qwen35moe --layers L --dim D --heads H
+// `turbokv gen-model --arch llama|qwen2|qwen3|phi3|qwen3moe|gemma3|qwen35|qwen35moe|smollm3|granite|olmo2 --layers L --dim D --heads H
 // --kv-heads K --head-dim HD --ffn F [--vocab-from VOCAB.gguf] --type T -o OUT.gguf`
 #include <iostream>
 #include <memory>
@@ -15,7 +15,7 @@ void register_gen_model(CLI::App& app) {
   auto vocab = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("gen-model", "Write a GGUF model with random weights (any shape)");
-  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, phi3, qwen3moe, gemma3, qwen35 or qwen35moe (checked by gen-model)");
+  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, phi3, qwen3moe, gemma3, qwen35, qwen35moe, smollm3, granite or olmo2 (checked by gen-model)");
   cmd->add_option("--experts", o->experts, "qwen3moe/qwen35moe: experts per layer (--ffn is each one's width)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--experts-used", o->experts_used, "qwen3moe/qwen35moe: experts per token")->check(CLI::Range(1, 4096));
@@ -55,6 +55,10 @@ void register_gen_model(CLI::App& app) {
       ->check(CLI::Range(0.0, 1e4));
   cmd->add_option("--yarn-orig-ctx", o->yarn_orig_ctx, "YaRN: rope.scaling.original_context_length")
       ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--embedding-scale", o->embedding_scale, "granite: embedding scale");
+  cmd->add_option("--residual-scale", o->residual_scale, "granite: residual scale");
+  cmd->add_option("--attention-scale", o->attention_scale, "granite: softmax scale (attention.scale)");
+  cmd->add_option("--logit-scale", o->logit_scale, "granite: logits divided by it");
   cmd->add_option("-o,--output", *out, "output GGUF")->required();
   cmd->callback([o, vocab, out]() {
     std::shared_ptr<gguf::File> v;
