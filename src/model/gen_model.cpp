@@ -67,9 +67,10 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
     return Status::Error("gen-model: --yarn-factor must be in 1..10000, with --yarn-orig-ctx > 0 and without --rope-orig-ctx");
   const gguf::TensorType* tt = gguf::tensor_type(o.type);
   const bool block_type = o.type == "Q8_0" || o.type == "Q4_0" || o.type == "Q4_1" || o.type == "Q5_0" ||
-                          o.type == "Q5_1" || o.type == "Q4_K" || o.type == "Q5_K" || o.type == "Q6_K";
+                          o.type == "Q5_1" || o.type == "Q4_K" || o.type == "Q5_K" || o.type == "Q6_K" ||
+                          o.type == "MXFP4";
   if (!tt || !(o.type == "F32" || o.type == "F16" || o.type == "BF16" || block_type))
-    return Status::Error("gen-model: --type must be F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K, not '" +
+    return Status::Error("gen-model: --type must be F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K or MXFP4, not '" +
                          o.type + "'");
   if (o.layers < 1 || o.dim < 1 || o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads || o.head_dim < 8 ||
       o.head_dim % 2 || o.ffn < 1)
