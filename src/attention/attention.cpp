@@ -223,6 +223,7 @@ Status attention(const AttentionArgs& a) {
   // rotation call serves them all; rows with nothing visible are zero.
   std::vector<float> of(static_cast<size_t>(g) * d), res(static_cast<size_t>(g) * d);
   std::vector<char> empty(g);
+  std::vector<float> row_lse(g);  // each query head's lse, for its sink
 #pragma omp for schedule(static) collapse(2)
   for (int i = 0; i < a.n_q; ++i)
     for (int h = 0; h < H; ++h) {
@@ -243,6 +244,7 @@ Status attention(const AttentionArgs& a) {
         empty[hq] = m == -std::numeric_limits<float>::infinity();  // nothing visible
         float* lse = a.lse ? a.lse + static_cast<size_t>(i) * a.n_q_heads + h * g + hq : nullptr;
         if (lse) *lse = m;  // finished below once l is known
+        row_lse[hq] = m;
         if (empty[hq]) {
           std::memset(ofq, 0, sizeof(float) * d);
           continue;
@@ -262,6 +264,7 @@ Status attention(const AttentionArgs& a) {
         for (int c = 0; c < dp; ++c)
           if (VR.perm[c] < d) ofq[VR.perm[c]] = static_cast<float>(o[c] / l) * (vsc ? vsc[VR.perm[c]] : 1.0f);
         if (lse) *lse = static_cast<float>(m + std::log(l));
+        row_lse[hq] = static_cast<float>(m + std::log(l));
       }
       if (const Rotation* R = a.v.head(h)->rotation()) {
         R->inverse(of.data(), res.data(), Impl::kSimd, g);
@@ -272,6 +275,12 @@ Status attention(const AttentionArgs& a) {
         float* out = a.out + (static_cast<size_t>(i) * a.n_q_heads + h * g + hq) * d;
         const float* r = res.data() + static_cast<size_t>(hq) * d;
         for (int c = 0; c < d; ++c) out[c] = empty[hq] ? 0.0f : r[c] + (a.mu_v ? a.mu_v[h * d + c] : 0.0f);
+        if (a.sinks && !empty[hq]) {  // the sink's share of the denominator, on the finished row (mu_v included)
+          const size_t row = static_cast<size_t>(i) * a.n_q_heads + h * g + hq;
+          float lse_row = row_lse[hq];
+          apply_attention_sinks(out, &lse_row, a.sinks + h * g + hq, 1, 1, d);
+          if (a.lse) a.lse[row] = lse_row;
+        }
       }
     }
   }
@@ -298,10 +307,23 @@ void merge_attention(const float* const* outs, const float* const* lses, int par
   }
 }
 
+void apply_attention_sinks(float* out, float* lse, const float* sinks, int n, int n_heads, int d) {
+  for (int r = 0; r < n; ++r) {
+    if (lse[r] == -INFINITY) continue;  // nothing visible: zeros stay
+    const double s = sinks[r % n_heads], L = lse[r], mx = std::max(s, L);
+    const double keys = std::exp(L - mx), sink = std::exp(s - mx);
+    const float f = static_cast<float>(keys / (keys + sink));
+    for (int c = 0; c < d; ++c) out[static_cast<size_t>(r) * d + c] *= f;
+    lse[r] = static_cast<float>(mx + std::log(keys + sink));
+  }
+}
+
 Status attention_merged(std::vector<AttentionArgs> parts, float* out) {
   if (parts.empty() || parts.size() > 8) return Status::Error("attention: 1 to 8 key ranges to merge");
   const AttentionArgs& a = parts[0];
   const size_t n_out = static_cast<size_t>(a.n_q) * a.n_q_heads;
+  const float* sinks = a.sinks;  // once, after the merge: each part without
+  for (AttentionArgs& p : parts) p.sinks = nullptr;
   std::vector<float> outs(parts.size() * n_out * a.d), lses(parts.size() * n_out);
   std::vector<const float*> op, lp;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -312,6 +334,19 @@ Status attention_merged(std::vector<AttentionArgs> parts, float* out) {
     if (Status s = attention(parts[i]); !s.ok()) return s;
   }
   merge_attention(op.data(), lp.data(), static_cast<int>(parts.size()), static_cast<int>(n_out), a.d, out);
+  if (sinks) {  // the merged lse: log Σ_p e^(lse_p)
+    std::vector<float> lse(n_out);
+    for (size_t r = 0; r < n_out; ++r) {
+      float m = -INFINITY;
+      for (size_t i = 0; i < parts.size(); ++i) m = std::max(m, lses[i * n_out + r]);
+      double sum = 0;
+      if (m != -INFINITY)
+        for (size_t i = 0; i < parts.size(); ++i)
+          if (lses[i * n_out + r] != -INFINITY) sum += std::exp(double(lses[i * n_out + r]) - m);
+      lse[r] = m == -INFINITY ? m : static_cast<float>(m + std::log(sum));
+    }
+    apply_attention_sinks(out, lse.data(), sinks, static_cast<int>(n_out), a.n_q_heads, a.d);
+  }
   return Status::Ok();
 }
 

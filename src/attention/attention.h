@@ -77,6 +77,11 @@ struct AttentionArgs {
   // outputs over disjoint key ranges can be merged exactly (merge_attention).
   float* lse = nullptr;
   float scale = 0.0f;        // softmax scale; 0 means 1/sqrt(d)
+  // Attention sinks (gpt-oss): [n_q_heads] logits, in units of the scaled
+  // scores, that join each query head's softmax denominator with no value:
+  // out = Σ_j e^(s_j) v_j / (Σ_j e^(s_j) + e^(sink)). lse then includes the
+  // sink's term. Null: none. Finite values only.
+  const float* sinks = nullptr;
   // Exact mean centring: rows hold codes of (k - mu_k) and (v - mu_v);
   // [n_kv_heads][d] each, or null.
   const float* mu_k = nullptr;
@@ -98,8 +103,13 @@ Status check_attention_args(const AttentionArgs& a);
 // weight is exp(lse_i - max lse); n rows of d ([n][d] outputs, [n] lse).
 // Rows whose parts all saw nothing are zero.
 void merge_attention(const float* const* outs, const float* const* lses, int parts, int n, int d, float* out);
+// Attention sinks on finished rows: out (n rows of d, normalised over the
+// keys) times e^L / (e^L + e^sink) with L the row's lse (updated to include
+// the sink); sinks[r % n_heads] for row r. Rows with nothing visible stay 0.
+void apply_attention_sinks(float* out, float* lse, const float* sinks, int n, int n_heads, int d);
 // Attention over disjoint key ranges, one AttentionArgs each (same queries;
-// their out and lse are set here), merged into out exactly.
+// their out and lse are set here), merged into out exactly; the first part's
+// sinks, if any, are applied once, after the merge.
 Status attention_merged(std::vector<AttentionArgs> parts, float* out);
 
 }  // namespace tkv

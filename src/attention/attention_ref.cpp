@@ -33,6 +33,9 @@ Status check_attention_args(const AttentionArgs& a) {
   if (a.window < 0 || (a.window > 0 && a.causal_offset < 0))
     return err("a sliding window (" + std::to_string(a.window) + ") needs a causal mask and must be >= 0");
   if (!(a.sparse_v >= 0.0f && a.sparse_v < 1.0f)) return err("sparse_v threshold must be in [0, 1)");
+  if (a.sinks)
+    for (int h = 0; h < a.n_q_heads; ++h)
+      if (!std::isfinite(a.sinks[h])) return err("attention sink of head " + std::to_string(h) + " is not finite");
   return Status::Ok();
 }
 
@@ -88,8 +91,10 @@ Status attention_ref(const AttentionArgs& a) {
         const float* vr = &V[(static_cast<size_t>(t) * a.n_kv_heads + h) * d];
         for (int c = 0; c < d; ++c) acc[c] += p * vr[c];
       }
-      for (int c = 0; c < d; ++c) o[c] = static_cast<float>(acc[c] / sum);
-      if (lse) *lse = static_cast<float>(mx + std::log(sum));
+      // A sink adds e^(sink) to the denominator (no value).
+      const double total = sum + (a.sinks ? std::exp(double(a.sinks[hq]) - mx) : 0.0);
+      for (int c = 0; c < d; ++c) o[c] = static_cast<float>(acc[c] / total);
+      if (lse) *lse = static_cast<float>(mx + std::log(total));
     }
   return Status::Ok();
 }

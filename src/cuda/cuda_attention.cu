@@ -328,6 +328,7 @@ Status upload_rows(const KvRows& r, const AttentionArgs& a, DeviceBuffer& data, 
 Status check_cuda_args(const AttentionArgs& a) {
   TKV_TRY(check_attention_args(a));
   if (a.sparse_v != 0.0f) return Status::Error("attention on CUDA: sparse V is not implemented (sparse_v must be 0)");
+  if (a.sinks) return Status::Error("attention on CUDA: attention sinks are not implemented yet (sinks must be null)");
   if (a.d > kMaxDp) return Status::Error("attention on CUDA: head dim " + std::to_string(a.d) + " is above 256");
   const int G = a.n_q_heads / a.n_kv_heads;
   if (G > kMaxRows)

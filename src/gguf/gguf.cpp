@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -24,6 +26,7 @@ const TensorType kTypes[] = {
     {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
     {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292}, {24, "I8", 1, 1},      {25, "I16", 1, 2},
     {26, "I32", 1, 4},      {27, "I64", 1, 8},      {28, "F64", 1, 8},     {30, "BF16", 1, 2},
+    {39, "MXFP4", 32, 17},
 };
 
 size_t scalar_size(Type t) {
@@ -201,6 +204,94 @@ const TensorType* tensor_type(std::string_view name) {
 }
 
 Expected<std::shared_ptr<File>> File::open(const std::string& path) {
+  auto f = open_part(path);
+  if (!f) return f;
+  if (Status s = (*f)->join_parts(); !s.ok()) return s;
+  return f;
+}
+
+namespace {
+
+// llama.cpp's split names: PREFIX-%05d-of-%05d.gguf, parts counted from 1.
+std::string split_path(const std::string& prefix, uint64_t no, uint64_t count) {
+  char tail[64];
+  std::snprintf(tail, sizeof(tail), "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(no),
+                static_cast<unsigned long long>(count));
+  return prefix + tail;
+}
+
+// A split key of a part: an unsigned integer, or an error naming it.
+Expected<uint64_t> split_key(const File& f, const char* key) {
+  const Value* v = f.find(key);
+  if (!v) return Status::Error(f.path() + ": " + key + " is missing (a part of a split model has it)");
+  if (!v->is_int() || v->type == Type::kBool) return Status::Error(f.path() + ": " + key + " is not an integer");
+  const bool is_signed = v->type == Type::kI8 || v->type == Type::kI16 || v->type == Type::kI32 || v->type == Type::kI64;
+  if (is_signed && v->i < 0) return Status::Error(f.path() + ": " + key + " = " + std::to_string(v->i) + " is negative");
+  return is_signed ? static_cast<uint64_t>(v->i) : v->u;
+}
+
+}  // namespace
+
+// A split model's later parts, opened by name from the first one's and
+// checked against it: each its own number, the same count, and all
+// together the tensor count the first part announces, no name twice.
+Status File::join_parts() {
+  const Value* cv = find("split.count");
+  if (!cv) return Status::Ok();
+  auto count = split_key(*this, "split.count");
+  if (!count) return count.status();
+  auto no = split_key(*this, "split.no");
+  if (!no) return no.status();
+  if (*count == 0 || *count > 99999) return Status::Error(path_ + ": split.count = " + std::to_string(*count) + " is out of range (1..99999)");
+  if (*no >= *count)
+    return Status::Error(path_ + ": split.no = " + std::to_string(*no) + " is not below split.count " + std::to_string(*count));
+  if (*no != 0)
+    return Status::Error(path_ + " is part " + std::to_string(*no + 1) + " of " + std::to_string(*count) +
+                         " of a split model; open its first part (split.no 0)");
+  auto total = split_key(*this, "split.tensors.count");
+  if (!total) return total.status();
+  parts_.push_back(Part{path_, tensors_.size(), size_});
+  if (*count == 1) return Status::Ok();
+  const std::string tail = split_path("", 1, *count);
+  if (path_.size() <= tail.size() || path_.compare(path_.size() - tail.size(), tail.size(), tail) != 0)
+    return Status::Error(path_ + ": the first of " + std::to_string(*count) + " parts must be named PREFIX" + tail +
+                         " (llama-gguf-split's names), so that the others can be found");
+  const std::string prefix = path_.substr(0, path_.size() - tail.size());
+  for (uint64_t k = 1; k < *count; ++k) {
+    const std::string part = split_path(prefix, k + 1, *count);
+    const std::string which = "part " + std::to_string(k + 1) + " of " + std::to_string(*count) + " (" + part + ")";
+    auto f = open_part(part);
+    if (!f) return Status::Error("split model " + path_ + ": " + which + ": " + f.error());
+    auto pno = split_key(**f, "split.no");
+    if (!pno) return Status::Error("split model " + path_ + ": " + which + ": " + pno.error());
+    auto pcount = split_key(**f, "split.count");
+    if (!pcount) return Status::Error("split model " + path_ + ": " + which + ": " + pcount.error());
+    if (*pcount != *count || *pno != k)
+      return Status::Error("split model " + path_ + ": " + which + " says it is part " + std::to_string(*pno + 1) +
+                           " of " + std::to_string(*pcount) + " (split.no " + std::to_string(*pno) + ", split.count " +
+                           std::to_string(*pcount) + "): a part renamed, reordered or from another split");
+    auto pt = split_key(**f, "split.tensors.count");
+    if (!pt) return Status::Error("split model " + path_ + ": " + which + ": " + pt.error());
+    if (*pt != *total)
+      return Status::Error("split model " + path_ + ": " + which + " has split.tensors.count " + std::to_string(*pt) +
+                           ", the first part " + std::to_string(*total) + ": a part of another split");
+    for (const Tensor& t : (*f)->tensors()) {
+      if (tensor_index_.count(t.name))
+        return Status::Error("split model " + path_ + ": " + which + " holds tensor '" + t.name +
+                             "' that an earlier part holds too");
+      tensor_index_[t.name] = tensors_.size();
+      tensors_.push_back(t);
+    }
+    parts_.push_back(Part{part, (*f)->tensors().size(), (*f)->size()});
+    more_.push_back(std::move(*f));
+  }
+  if (tensors_.size() != *total)
+    return Status::Error("split model " + path_ + ": the " + std::to_string(*count) + " parts hold " +
+                         std::to_string(tensors_.size()) + " tensors, split.tensors.count says " + std::to_string(*total));
+  return Status::Ok();
+}
+
+Expected<std::shared_ptr<File>> File::open_part(const std::string& path) {
   std::shared_ptr<File> f(new File());
   f->path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY);
@@ -427,6 +518,49 @@ void Writer::add_i32_array(const std::string& k, const std::vector<int32_t>& v) 
   put<uint32_t>(kv_, static_cast<uint32_t>(Type::kI32));
   put<uint64_t>(kv_, v.size());
   for (int32_t x : v) put(kv_, x);
+}
+
+namespace {
+// Scalar v as its little-endian bytes.
+void put_scalar(std::vector<uint8_t>& b, const Value& v) {
+  switch (v.type) {
+    case Type::kU8: case Type::kBool: put<uint8_t>(b, static_cast<uint8_t>(v.u)); break;
+    case Type::kI8: put<int8_t>(b, static_cast<int8_t>(v.i)); break;
+    case Type::kU16: put<uint16_t>(b, static_cast<uint16_t>(v.u)); break;
+    case Type::kI16: put<int16_t>(b, static_cast<int16_t>(v.i)); break;
+    case Type::kU32: put<uint32_t>(b, static_cast<uint32_t>(v.u)); break;
+    case Type::kI32: put<int32_t>(b, static_cast<int32_t>(v.i)); break;
+    case Type::kF32: put<float>(b, static_cast<float>(v.f)); break;
+    case Type::kU64: put<uint64_t>(b, v.u); break;
+    case Type::kI64: put<int64_t>(b, v.i); break;
+    case Type::kF64: put<double>(b, v.f); break;
+    default: break;
+  }
+}
+}  // namespace
+
+Status Writer::add_value(const std::string& k, const Value& v) {
+  if (v.type == Type::kString) {
+    add_string(k, std::string(v.s));
+    return Status::Ok();
+  }
+  if (v.type != Type::kArray) {
+    if (scalar_size(v.type) == 0) return Status::Error("gguf writer: '" + k + "' has an unknown type");
+    key(k, v.type);
+    put_scalar(kv_, v);
+    return Status::Ok();
+  }
+  if (v.elem == Type::kArray) return Status::Error("gguf writer: '" + k + "' is a nested array (not written)");
+  key(k, Type::kArray);
+  put<uint32_t>(kv_, static_cast<uint32_t>(v.elem));
+  put<uint64_t>(kv_, v.count);
+  if (v.elem == Type::kString) {
+    for (auto s : v.strings) put_str(kv_, std::string(s));
+  } else {
+    const size_t n = scalar_size(v.elem) * v.count;
+    if (n && v.raw) kv_.insert(kv_.end(), v.raw, v.raw + n);
+  }
+  return Status::Ok();
 }
 
 Status Writer::add_tensor(const std::string& name, const std::vector<uint64_t>& dims, uint32_t type,

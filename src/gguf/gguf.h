@@ -67,9 +67,23 @@ struct Tensor {
   const TensorType& info() const { return *tensor_type(type); }
 };
 
+// One part of a split model (llama.cpp's gguf-split layout).
+struct Part {
+  std::string path;
+  uint64_t n_tensors = 0, size = 0;
+};
+
 class File {
  public:
+  // Opens a GGUF file. The first part of a split model
+  // (NAME-00001-of-0000N.gguf with split.no 0, split.count N > 1, written
+  // by llama-gguf-split) opens every part by that name, each mapped, and
+  // holds their tensors as one file's (its metadata is the first part's);
+  // a missing, misnumbered or mismatched part is an error naming it, and so
+  // is a later part opened on its own.
   static Expected<std::shared_ptr<File>> open(const std::string& path);
+  // One file as it is, split keys or not (tools that look at a single part).
+  static Expected<std::shared_ptr<File>> open_part(const std::string& path);
   // Parses a GGUF held in memory (a copy is kept); `name` stands for the path
   // in error messages. The fuzz harness and tests read files this way.
   static Expected<std::shared_ptr<File>> from_memory(const std::string& name, const uint8_t* data, size_t size);
@@ -84,6 +98,9 @@ class File {
   size_t size() const { return size_; }
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
   const std::vector<Tensor>& tensors() const { return tensors_; }
+  // The parts of a split model, the first (this file) included; empty for
+  // a file that is not split.
+  const std::vector<Part>& parts() const { return parts_; }
 
   const Value* find(std::string_view key) const;
   const Tensor* tensor(std::string_view name) const;
@@ -110,6 +127,9 @@ class File {
   std::map<std::string, size_t, std::less<>> kv_index_;
   std::vector<Tensor> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
+  std::vector<Part> parts_;
+  std::vector<std::shared_ptr<File>> more_;  // the later parts, kept mapped
+  Status join_parts();
 };
 
 // Builds a GGUF v3 file in memory and writes it.
@@ -124,6 +144,9 @@ class Writer {
   void add_string_array(const std::string& key, const std::vector<std::string>& v);
   void add_f32_array(const std::string& key, const std::vector<float>& v);
   void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
+  // A value as read from a File, of any type (copying or splitting a file's
+  // metadata); nested arrays are an error naming the key.
+  Status add_value(const std::string& key, const Value& v);
   // Copies `bytes` (which must be the tensor's exact size for its type).
   Status add_tensor(const std::string& name, const std::vector<uint64_t>& dims, uint32_t type,
                     const void* bytes, size_t n_bytes);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "gguf/weight_blocks.h"
 #include "util/fp16.h"
 #include "util/llama_blocks.h"
 
@@ -133,6 +134,30 @@ void q6_k(const float* x, uint8_t* blk) {
     }
 }
 
+// MXFP4 as llama.cpp's quantize_row_mxfp4_ref: the exponent from the block's
+// largest magnitude (floor(log2 amax) - 2 + 127), each value the nearest of
+// the 16 codes (the first on ties).
+void mxfp4(const float* x, uint8_t* blk) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const uint8_t e = amax > 0.0f ? static_cast<uint8_t>(std::floor(std::log2(amax)) - 2 + 127) : 0;
+  const float d = mxfp4_scale(e);
+  blk[0] = e;
+  auto best = [&](float v) {
+    int bi = 0;
+    float be = std::fabs(kMxfp4[0] * d - v);
+    for (int i = 1; i < 16; ++i) {
+      const float err = std::fabs(kMxfp4[i] * d - v);
+      if (err < be) {
+        bi = i;
+        be = err;
+      }
+    }
+    return bi;
+  };
+  for (int j = 0; j < 16; ++j) blk[1 + j] = static_cast<uint8_t>(best(x[j]) | (best(x[j + 16]) << 4));
+}
+
 }  // namespace
 
 bool quantize_weight_row(const std::string& type, const float* x, int64_t cols, uint8_t* out) {
@@ -144,6 +169,7 @@ bool quantize_weight_row(const std::string& type, const float* x, int64_t cols, 
   if (type == "Q4_K") { for (int64_t b = 0; b < cols / 256; ++b) qk_min(x + 256 * b, out + 144 * b, 4); return true; }
   if (type == "Q5_K") { for (int64_t b = 0; b < cols / 256; ++b) qk_min(x + 256 * b, out + 176 * b, 5); return true; }
   if (type == "Q6_K") { for (int64_t b = 0; b < cols / 256; ++b) q6_k(x + 256 * b, out + 210 * b); return true; }
+  if (type == "MXFP4") { for (int64_t b = 0; b < cols / 32; ++b) mxfp4(x + 32 * b, out + 17 * b); return true; }
   return false;
 }
 

@@ -1,10 +1,16 @@
 #include "gguf/weight_blocks.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "util/fp16.h"
 
 namespace tkv {
+
+const int8_t kMxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float mxfp4_scale(uint8_t e) { return std::ldexp(1.0f, int(e) - 128); }
+
 namespace {
 
 float half(const uint8_t* p) {
@@ -85,6 +91,17 @@ void dequantize_blocks(uint32_t type, const uint8_t* row, int64_t cols, float* o
       }
       return;
     }
+    case kMxfp4Type: {
+      for (int64_t b = 0; b < cols / 32; ++b, out += 32) {
+        const uint8_t* blk = row + b * 17;
+        const float d = mxfp4_scale(blk[0]);
+        for (int j = 0; j < 16; ++j) {
+          out[j] = kMxfp4[blk[1 + j] & 15] * d;
+          out[j + 16] = kMxfp4[blk[1 + j] >> 4] * d;
+        }
+      }
+      return;
+    }
     case 14: {  // Q6_K
       for (int64_t b = 0; b < cols / 256; ++b) {
         const uint8_t* blk = row + b * 210;
@@ -122,7 +139,7 @@ void scale_min_k4(int j, const uint8_t* q, int& d, int& m) {
 int weight_block_values(uint32_t type) {
   switch (type) {
     case 0: case 1: case 30: return 1;
-    case 2: case 3: case 6: case 7: case 8: return 32;
+    case 2: case 3: case 6: case 7: case 8: case kMxfp4Type: return 32;
     case 12: case 13: case 14: return 256;
     default: return 0;
   }
@@ -140,6 +157,7 @@ int weight_block_bytes(uint32_t type) {
     case 12: return 144;
     case 13: return 176;
     case 14: return 210;
+    case kMxfp4Type: return 17;
     default: return 0;
   }
 }
@@ -150,7 +168,8 @@ void unpack_f32(uint32_t type, const uint8_t* row, int64_t k0, int64_t n, float*
 }
 
 bool has_u8_unpack(uint32_t type) {
-  return type == 8 || type == 2 || type == 3 || type == 6 || type == 7 || type == 12 || type == 13;
+  return type == 8 || type == 2 || type == 3 || type == 6 || type == 7 || type == 12 || type == 13 ||
+         type == kMxfp4Type;
 }
 
 void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* d, float* m) {
@@ -168,6 +187,16 @@ void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* 
     // The float dequantizer computes d * s * q - dmin * m, left to right.
     *d = half(blk) * s;
     *m = -(half(blk + 2) * mm);
+    return;
+  }
+  if (type == kMxfp4Type) {  // codes kMxfp4 + 12 in 0..24: value = d * u - 12 d exactly
+    const uint8_t* blk = row + j * 17;
+    for (int l = 0; l < 16; ++l) {
+      u[l] = static_cast<uint8_t>(kMxfp4[blk[1 + l] & 15] + 12);
+      u[l + 16] = static_cast<uint8_t>(kMxfp4[blk[1 + l] >> 4] + 12);
+    }
+    *d = mxfp4_scale(blk[0]);
+    *m = -12.0f * *d;
     return;
   }
   const uint8_t* blk = row + j * weight_block_bytes(type);

@@ -17,7 +17,16 @@ int weight_block_bytes(uint32_t type);
 void unpack_f32(uint32_t type, const uint8_t* row, int64_t k0, int64_t n, float* out);
 
 // Whether unpack_u8 handles the type: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
-// Q5_K (Q6_K has two scales per 32 values: unpack_q6k_u8).
+// Q5_K, MXFP4 (Q6_K has two scales per 32 values: unpack_q6k_u8).
+
+// MXFP4 (ggml type 39, gpt-oss's expert weights): blocks of 32 values, one
+// E8M0 exponent byte e then 16 bytes of 4-bit E2M1 codes (value j in the low
+// nibble of byte j, value j + 16 in the high nibble); value = kMxfp4[code] *
+// 2^(e - 128), kMxfp4 holding E2M1's values doubled (ggml's kvalues_mxfp4,
+// GGML_E8M0_TO_FP32_HALF).
+constexpr uint32_t kMxfp4Type = 39;
+extern const int8_t kMxfp4[16];
+float mxfp4_scale(uint8_t e);  // 2^(e - 128), exact (subnormal for e < 2)
 bool has_u8_unpack(uint32_t type);
 // The 32 values of block j of a row (sub-block j for K-quants) as codes
 // u in 0..255 with value = d * u + m in exact arithmetic, d and m being the

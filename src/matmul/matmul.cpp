@@ -140,12 +140,12 @@ namespace tkv {
 HWY_EXPORT(RowDots);
 
 Expected<Matrix> matrix_from(const gguf::Tensor& t, const std::string& path) {
-  const uint32_t ok_types[] = {0, 1, 2, 3, 6, 7, 8, 12, 13, 14, 30};
+  const uint32_t ok_types[] = {0, 1, 2, 3, 6, 7, 8, 12, 13, 14, 30, kMxfp4Type};
   bool ok = false;
   for (uint32_t k : ok_types) ok |= t.type == k;
   if (!ok)
     return Status::Error(path + ": tensor '" + t.name + "' has type " + t.info().name +
-                         ", which the runtime does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
+                         ", which the runtime does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4)");
   if (t.dims.size() > 2) return Status::Error(path + ": tensor '" + t.name + "' has more than 2 dims");
   Matrix m;
   m.data = t.data;

@@ -18,6 +18,10 @@ struct ArchLoader {
   const std::string& path;
   ModelConfig& c;
   Model& m;
+  // Which of the file's tensors (by index in g.tensors()) a loader read:
+  // after loading, every other tensor must be on the list of tensors the
+  // runtime knowingly skips (model.cpp, skipped_tensor), or the file is refused.
+  std::vector<char>& used;
   // A required count `<arch>.key` in 1 .. 2^24.
   Expected<int> need(const std::string& key) const;
   // An optional count, `fallback` when absent, in [lo, hi].
@@ -29,6 +33,7 @@ struct ArchLoader {
   // A 3-D tensor [cols, rows, n] as n matrices (a mixture's experts).
   Expected<std::vector<Matrix>> experts(const std::string& name, int64_t cols, int64_t rows, int64_t n) const;
   Status error(const std::string& what) const { return Status::Error(path + ": " + what); }
+  void mark_used(const gguf::Tensor* t) const { used[static_cast<size_t>(t - g.tensors().data())] = 1; }
 };
 
 struct ArchSpec {
@@ -47,7 +52,7 @@ Matrix row_range(const Matrix& m, int64_t r0, int64_t n);
 
 // The per-architecture entries (arch_*.cpp).
 extern const ArchSpec kArchLlama, kArchQwen2, kArchQwen3, kArchPhi3, kArchQwen3Moe, kArchGemma3, kArchQwen35,
-    kArchQwen35Moe;
+    kArchQwen35Moe, kArchSmolLM3, kArchGranite, kArchOlmo2;
 
 // Loads the attention tensors every attention layer has: norm, Q/K/V (or a
 // fused attn_qkv), output, optional biases and Q/K norms (qk_norm).

@@ -86,6 +86,7 @@ Status llama_layer(const ArchLoader& a, int il, LayerWeights& L) {
 Status llama_hparams(const ArchLoader& a) {
   a.c.rope_neox = a.c.arch != "llama";  // llama rotates (2i, 2i+1); the others (i, i + d/2)
   a.c.qk_norm = a.c.arch == "qwen3" || a.c.arch == "qwen3moe";
+  a.c.rope_freqs = a.c.arch == "llama";  // llama.cpp reads rope_freqs.weight for llama, not qwen2/qwen3/phi3
   return Status::Ok();
 }
 

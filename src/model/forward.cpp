@@ -41,22 +41,36 @@ void rmsnorm_rows(const float* x, int n_rows, const Matrix& w, int n, float eps,
   for (int t = 0; t < n_rows; ++t) rmsnorm_row(x + size_t(t) * n, wv.data(), n, eps, out + size_t(t) * n);
 }
 
-// The rotation angles of one position: cos and sin of p * base^(-2i/dims)
-// (divided by factors[i], LongRoPE, when given; both scaled by
-// rope_attn_factor then).
+// The rotation angles of one position, as ggml's rope (rope_yarn): pair i's
+// extrapolated angle is p * base^(-2i/dims) / factors[i] (Llama 3's
+// rope_freqs or Phi-3's LongRoPE factors, when given), the interpolated one
+// that divided by the scale; with YaRN (c.yarn_ext_factor != 0) the two are
+// mixed by a ramp over the pairs between the correction dims, and cos and
+// sin get (1 + 0.1 ln scale) on top of c.rope_mscale.
 // base and scale are the layer's (gemma3's window layers have their own).
 void rope_angles(int dims, int pos, float base, float scale, const ModelConfig& c, const float* factors, float* cs,
                  float* sn) {
-  const float p = static_cast<float>(pos) / scale;
+  float mscale = c.rope_mscale, lo = 0.0f, hi = 0.0f;
+  if (c.yarn_ext_factor != 0.0f) {
+    // ggml_rope_yarn_corr_dims: the pair whose wavelength fits n_ctx_orig / beta times.
+    auto corr = [&](float beta) {
+      return dims * std::log(c.n_ctx_orig / (beta * 2.0f * static_cast<float>(M_PI))) / (2.0f * std::log(base));
+    };
+    lo = std::max(0.0f, std::floor(corr(c.yarn_beta_fast)));
+    hi = std::min(static_cast<float>(dims - 1), std::ceil(corr(c.yarn_beta_slow)));
+    mscale *= 1.0f + 0.1f * std::log(scale);
+  }
   for (int i = 0; i < dims / 2; ++i) {
-    float theta = p * std::pow(base, -2.0f * i / dims);
-    if (factors) theta /= factors[i];
-    cs[i] = std::cos(theta);
-    sn[i] = std::sin(theta);
-    if (factors) {
-      cs[i] *= c.rope_attn_factor;
-      sn[i] *= c.rope_attn_factor;
+    float extrap = static_cast<float>(pos) * std::pow(base, -2.0f * i / dims);
+    if (factors) extrap /= factors[i];
+    float theta = extrap / scale;
+    if (c.yarn_ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i) - lo) / std::max(0.001f, hi - lo);
+      const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * c.yarn_ext_factor;
+      theta = theta * (1.0f - mix) + extrap * mix;
     }
+    cs[i] = std::cos(theta) * mscale;
+    sn[i] = std::sin(theta) * mscale;
   }
 }
 
@@ -126,10 +140,18 @@ struct ForwardPass {
 #pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)
     for (int64_t i = 0; i < n_x; ++i) dst[i] += src[i];
   }
-  // A layer's output, normed first where the architecture has post norms.
+  // A layer's output, normed first where the architecture has post norms,
+  // scaled where it has a residual scale (Granite).
   void residual(const Matrix& post_norm) {
     if (post_norm.rows) rmsnorm_rows(tmp.data(), n, post_norm, c.n_embd, c.eps, tmp.data(), threads);
+    if (c.residual_scale != 0.0f)
+      for (float& v : tmp) v *= c.residual_scale;
     add_rows(x.data(), tmp.data());
+  }
+  // The norm before a token mixer or feed-forward (OLMo 2 has none: h = x).
+  void pre_norm(const Matrix& norm) {
+    if (norm.rows) rmsnorm_rows(x.data(), n, norm, c.n_embd, c.eps, h.data(), threads);
+    else std::copy(x.begin(), x.end(), h.begin());
   }
 
   Status plan() {
@@ -165,6 +187,8 @@ struct ForwardPass {
         if (!M.rope_long_.empty())
           row_factors[row0[i] + t] =
               seqs[i].cache->capacity() > c.n_ctx_orig ? M.rope_long_.data() : M.rope_short_.data();
+        else if (!M.rope_freqs_.empty())
+          row_factors[row0[i] + t] = M.rope_freqs_.data();
       }
     return Status::Ok();
   }
@@ -196,7 +220,7 @@ struct ForwardPass {
     const int hd = c.head_dim, Dq = c.n_head * hd, Dkv = c.n_head_kv * hd;
     const int W = c.window[l];
     std::vector<float> q(size_t(n) * Dq), k(size_t(n) * Dkv), v(size_t(n) * Dkv), att(size_t(n) * Dq), gate;
-    rmsnorm_rows(x.data(), n, L.attn_norm, c.n_embd, c.eps, h.data(), threads);
+    pre_norm(L.attn_norm);
     if (c.attn_gate) {  // qwen35: per head its query then its gate
       std::vector<float> qg(size_t(n) * Dq * 2);
       mm(L.wq, h.data(), qg.data());
@@ -215,25 +239,30 @@ struct ForwardPass {
     add_bias(q, L.bq, Dq);
     add_bias(k, L.bk, Dkv);
     add_bias(v, L.bv, Dkv);
-    std::vector<float> qn, kn;
+    std::vector<float> qn, kn;  // per head, or over all heads (qk_norm_full)
     if (L.q_norm.rows) {
-      qn.resize(hd);
-      kn.resize(hd);
+      qn.resize(L.q_norm.cols);
+      kn.resize(L.k_norm.cols);
       dequantize_row(L.q_norm, 0, qn.data());
       dequantize_row(L.k_norm, 0, kn.data());
     }
     const float base = W > 0 ? c.rope_base_swa : c.rope_base, scale = W > 0 ? c.rope_scale_swa : c.rope_scale;
+    const bool rotate = c.no_rope.empty() || !c.no_rope[l];
 #pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)
     for (int r = 0; r < n; ++r) {
       float head[kMaxHeadDim], cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
-      rope_angles(c.rope_dims, row_pos[r], base, scale, c, row_factors[r], cs, sn);
+      if (c.qk_norm_full) {  // one norm over each whole vector, in place
+        rmsnorm_row(&q[size_t(r) * Dq], qn.data(), Dq, c.eps, &q[size_t(r) * Dq]);
+        rmsnorm_row(&k[size_t(r) * Dkv], kn.data(), Dkv, c.eps, &k[size_t(r) * Dkv]);
+      }
+      if (rotate) rope_angles(c.rope_dims, row_pos[r], base, scale, c, row_factors[r], cs, sn);
       for (int hh = 0; hh < c.n_head + c.n_head_kv; ++hh) {
         float* vv = hh < c.n_head ? &q[size_t(r) * Dq + hh * hd] : &k[size_t(r) * Dkv + (hh - c.n_head) * hd];
-        if (!qn.empty()) {
+        if (!qn.empty() && !c.qk_norm_full) {
           rmsnorm_row(vv, hh < c.n_head ? qn.data() : kn.data(), hd, c.eps, head);
           std::memcpy(vv, head, sizeof(float) * hd);
         }
-        rope(vv, c.rope_dims, cs, sn, c);
+        if (rotate) rope(vv, c.rope_dims, cs, sn, c);
       }
     }
     for (size_t i : order) {
@@ -292,7 +321,7 @@ struct ForwardPass {
 
   void ffn_layer(int l) {
     const LayerWeights& L = M.layers_[l];
-    rmsnorm_rows(x.data(), n, L.ffn_norm, c.n_embd, c.eps, h.data(), threads);
+    pre_norm(L.ffn_norm);
     if (L.moe.n_used > 0) {  // experts, grouped as the matrix products above
       if (n_single > 0)
         moe_ffn(L.moe, h.data(), n_single, tmp.data(),
@@ -322,7 +351,10 @@ struct ForwardPass {
     mm(L.w_down, g.data(), tmp.data());
   }
 
+  // Granite's logit scale, Gemma's soft cap.
   void softcap(float* lg, size_t count) const {
+    if (c.logit_scale != 0.0f)
+      for (size_t i = 0; i < count; ++i) lg[i] /= c.logit_scale;
     if (c.final_softcap > 0.0f)
       for (size_t i = 0; i < count; ++i) lg[i] = c.final_softcap * std::tanh(lg[i] / c.final_softcap);
   }

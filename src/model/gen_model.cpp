@@ -62,11 +62,15 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   if (rope_dims > o.head_dim || rope_dims % 2) return Status::Error("gen-model: --rope-dims must be even and <= head dim");
   const float rope_base = o.rope_base > 0 ? o.rope_base : gemma ? 1e6f : q35 ? 1e7f : 10000.0f;
   if (o.rope_orig_ctx && o.arch != "phi3") return Status::Error("gen-model: --rope-orig-ctx is for phi3");
+  if (o.llama3_rope_ctx && o.arch != "llama") return Status::Error("gen-model: --llama3-rope is for llama");
+  if (o.yarn_factor != 0.0f && (!(o.yarn_factor >= 1.0f && o.yarn_factor <= 1e4f) || o.yarn_orig_ctx < 1 || o.rope_orig_ctx))
+    return Status::Error("gen-model: --yarn-factor must be in 1..10000, with --yarn-orig-ctx > 0 and without --rope-orig-ctx");
   const gguf::TensorType* tt = gguf::tensor_type(o.type);
   const bool block_type = o.type == "Q8_0" || o.type == "Q4_0" || o.type == "Q4_1" || o.type == "Q5_0" ||
-                          o.type == "Q5_1" || o.type == "Q4_K" || o.type == "Q5_K" || o.type == "Q6_K";
+                          o.type == "Q5_1" || o.type == "Q4_K" || o.type == "Q5_K" || o.type == "Q6_K" ||
+                          o.type == "MXFP4";
   if (!tt || !(o.type == "F32" || o.type == "F16" || o.type == "BF16" || block_type))
-    return Status::Error("gen-model: --type must be F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K, not '" +
+    return Status::Error("gen-model: --type must be F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K or MXFP4, not '" +
                          o.type + "'");
   if (o.layers < 1 || o.dim < 1 || o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads || o.head_dim < 8 ||
       o.head_dim % 2 || o.ffn < 1)
@@ -138,6 +142,17 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
     w.add_f32(a + ".rope.scaling.attn_factor",
               scale <= 1.0 ? 1.0f : static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(double(o.rope_orig_ctx)))));
   }
+  if (o.arch == "granite") {  // its four scales, as its converter writes them
+    w.add_f32(a + ".embedding_scale", o.embedding_scale);
+    w.add_f32(a + ".residual_scale", o.residual_scale);
+    w.add_f32(a + ".attention.scale", o.attention_scale);
+    w.add_f32(a + ".logit_scale", o.logit_scale);
+  }
+  if (o.yarn_factor != 0.0f) {  // YaRN, as llama.cpp's converters write it for Qwen and Llama checkpoints
+    w.add_string(a + ".rope.scaling.type", "yarn");
+    w.add_f32(a + ".rope.scaling.factor", o.yarn_factor);
+    w.add_u32(a + ".rope.scaling.original_context_length", o.yarn_orig_ctx);
+  }
   w.add_string("tokenizer.ggml.model", tok_model);
   w.add_string_array("tokenizer.ggml.tokens", vocab.tokens);
   w.add_f32_array("tokenizer.ggml.scores", vocab.scores);
@@ -198,9 +213,10 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
     if (!(st = w.add_tensor("rope_factors_long.weight", {uint64_t(fl.size())}, 0, fl.data(), 4 * fl.size())).ok()) return st;
     if (!(st = w.add_tensor("rope_factors_short.weight", {uint64_t(fs.size())}, 0, fs.data(), 4 * fs.size())).ok()) return st;
   }
+  const bool olmo2 = o.arch == "olmo2";  // no pre-norms; Q/K norms over all heads; post norms
   for (int l = 0; l < o.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    TKV_ADD(p + "attn_norm.weight", E, 1, false, 0.1f, 1.0f);
+    if (!olmo2) TKV_ADD(p + "attn_norm.weight", E, 1, false, 0.1f, 1.0f);
     if (q35 && (l + 1) % o.full_attn_interval != 0) {  // a Gated DeltaNet layer
       const int Hv = o.ssm_v_heads, ch = 2 * o.ssm_groups * o.ssm_state + Dss;
       TKV_ADD(p + "attn_qkv.weight", E, ch, true, s / std::sqrt(float(E)), 0.0f);
@@ -232,11 +248,15 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
       TKV_ADD(p + "attn_q_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
       TKV_ADD(p + "attn_k_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
     }
-    if (gemma) {
+    if (olmo2) {
+      TKV_ADD(p + "attn_q_norm.weight", Dq, 1, false, 0.1f, 1.0f);
+      TKV_ADD(p + "attn_k_norm.weight", Dkv, 1, false, 0.1f, 1.0f);
+    }
+    if (gemma || olmo2) {
       TKV_ADD(p + "post_attention_norm.weight", E, 1, false, 0.1f, 1.0f);
       TKV_ADD(p + "post_ffw_norm.weight", E, 1, false, 0.1f, 1.0f);
     }
-    TKV_ADD(p + (q35 ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, false, 0.1f, 1.0f);
+    if (!olmo2) TKV_ADD(p + (q35 ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, false, 0.1f, 1.0f);
     if (moe) {  // the router (F32, as llama.cpp's converter keeps it), then each expert's matrices
       if (!(st = add(p + "ffn_gate_inp.weight", E, o.experts, false, 1.0f / std::sqrt(float(E)), 0.0f)).ok()) return st;
       TKV_ADD(p + "ffn_gate_exps.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f, o.experts);
@@ -257,6 +277,20 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
       TKV_ADD(p + "ffn_up.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f);
     }
     TKV_ADD(p + "ffn_down.weight", o.ffn, E, true, s / std::sqrt(float(o.ffn)), 0.0f);
+  }
+  if (o.llama3_rope_ctx) {  // after the layers, as the converter writes it: Llama 3 scaling per rotated pair, by wavelength (llama.cpp's converter)
+    const double factor = 8.0, low = 1.0, high = 4.0, ctx0 = o.llama3_rope_ctx;
+    std::vector<float> ff(rope_dims / 2);
+    for (int i = 0; i < rope_dims / 2; ++i) {
+      const double wavelen = 2.0 * M_PI / std::pow(double(rope_base), -2.0 * i / rope_dims);
+      if (wavelen < ctx0 / high) ff[i] = 1.0f;
+      else if (wavelen > ctx0 / low) ff[i] = static_cast<float>(factor);
+      else {
+        const double smooth = (ctx0 / wavelen - low) / (high - low);
+        ff[i] = static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth));
+      }
+    }
+    if (!(st = w.add_tensor("rope_freqs.weight", {uint64_t(ff.size())}, 0, ff.data(), 4 * ff.size())).ok()) return st;
   }
 #undef TKV_ADD
   return w.write(out_path);

@@ -11,7 +11,7 @@ namespace tkv {
 
 struct GenModelOptions {
   std::string arch = "llama";  // llama, qwen2, qwen3, phi3 (fused attn_qkv and gate+up ffn_up), qwen3moe,
-                               // gemma3, qwen35, qwen35moe
+                               // gemma3, qwen35, qwen35moe, smollm3, granite, olmo2
   int layers = 2, dim = 64, heads = 4, kv_heads = 2, head_dim = 16, ffn = 128;
   std::string type = "F32";    // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
                                // (norms and biases stay F32)
@@ -22,6 +22,17 @@ struct GenModelOptions {
   float weight_scale = 1.0f;   // multiplies the default init std (1/sqrt(fan_in))
   int vocab = 0;               // synthetic byte-level vocabulary size when no vocab file (>= 259)
   int rope_orig_ctx = 0;       // phi3: LongRoPE factors and original context (0: none)
+  // llama: rope_freqs.weight as llama.cpp's converter writes it for Llama 3.1+
+  // (factor 8, low-frequency factor 1, high-frequency factor 4) for this
+  // original context (0: none).
+  int llama3_rope_ctx = 0;
+  // YaRN as converters write it (rope.scaling.type yarn, factor, original
+  // context; the yarn_* keys left at their defaults): factor 0 for none.
+  float yarn_factor = 0.0f;
+  int yarn_orig_ctx = 0;
+  // granite: embedding, residual, attention (softmax) and logit scales
+  // (Granite 3's embedding 12, residual 0.22, logits 8; attention here 1/16).
+  float embedding_scale = 12.0f, residual_scale = 0.22f, attention_scale = 0.0625f, logit_scale = 8.0f;
   int experts = 8, experts_used = 2;  // qwen3moe, qwen35moe (--ffn is each expert's width)
   int shared_ffn = 0;          // qwen35moe: the shared expert's width (0: --ffn)
   int window = 16, swa_period = 6;  // gemma3: sliding window, every period-th layer global

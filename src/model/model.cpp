@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include "model/arch.h"
 #include "model/tokenizer_gguf.h"
@@ -91,6 +92,7 @@ Expected<Matrix> ArchLoader::tensor(const std::string& name, int64_t cols, int64
     return error("tensor '" + name + "' is " + std::to_string(mat->cols) + " x " + std::to_string(mat->rows) +
                  ", expected " + std::to_string(cols) + " x " + std::to_string(rows));
   m.weight_bytes_ += t->n_bytes;
+  mark_used(t);
   return *mat;
 }
 
@@ -114,12 +116,13 @@ Expected<std::vector<Matrix>> ArchLoader::experts(const std::string& name, int64
   std::vector<Matrix> out;
   for (int64_t e = 0; e < n; ++e) out.push_back(row_range(*mat, e * rows, rows));
   m.weight_bytes_ += t->n_bytes;
+  mark_used(t);
   return out;
 }
 
 const ArchSpec* find_arch(const std::string& name) {
   for (const ArchSpec* a : {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchPhi3, &kArchQwen3Moe, &kArchGemma3,
-                            &kArchQwen35, &kArchQwen35Moe})
+                            &kArchQwen35, &kArchQwen35Moe, &kArchSmolLM3, &kArchGranite, &kArchOlmo2})
     if (name == a->name) return a;
   return nullptr;
 }
@@ -127,7 +130,7 @@ const ArchSpec* find_arch(const std::string& name) {
 std::string arch_names() {
   std::string s;
   for (const ArchSpec* a : {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchPhi3, &kArchQwen3Moe, &kArchGemma3,
-                            &kArchQwen35, &kArchQwen35Moe})
+                            &kArchQwen35, &kArchQwen35Moe, &kArchSmolLM3, &kArchGranite, &kArchOlmo2})
     s += (s.empty() ? "" : ", ") + std::string(a->name);
   return s;
 }
@@ -168,22 +171,62 @@ Status shared_hparams(const ArchLoader& a) {
   auto rd = a.optional("rope.dimension_count", c.head_dim, 0, uint64_t(c.head_dim));
   if (!rd) return rd.status();
   c.rope_dims = *rd;
-  const std::string scaling = a.g.get_string_or(c.arch + ".rope.scaling.type", "none");
-  if (scaling == "linear") {
-    c.rope_scale = static_cast<float>(a.g.get_float_or(c.arch + ".rope.scaling.factor", 1.0));
-    if (!(c.rope_scale >= 1e-3f && c.rope_scale <= 1e6f))
-      return a.error(c.arch + ".rope.scaling.factor = " + std::to_string(c.rope_scale) + " is out of range");
-  } else if (scaling != "none") {
-    return a.error("rope scaling '" + scaling + "' is not supported yet (none, linear)");
-  }
-  // Phi-3's LongRoPE: the original context the factors switch at, and the
-  // attention factor (its converter writes both with the factor tensors).
+  // RoPE scaling as llama.cpp runs it: linear (positions times 1 /
+  // rope.scaling.factor) or YaRN (ggml's rope_yarn: the ramp between
+  // interpolated and extrapolated angles, mscale on cos and sin).
+  const std::string key = c.arch + ".rope.scaling.";
+  const std::string scaling = a.g.get_string_or(key + "type", "none");
+  auto f32_key = [&](const std::string& name, double fallback, double lo, double hi, float* dst) -> Status {
+    const gguf::Value* v = a.g.find(key + name);
+    if (v && !v->is_float() && !v->is_int()) return a.error(key + name + " is not a number");
+    double x = fallback;
+    if (v) {
+      using gguf::Type;
+      const bool is_signed = v->type == Type::kI8 || v->type == Type::kI16 || v->type == Type::kI32 || v->type == Type::kI64;
+      x = v->is_float() ? v->f : is_signed ? double(v->i) : double(v->u);
+    }
+    if (!(x >= lo && x <= hi))
+      return a.error(key + name + " = " + std::to_string(x) + " is out of range (" + std::to_string(lo) + ".." +
+                     std::to_string(hi) + ")");
+    *dst = static_cast<float>(x);
+    return Status::Ok();
+  };
+  // Phi-3's LongRoPE writes the original context with its factor tensors;
+  // YaRN's ramp is over it (llama.cpp: n_ctx_orig_yarn, the trained context
+  // when absent or 0).
   auto orig = a.optional("rope.scaling.original_context_length", 0, 0, 1u << 24);
   if (!orig) return orig.status();
   c.n_ctx_orig = *orig;
-  c.rope_attn_factor = static_cast<float>(a.g.get_float_or(c.arch + ".rope.scaling.attn_factor", 1.0));
-  if (!(c.rope_attn_factor > 0.0f && c.rope_attn_factor < 100.0f))
-    return a.error(c.arch + ".rope.scaling.attn_factor = " + std::to_string(c.rope_attn_factor) + " is out of range");
+  if (Status s = f32_key("attn_factor", 1.0, 1e-3, 100.0, &c.rope_attn_factor); !s.ok()) return s;
+  float attn = 1.0f;  // llama.cpp's cparams.yarn_attn_factor before the file's attn_factor
+  if (scaling == "linear" || scaling == "yarn") {
+    if (!a.g.find(key + "factor"))
+      return a.error(key + "factor is missing (rope.scaling.type is " + scaling + ")");
+    if (Status s = f32_key("factor", 0.0, 1e-3, 1e6, &c.rope_scale); !s.ok()) return s;
+  } else if (scaling != "none") {
+    return a.error("rope scaling '" + scaling + "' is not supported (none, linear, yarn)");
+  }
+  if (scaling == "yarn") {
+    if (c.n_ctx_orig == 0) c.n_ctx_orig = c.n_ctx_train;
+    float log_mul = 0.0f;
+    for (auto [name, fallback, lo, hi, dst] :
+         {std::tuple<const char*, double, double, double, float*>{"yarn_ext_factor", 1.0, 0.0, 1.0, &c.yarn_ext_factor},
+          {"yarn_attn_factor", 1.0, 1e-3, 100.0, &attn},
+          {"yarn_beta_fast", 32.0, 1e-3, 1e4, &c.yarn_beta_fast},
+          {"yarn_beta_slow", 1.0, 1e-3, 1e4, &c.yarn_beta_slow},
+          {"yarn_log_multiplier", 0.0, 0.0, 100.0, &log_mul}})
+      if (Status s = f32_key(name, fallback, lo, hi, dst); !s.ok()) return s;
+    if (c.yarn_ext_factor != 0.0f) {
+      // llama.cpp's context: get_mscale(f, 1) / get_mscale(f, log_mul) (or
+      // get_mscale(f, 1) without a multiplier), then divided by the
+      // 1 + 0.1 ln f that ggml's rope multiplies in again.
+      const float f = c.rope_scale;
+      auto mscale = [](float scale, float m) { return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f; };
+      attn = log_mul != 0.0f ? mscale(f, 1.0f) / mscale(f, log_mul) : mscale(f, 1.0f);
+      attn *= 1.0f / (1.0f + 0.1f * std::log(f));
+    }
+  }
+  c.rope_mscale = attn * c.rope_attn_factor;
   if (c.n_head_kv < 1 || c.n_head % c.n_head_kv != 0)
     return a.error("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
                    std::to_string(c.n_head_kv));
@@ -193,6 +236,45 @@ Status shared_hparams(const ArchLoader& a) {
   if (!(c.eps > 0.0f && c.eps < 1.0f))
     return a.error(c.arch + ".attention.layer_norm_rms_epsilon = " + std::to_string(c.eps) + " is out of range");
   return Status::Ok();
+}
+
+// THE LIST of tensors the runtime knowingly skips: a file's tensor that no
+// loader read is refused unless it is one of these (llama.cpp loads the same
+// ones with TENSOR_SKIP):
+//  - the multi-token-prediction blocks: qwen35's `nextn_predict_layers`
+//    blocks after the ones run (blk.<il>.* with n_layer <= il < the file's
+//    block_count), which only speculative decoding would use.
+bool skipped_tensor(const ArchLoader& a, const std::string& name) {
+  const uint64_t file_blocks = a.g.get_uint_or(a.c.arch + ".block_count", 0);
+  if (name.rfind("blk.", 0) == 0) {
+    const size_t dot = name.find('.', 4);
+    if (dot == std::string::npos || dot == 4) return false;
+    uint64_t il = 0;
+    for (size_t i = 4; i < dot; ++i) {
+      if (name[i] < '0' || name[i] > '9' || il > (1u << 24)) return false;
+      il = il * 10 + uint64_t(name[i] - '0');
+    }
+    return il >= uint64_t(a.c.n_layer) && il < file_blocks;  // a multi-token-prediction block
+  }
+  return false;
+}
+
+// Every tensor of the file was read by a loader or is on the list above;
+// the others are named (a file with tensors the runtime would silently
+// ignore computes something else than what it was made for).
+Status check_tensors_used(const ArchLoader& a) {
+  std::string names;
+  size_t n = 0;
+  const auto& ts = a.g.tensors();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (a.used[i] || skipped_tensor(a, ts[i].name)) continue;
+    if (n < 8) names += (n ? ", '" : "'") + ts[i].name + "'";
+    ++n;
+  }
+  if (n == 0) return Status::Ok();
+  if (n > 8) names += " and " + std::to_string(n - 8) + " more";
+  return a.error(std::to_string(n) + (n == 1 ? " tensor is" : " tensors are") + " not used by the " + a.c.arch +
+                 " loader and not on the list of tensors turbokv knowingly skips: " + names);
 }
 
 }  // namespace
@@ -209,7 +291,8 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
   c.arch = *arch_name;
   const ArchSpec* arch = find_arch(c.arch);
   if (!arch) return Status::Error(path + ": architecture '" + c.arch + "' is not supported (" + arch_names() + ")");
-  const ArchLoader a{g, path, c, *m};
+  std::vector<char> used(g.tensors().size(), 0);
+  const ArchLoader a{g, path, c, *m, used};
   if (Status s = shared_hparams(a); !s.ok()) return s;
   if (Status s = arch->hparams(a); !s.ok()) return s;
   if (c.window.empty()) c.window.assign(c.n_layer, 0);
@@ -261,6 +344,24 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
           return Status::Error(path + ": a rope factor is " + std::to_string(f) + " (factors must be finite and > 0)");
     }
   }
+  // Llama 3's RoPE factors, where the architecture reads them (as llama.cpp's
+  // loader): one per rotated pair, finite and > 0.
+  if (c.rope_freqs && g.tensor("rope_freqs.weight")) {
+    const gguf::Tensor* t = g.tensor("rope_freqs.weight");
+    if (t->n_elements != uint64_t(c.rope_dims / 2) || t->dims.size() != 1)
+      return Status::Error(path + ": rope_freqs.weight has " + std::to_string(t->n_elements) +
+                           " factors; expected one per rotated pair, " + std::to_string(c.rope_dims / 2) +
+                           " (rope.dimension_count " + std::to_string(c.rope_dims) + " / 2)");
+    auto f = a.tensor("rope_freqs.weight", c.rope_dims / 2, 1);
+    if (!f) return f.status();
+    m->rope_freqs_.resize(static_cast<size_t>(c.rope_dims / 2));
+    dequantize_row(*f, 0, m->rope_freqs_.data());
+    for (size_t i = 0; i < m->rope_freqs_.size(); ++i)
+      if (!(m->rope_freqs_[i] > 0.0f) || !std::isfinite(m->rope_freqs_[i]))
+        return Status::Error(path + ": rope_freqs.weight[" + std::to_string(i) + "] is " +
+                             std::to_string(m->rope_freqs_[i]) + " (factors must be finite and > 0)");
+  }
+  if (Status s = check_tensors_used(a); !s.ok()) return s;
   // Copy the weights out of the file mapping onto huge pages: decode streams
   // them all once per token, and 4 KiB pages cost TLB misses at that speed.
   std::vector<Matrix*> mats = {&m->tok_embd_, &m->out_norm_, &m->output_};

@@ -4,7 +4,7 @@
 //
 // Transformer models from GGUF, one file per architecture behind one table
 // (model/arch.h: llama, qwen2, qwen3, phi3, qwen3moe in arch_llama.cpp,
-// gemma3, qwen35), running attention on the compressed KV cache. The forward
+// gemma3, qwen35, smollm3, granite, olmo2), running attention on the compressed KV cache. The forward
 // pass (forward.cpp) reads top to bottom in Model::run.
 #pragma once
 #include <cstdint>
@@ -42,7 +42,22 @@ struct ModelConfig {
   // n_ctx_orig (llama.cpp's choice by context size, here a sequence's cache
   // capacity); cos and sin scaled by rope_attn_factor.
   int n_ctx_orig = 0;
-  float rope_attn_factor = 1.0f;
+  float rope_attn_factor = 1.0f;  // the file's rope.scaling.attn_factor
+  // Llama 3's RoPE factors (rope_freqs.weight): one per rotated pair, each
+  // dividing its pair's frequency, as llama.cpp's freq_factors; read by the
+  // architectures whose llama.cpp loader reads them (rope_freqs set by the
+  // architecture's entry), refused as an unused tensor by the others.
+  bool rope_freqs = false;
+  // YaRN (rope.scaling.type = yarn), as ggml's rope: per rotated pair i the
+  // angle mixes the interpolated one (times 1/rope_scale) and the
+  // extrapolated one by a ramp over the pairs between the correction dims
+  // of beta_fast and beta_slow (ggml_rope_yarn_corr_dims with n_ctx_orig),
+  // times yarn_ext_factor; cos and sin are scaled by rope_mscale times
+  // (1 + 0.1 ln rope_scale) there. yarn_ext_factor 0: no YaRN.
+  float yarn_ext_factor = 0.0f, yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+  // What cos and sin are multiplied by (llama.cpp's cparams.yarn_attn_factor:
+  // the file's attn_factor, for YaRN with its mscale corrections).
+  float rope_mscale = 1.0f;
   // Mixture of experts (qwen3moe): 0 experts for a dense feed-forward.
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   int n_ff_shexp = 0;  // qwen35moe's shared expert (0: none)
@@ -57,6 +72,15 @@ struct ModelConfig {
   float attn_scale = 0.0f;
   float final_softcap = 0.0f;  // logits = cap * tanh(logits / cap) when > 0
   float rope_base_swa = 10000.0f, rope_scale_swa = 1.0f;
+  // Layers without RoPE (SmolLM3's every fourth, Granite's rope.scaling.finetuned
+  // false): per layer, 1 for none (empty: every layer rotates).
+  std::vector<char> no_rope;
+  // Granite: attention and feed-forward outputs times residual_scale before
+  // their residual add, logits divided by logit_scale (0: none of either).
+  float residual_scale = 0.0f, logit_scale = 0.0f;
+  // OLMo 2: Q and K RMS-normed as whole vectors over all heads (q_norm of
+  // n_head * head_dim, k_norm of n_head_kv * head_dim), not per head.
+  bool qk_norm_full = false;
   // Per layer: its sliding window (0: full attention) and its KV cache layer
   // (-1: a recurrent layer without one, qwen35's Gated DeltaNet).
   std::vector<int> window, kv_layer;
@@ -151,6 +175,7 @@ class Model {
   Matrix tok_embd_, out_norm_, output_;
   std::vector<Layer> layers_;
   std::vector<float> rope_long_, rope_short_;  // Phi-3 LongRoPE factors (empty when absent)
+  std::vector<float> rope_freqs_;              // Llama 3 RoPE factors (empty when absent)
   size_t weight_bytes_ = 0;
   HugeBuffer weights_;  // all weight bytes, copied out of the file onto huge pages
 };

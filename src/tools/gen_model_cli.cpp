@@ -1,4 +1,4 @@
-// `turbokv gen-model --arch llama|qwen2|qwen3|phi3|qwen3moe|gemma3|qwen35|qwen35moe --layers L --dim D --heads H
+// `turbokv gen-model --arch llama|qwen2|qwen3|phi3|qwen3moe|gemma3|qwen35|qwen35moe|smollm3|granite|olmo2 --layers L --dim D --heads H
 // --kv-heads K --head-dim HD --ffn F [--vocab-from VOCAB.gguf] --type T -o OUT.gguf`
 #include <iostream>
 #include <memory>
@@ -15,7 +15,7 @@ void register_gen_model(CLI::App& app) {
   auto vocab = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("gen-model", "Write a GGUF model with random weights (any shape)");
-  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, phi3, qwen3moe, gemma3, qwen35 or qwen35moe (checked by gen-model)");
+  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, phi3, qwen3moe, gemma3, qwen35, qwen35moe, smollm3, granite or olmo2 (checked by gen-model)");
   cmd->add_option("--experts", o->experts, "qwen3moe/qwen35moe: experts per layer (--ffn is each one's width)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--experts-used", o->experts_used, "qwen3moe/qwen35moe: experts per token")->check(CLI::Range(1, 4096));
@@ -39,7 +39,7 @@ void register_gen_model(CLI::App& app) {
   cmd->add_option("--head-dim", o->head_dim, "head dim")->check(CLI::Range(2, 1024));
   cmd->add_option("--ffn", o->ffn, "feed-forward size")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--ctx", o->ctx, "trained context to record")->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--type", o->type, "weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K");
+  cmd->add_option("--type", o->type, "weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4");
   cmd->add_option("--vocab-from", *vocab, "copy the tokenizer of this GGUF file");
   cmd->add_option("--vocab", o->vocab, "synthetic vocabulary size when no --vocab-from");
   cmd->add_option("--seed", o->seed, "random seed");
@@ -47,6 +47,18 @@ void register_gen_model(CLI::App& app) {
                   "phi3: write LongRoPE factors (long and short) switching at this original context, "
                   "and the attention factor for --ctx over it (default 0: none)")
       ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--llama3-rope", o->llama3_rope_ctx,
+                  "llama: write rope_freqs.weight, Llama 3's RoPE factors (factor 8, low 1, high 4) for this "
+                  "original context (default 0: none)")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--yarn-factor", o->yarn_factor, "YaRN: rope.scaling.type yarn with this factor (default 0: none)")
+      ->check(CLI::Range(0.0, 1e4));
+  cmd->add_option("--yarn-orig-ctx", o->yarn_orig_ctx, "YaRN: rope.scaling.original_context_length")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--embedding-scale", o->embedding_scale, "granite: embedding scale");
+  cmd->add_option("--residual-scale", o->residual_scale, "granite: residual scale");
+  cmd->add_option("--attention-scale", o->attention_scale, "granite: softmax scale (attention.scale)");
+  cmd->add_option("--logit-scale", o->logit_scale, "granite: logits divided by it");
   cmd->add_option("-o,--output", *out, "output GGUF")->required();
   cmd->callback([o, vocab, out]() {
     std::shared_ptr<gguf::File> v;

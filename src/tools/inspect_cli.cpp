@@ -1,4 +1,5 @@
-// `turbokv inspect MODEL.gguf`: the metadata and tensors of a GGUF file.
+// `turbokv inspect MODEL.gguf`: the metadata and tensors of a GGUF file (of
+// every part of a split model, whose parts it lists).
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -49,16 +50,32 @@ void register_inspect(CLI::App& app) {
   cmd->callback([path, no_tensors]() {
     auto f = gguf::File::open(*path);
     if (!f) {
-      std::cerr << "turbokv inspect: error: " << f.error() << "\n";
-      throw CLI::RuntimeError(1);
+      // A later part of a split model on its own: shown as the part it is.
+      auto p = gguf::File::open_part(*path);
+      if (!p || !(*p)->find("split.no") || (*p)->get_uint_or("split.no", 0) == 0) {
+        std::cerr << "turbokv inspect: error: " << f.error() << "\n";
+        throw CLI::RuntimeError(1);
+      }
+      std::printf("%s: part %lu of %lu of a split model (open the first part for the model)\n", path->c_str(),
+                  static_cast<unsigned long>((*p)->get_uint_or("split.no", 0) + 1),
+                  static_cast<unsigned long>((*p)->get_uint_or("split.count", 0)));
+      f = std::move(p);
     }
     const auto& file = **f;
     std::printf("%s: GGUF v%u, %zu metadata entries, %zu tensors, alignment %lu, data at byte %lu\n",
                 path->c_str(), file.version(), file.metadata().size(), file.tensors().size(),
                 static_cast<unsigned long>(file.alignment()), static_cast<unsigned long>(file.data_offset()));
+    if (file.parts().size() > 1) {  // a split model: every part, each mapped
+      std::printf("split model: %zu parts\n", file.parts().size());
+      for (size_t i = 0; i < file.parts().size(); ++i)
+        std::printf("  part %zu: %s, %lu tensors, %lu bytes\n", i + 1, file.parts()[i].path.c_str(),
+                    static_cast<unsigned long>(file.parts()[i].n_tensors),
+                    static_cast<unsigned long>(file.parts()[i].size));
+    }
     for (const auto& [k, v] : file.metadata())
       std::printf("  %-45s %-7s %s\n", k.c_str(), gguf::type_name(v.type), show(v).c_str());
-    // The layer stack as the runtime reads it (a vocabulary-only file is no model).
+    // The layer stack as the runtime reads it (a vocabulary-only file or a
+    // later part of a split is no model).
     if (file.find("general.architecture")) {
       auto m = Model::from_file(*f);
       if (m) {

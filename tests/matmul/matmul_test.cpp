@@ -38,7 +38,8 @@ struct TypeInfo {
   uint32_t id;
 };
 const TypeInfo kTypes[] = {{"F32", 0},   {"F16", 1},   {"BF16", 30}, {"Q8_0", 8},  {"Q4_0", 2},  {"Q4_1", 3},
-                           {"Q5_0", 6},  {"Q5_1", 7},  {"Q4_K", 12}, {"Q5_K", 13}, {"Q6_K", 14}};
+                           {"Q5_0", 6},  {"Q5_1", 7},  {"Q4_K", 12}, {"Q5_K", 13}, {"Q6_K", 14},
+                           {"MXFP4", 39}};
 
 // A random weight matrix of a type, its bytes and its dequantized values.
 struct TestMatrix {
@@ -165,6 +166,64 @@ TEST(Matmul, TiledAndRowCoresMatchFloat64OnEveryTypeAndTarget) {
           }
         }
       }
+  }
+}
+
+// MXFP4 (issue 32): blocks decoded against the OCP MX format written out
+// here: each 4-bit code an E2M1 float (sign, 2 exponent bits with bias 1,
+// 1 mantissa bit; exponent 0 subnormal), times the block's E8M0 scale
+// 2^(e - 127); codes j and j + 16 in the low and high nibbles of byte j.
+// The writer picks ggml's exponent floor(log2 amax) - 2 + 127 and the
+// nearest code.
+TEST(Matmul, Mxfp4BlocksDecodeAsE2M1TimesE8M0) {
+  auto e2m1 = [](int code) {
+    const int sign = code >> 3, ex = (code >> 1) & 3, man = code & 1;
+    const double v = ex == 0 ? 0.5 * man : std::ldexp(1.0 + 0.5 * man, ex - 1);
+    return sign ? -v : v;
+  };
+  Rng rng(39);
+  for (int trial = 0; trial < 200; ++trial) {
+    uint8_t blk[17];
+    // Exponents over the whole range, the subnormal scales 0 and 1 included.
+    blk[0] = static_cast<uint8_t>(trial < 4 ? trial : rng.below(256));
+    for (int j = 1; j < 17; ++j) blk[j] = static_cast<uint8_t>(rng.below(256));
+    Matrix m;
+    m.data = blk;
+    m.type = 39;
+    m.rows = 1;
+    m.cols = 32;
+    m.row_bytes = 17;
+    float got[32];
+    dequantize_row(m, 0, got);
+    for (int j = 0; j < 32; ++j) {
+      const int code = j < 16 ? blk[1 + j] & 15 : blk[1 + j - 16] >> 4;
+      const double want = e2m1(code) * std::ldexp(1.0, int(blk[0]) - 127);
+      EXPECT_EQ(double(got[j]), want) << "e " << int(blk[0]) << " value " << j;
+    }
+  }
+  // The writer: exponent from the largest magnitude, nearest codes.
+  std::vector<float> x(32);
+  for (int trial = 0; trial < 50; ++trial) {
+    for (float& v : x) v = static_cast<float>(rng.gaussian() * std::ldexp(1.0, trial % 20 - 10));
+    uint8_t blk[17];
+    ASSERT_TRUE(quantize_weight_row("MXFP4", x.data(), 32, blk));
+    double amax = 0;
+    for (float v : x) amax = std::max(amax, std::fabs(double(v)));
+    EXPECT_EQ(int(blk[0]), int(std::floor(std::log2(amax))) - 2 + 127);
+    Matrix m;
+    m.data = blk;
+    m.type = 39;
+    m.rows = 1;
+    m.cols = 32;
+    m.row_bytes = 17;
+    float got[32];
+    dequantize_row(m, 0, got);
+    const double scale = std::ldexp(1.0, int(blk[0]) - 127);
+    for (int j = 0; j < 32; ++j) {
+      double best = 1e300;
+      for (int c = 0; c < 16; ++c) best = std::min(best, std::fabs(e2m1(c) * scale - x[j]));
+      EXPECT_LE(std::fabs(double(got[j]) - x[j]), best * (1 + 1e-12) + 1e-30) << j;
+    }
   }
 }
 
