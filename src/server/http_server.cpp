@@ -487,8 +487,8 @@ void HttpServer::serve() {
     g.unlock();
     for (auto& c : left) release(std::move(c));
     g.lock();
-    // Responses in progress get a second to end, then their sockets are shut.
-    idle_cv_.wait_for(g, std::chrono::seconds(1), [&] { return active_ == 0; });
+    // Responses in progress get half a second to end, then their sockets are shut.
+    idle_cv_.wait_for(g, std::chrono::milliseconds(500), [&] { return active_ == 0; });
     for (int fd : busy_fds_) ::shutdown(fd, SHUT_RDWR);
   }
   cv_.notify_all();

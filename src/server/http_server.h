@@ -69,7 +69,7 @@ class HttpServer {
   Expected<int> bind();
   // Serves until stop() (blocking). On stop: no new connection is accepted,
   // connections being read or idle are closed at once, responses in progress
-  // get up to a second to end (streams end with an error chunk when the
+  // get up to half a second to end (streams end with an error chunk when the
   // engine stops first), then their sockets are shut down.
   void serve();
   void stop();

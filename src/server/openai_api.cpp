@@ -305,8 +305,9 @@ json reason(const std::string& finish_reason) { return finish_reason.empty() ? j
 
 }  // namespace
 
-std::optional<ApiError> check_json_depth(std::string_view body, int max_depth) {
-  int depth = 0;
+std::optional<ApiError> check_json_depth(std::string_view body, int max_depth, size_t max_array) {
+  // Per open container: is it an array, and its commas so far.
+  std::vector<std::pair<bool, size_t>> open;
   bool in_string = false, escaped = false;
   for (char c : body) {
     if (in_string) {
@@ -317,10 +318,14 @@ std::optional<ApiError> check_json_depth(std::string_view body, int max_depth) {
     }
     if (c == '"') in_string = true;
     else if (c == '[' || c == '{') {
-      if (++depth > max_depth)
+      if (static_cast<int>(open.size()) >= max_depth)
         return bad("", "request body nests JSON arrays and objects deeper than the limit of " + std::to_string(max_depth));
+      open.push_back({c == '[', 0});
     } else if (c == ']' || c == '}') {
-      --depth;
+      if (!open.empty()) open.pop_back();
+    } else if (c == ',' && !open.empty() && open.back().first && ++open.back().second >= max_array) {
+      return bad("", "request body has a JSON array of more than the limit of " + std::to_string(max_array) +
+                         " elements");
     }
   }
   return std::nullopt;

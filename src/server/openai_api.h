@@ -54,8 +54,12 @@ struct CompletionRequest {
 // counts as absent.
 // JSON nested deeper than max_depth arrays and objects is refused before
 // it is parsed (a deeply nested body costs far more memory than its bytes).
+// So is an array of more than max_array elements (a 16 MB array of token
+// ids took 350 MB to parse).
 constexpr int kMaxJsonDepth = 64;
-std::optional<ApiError> check_json_depth(std::string_view body, int max_depth = kMaxJsonDepth);
+constexpr size_t kMaxJsonArray = size_t(1) << 20;
+std::optional<ApiError> check_json_depth(std::string_view body, int max_depth = kMaxJsonDepth,
+                                         size_t max_array = kMaxJsonArray);
 
 std::optional<ApiError> parse_completion_request(std::string_view body, bool chat, CompletionRequest& out,
                                                  int max_depth = kMaxJsonDepth);

@@ -406,6 +406,28 @@ TEST(ServerAttack, LongPromptsAndDeepJsonAreRefusedCheaply) {
   EXPECT_EQ(s.normal_request().first, 200);
 }
 
+// #31.4 too: a 16 MB array of token ids took 350 MB to parse.
+TEST(ServerAttack, HugeArraysAreRefusedBeforeTheyAreParsed) {
+  server::EngineOptions eo;
+  eo.ctx = 256;
+  Server s(eo);
+  reset_peak_rss();
+  const long base = status_kb("VmHWM:");
+  std::string body = "{\"prompt\":[1";
+  body.reserve(5u << 20);
+  for (int i = 0; i < 2000000; ++i) body += ",1";
+  body += "]}";
+  auto c = s.client();
+  auto r = c.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("array of more than the limit of 1048576 elements"), std::string::npos) << r->body.substr(0, 300);
+  if (kRssMeaningful) {
+    EXPECT_LT((status_kb("VmHWM:") - base) / 1024, 48) << "peak RSS growth, MiB";
+  }
+  EXPECT_EQ(s.normal_request().first, 200);
+}
+
 // #31.5: slow clients took every handler thread and a timeout that
 // restarted with each byte kept them.
 TEST(ServerAttack, SlowClientsNeitherBlockOthersNorStayPastTheDeadline) {
