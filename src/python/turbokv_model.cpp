@@ -215,6 +215,58 @@ class Model {
     check(s);
   }
 
+  py::object config() const {
+    size_t len = 0;
+    std::vector<char> buf(4096);
+    tkv_status s = tkv_model_config_json(model_, buf.data(), buf.size(), &len);
+    if (s == TKV_ERR_BUFFER) {
+      buf.resize(len + 1);
+      s = tkv_model_config_json(model_, buf.data(), buf.size(), &len);
+    }
+    check(s);
+    return py::module_::import("json").attr("loads")(py::str(buf.data(), len));
+  }
+
+  // name -> (type, shape) with the shape row-major (the GGUF dims reversed).
+  py::dict tensors() const {
+    py::dict d;
+    const size_t n = tkv_model_n_tensors(model_);
+    for (size_t i = 0; i < n; ++i) {
+      const char* name = nullptr;
+      const char* type = nullptr;
+      int64_t dims[4];
+      int32_t nd = 0;
+      check(tkv_model_tensor_info(model_, i, &name, &type, dims, &nd));
+      py::list shape;
+      for (int j = nd - 1; j >= 0; --j) shape.append(dims[j]);
+      d[py::str(name)] = py::make_tuple(std::string(type), py::tuple(shape));
+    }
+    return d;
+  }
+
+  py::array_t<float> tensor(const std::string& name) const {
+    const size_t n = tkv_model_n_tensors(model_);
+    for (size_t i = 0; i < n; ++i) {
+      const char* tn = nullptr;
+      int64_t dims[4];
+      int32_t nd = 0;
+      check(tkv_model_tensor_info(model_, i, &tn, nullptr, dims, &nd));
+      if (name != tn) continue;
+      std::vector<py::ssize_t> shape;
+      for (int j = nd - 1; j >= 0; --j) shape.push_back(static_cast<py::ssize_t>(dims[j]));
+      auto out = new_array<float>(shape);
+      float* o = out.mutable_data();
+      tkv_status s;
+      {
+        py::gil_scoped_release nogil;
+        s = tkv_model_tensor_f32(model_, name.c_str(), o, static_cast<size_t>(out.size()));
+      }
+      check(s);
+      return out;
+    }
+    throw py::key_error("no tensor named '" + name + "' in the model (see Model.tensors)");
+  }
+
   py::dict info() const {
     py::dict d;
     d["arch"] = std::string(tkv_model_arch(model_));
@@ -254,7 +306,17 @@ void bind_model(py::module_& m) {
            "Model(path, cache='tq4'): cache is the K (and V, unless cache_v) format; ctx 0: 4096 or the "
            "model's trained context if smaller; threads 0: every core; preset ('quality', 'balanced', "
            "'compact') or policy (a calibrated policy file) replace the formats.")
-      .def_property_readonly("info", &Model::info)
+      .def_property_readonly("info", &Model::info,
+                             "dict: arch, n_layer, n_head, n_head_kv, head_dim, n_vocab, n_ctx_train, n_ctx, "
+                             "k_bits_per_value, v_bits_per_value (bits per stored value), bos, eos")
+      .def_property_readonly("config", &Model::config,
+                             "dict: the model's shape and hyperparameters (n_embd, n_ff, eps, rope_base, "
+                             "rope_scale, rope_dims, rope_neox, qkv_bias, qk_norm, tied_output, ...)")
+      .def_property_readonly("tensors", &Model::tensors,
+                             "dict: GGUF tensor name -> (type name, shape row-major, e.g. (n_vocab, n_embd))")
+      .def("tensor", &Model::tensor, py::arg("name"),
+           "The named GGUF tensor decoded to a new float32 array of its row-major shape (the GGUF dims "
+           "reversed: a [n_embd, n_vocab] ggml tensor is float32[n_vocab, n_embd]); KeyError if absent")
       .def("tokenize", &Model::tokenize, py::arg("text"), py::arg("bos") = true)
       .def("detokenize", &Model::detokenize, py::arg("tokens"))
       .def("generate", &Model::generate, py::arg("prompt"), py::arg("n") = 64, py::arg("temperature") = 0.8f,
