@@ -297,7 +297,9 @@ class Model {
 void bind_model(py::module_& m) {
   py::class_<Model>(m, "Model",
                     "A GGUF model (llama, qwen2, qwen3) with one context on a compressed KV cache. "
-                    "Use one Model from one thread at a time.")
+                    "Its tokenizer, hyperparameters (config) and weights (tensor(name): float32 arrays) are "
+                    "there for your own forward pass (examples/torch_llama.py). info reports the cache's "
+                    "bits per stored value. Use one Model from one thread at a time.")
       .def(py::init<const std::string&, const std::string&, const py::object&, int, int, const py::object&,
                     const py::object&, bool, int>(),
            py::arg("path"), py::arg("cache") = "tq4", py::arg("cache_v") = py::none(), py::arg("ctx") = 0,
@@ -317,8 +319,10 @@ void bind_model(py::module_& m) {
       .def("tensor", &Model::tensor, py::arg("name"),
            "The named GGUF tensor decoded to a new float32 array of its row-major shape (the GGUF dims "
            "reversed: a [n_embd, n_vocab] ggml tensor is float32[n_vocab, n_embd]); KeyError if absent")
-      .def("tokenize", &Model::tokenize, py::arg("text"), py::arg("bos") = true)
-      .def("detokenize", &Model::detokenize, py::arg("tokens"))
+      .def("tokenize", &Model::tokenize, py::arg("text"), py::arg("bos") = true,
+           "The token ids (list of int) of text; bos: BOS first when the model's vocabulary asks for it")
+      .def("detokenize", &Model::detokenize, py::arg("tokens"),
+           "The text of a list of token ids (bytes that are not UTF-8 replaced, never an error)")
       .def("generate", &Model::generate, py::arg("prompt"), py::arg("n") = 64, py::arg("temperature") = 0.8f,
            py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f,
            py::arg("repeat_penalty") = 1.0f, py::arg("seed") = 42, py::arg("callback") = py::none(),
@@ -327,8 +331,9 @@ void bind_model(py::module_& m) {
            "callback(token, text) gets each token (a truthy return stops). keep=True continues the "
            "context instead of starting empty.")
       .def("eval", &Model::eval, py::arg("tokens"), "Evaluates tokens after the context's; returns the logits")
-      .def_property_readonly("logits", &Model::logits)
-      .def_property_readonly("tokens", &Model::tokens)
+      .def_property_readonly("logits", &Model::logits,
+                             "float32[n_vocab] logits of the last evaluated token, or None before any")
+      .def_property_readonly("tokens", &Model::tokens, "list of the token ids the context holds")
       .def("reset", &Model::reset, "Empties the context")
       .def("perplexity", &Model::perplexity, py::arg("text"), py::arg("n_ctx") = 512, py::arg("chunks") = 0,
            "llama-perplexity's method on the model's cache formats: {'ppl', 'ppl_err', 'chunks', "
