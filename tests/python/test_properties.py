@@ -83,7 +83,7 @@ def lloyd_mse_vector(fmt, d):
 
 # ------------------------------------------------------------- the rotation
 
-@settings(max_examples=examples(12))
+@settings(max_examples=examples(40))
 @given(d=D, seed=SEED, n=st.integers(1, 1024), data_seed=DATA_SEED, log10_norm=LOG10_NORM)
 def test_rotation_is_orthogonal(d, seed, n, data_seed, log10_norm):
     """R R^T = I (float32: 2e-6 per entry), norms kept, R^T undoes R, and the
@@ -100,7 +100,7 @@ def test_rotation_is_orthogonal(d, seed, n, data_seed, log10_norm):
     assert not np.array_equal(m, other)
 
 
-@settings(max_examples=examples(6))
+@settings(max_examples=examples(15))
 @given(d=D, base=st.integers(0, 2**62), data_seed=DATA_SEED, log10_norm=LOG10_NORM)
 def test_rotated_coordinates_follow_the_beta_law(d, base, data_seed, log10_norm):
     """Over seeds, the coordinates of R x / |x| follow Beta((d-1)/2, (d-1)/2)
@@ -121,7 +121,7 @@ def test_rotated_coordinates_follow_the_beta_law(d, base, data_seed, log10_norm)
 
 # ------------------------------------------------------- round-trip errors
 
-@settings(max_examples=examples(25))
+@settings(max_examples=examples(100))
 @given(fmt=st.sampled_from(TQ), d=D, seed=SEED, n=st.integers(1, 1024), data_seed=DATA_SEED,
        log10_norm=LOG10_NORM)
 def test_tq_roundtrip_error_is_within_the_codebooks_mse(fmt, d, seed, n, data_seed, log10_norm):
@@ -139,7 +139,7 @@ def test_tq_roundtrip_error_is_within_the_codebooks_mse(fmt, d, seed, n, data_se
     assert e.mean() <= m + 5 * sem + 1e-6, (e.mean(), m, sem)
 
 
-@settings(max_examples=examples(25))
+@settings(max_examples=examples(60))
 @given(fmt=st.sampled_from(TQ + OTHER), d=D, seed=SEED, n=st.integers(1, 256), data_seed=DATA_SEED,
        log10_norm=LOG10_NORM)
 def test_adversarial_rows_roundtrip_finite_and_bounded(fmt, d, seed, n, data_seed, log10_norm):
@@ -160,25 +160,39 @@ def test_adversarial_rows_roundtrip_finite_and_bounded(fmt, d, seed, n, data_see
     assert np.all(np.linalg.norm(xh[big] - x64[big], axis=1) <= nx[big] * (1 + 1e-6))
 
 
-def block_bound(y, block, levels, rel_scale):
-    """Per-element bound of a llama.cpp block format on y (rows of d): a
-    block's scale is absmax / levels, stored in f16 (relative 2^-11), codes
-    round to the nearest step: |error| <= scale * (rel_scale + levels * 2^-10)."""
+def block_bound(y, fmt):
+    """Per-element bound of llama.cpp's block formats on y (rows of d, blocks
+    of 32; a shorter last block is zero-padded): the block's scale s is
+    stored in f16 (half an ulp: relative 2^-11, or 2^-25 below f16's normal
+    range; times the largest code, 127 or 8). q8_0: s = absmax / 127, codes round to nearest: s / 2. q4_0:
+    s = |max| / 8 with max the signed value of largest magnitude, codes
+    floor(y / (-s sign) + 8.5) clipped to 15: s / 2, and s where the clip
+    bites (y / d >= 7.5, the side opposite max)."""
     n, d = y.shape
-    yb = np.abs(y).reshape(n, d // block, block)
-    s = yb.max(axis=2, keepdims=True) / levels
-    return np.broadcast_to(s * (rel_scale + levels * 2.0 ** -10), yb.shape).reshape(n, d)
+    pad = (-d) % 32
+    yp = np.concatenate([y, np.zeros((n, pad))], axis=1).reshape(n, -1, 32)
+    if fmt.startswith("q8"):
+        s = np.abs(yp).max(axis=2, keepdims=True) / 127
+        b = s * 0.5 + 127 * np.maximum(s * 2.0 ** -11, 2.0 ** -25) + 0 * yp
+    else:
+        idx = np.abs(yp).argmax(axis=2)[..., None]
+        mx = np.take_along_axis(yp, idx, axis=2)
+        dd = mx / -8
+        s = np.abs(dd)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(dd != 0, yp / dd, 0)
+        b = np.where(t >= 7.5 - 1e-6, 1.0, 0.5) * s + 8 * np.maximum(s * 2.0 ** -11, 2.0 ** -25)
+    return b.reshape(n, -1)[:, :d]
 
 
-@settings(max_examples=examples(20))
+@settings(max_examples=examples(60))
 @given(fmt=st.sampled_from(OTHER), d=D, seed=SEED, n=st.integers(1, 1024), data_seed=DATA_SEED,
        log10_norm=LOG10_NORM)
 def test_plain_and_block_formats_are_within_their_rounding(fmt, d, seed, n, data_seed, log10_norm):
     """f32 exact; f16 and bf16 within half an ulp (2^-11, 2^-8 relative;
-    f16 below its normal range: 2^-25 absolute); q8_0 within half a step of
-    absmax/127, q4_0 within a step of absmax/8 (the clipped top code), per
-    32-value block; q8_0r/q4_0r the same bound on the rotated row (R keeps
-    the error's norm: |x - x^| <= |bound on R x|)."""
+    f16 below its normal range: 2^-25 absolute); q8_0 and q4_0 within half
+    a step per 32-value block (block_bound); q8_0r/q4_0r the same bound on
+    the rotated row (R keeps the error's norm: |x - x^| <= |bound on R x|)."""
     c = turbokv.Codec(fmt, d=d, seed=seed)
     x, _ = rows(data_seed, n, d, log10_norm)
     xh = c.dequantize(c.quantize(x)).astype(np.float64)
@@ -190,17 +204,15 @@ def test_plain_and_block_formats_are_within_their_rounding(fmt, d, seed, n, data
         assert np.all(err <= np.maximum(2.0 ** -11 * np.abs(x64), 2.0 ** -25))
     elif fmt == "bf16":
         assert np.all(err <= 2.0 ** -8 * np.abs(x64) + 1e-45)
+    elif fmt.endswith("r"):
+        y = turbokv.rotate(x, seed=seed).astype(np.float64)
+        bound = np.linalg.norm(block_bound(y, fmt), axis=1)
+        assert np.all(np.linalg.norm(xh - x64, axis=1) <= bound * (1 + 1e-5) + 1e-30)
     else:
-        levels, rel = (127, 0.5) if fmt.startswith("q8") else (8, 1.0)
-        if fmt.endswith("r"):
-            y = turbokv.rotate(x, seed=seed).astype(np.float64)
-            bound = np.linalg.norm(block_bound(y, 32, levels, rel), axis=1)
-            assert np.all(np.linalg.norm(xh - x64, axis=1) <= bound * (1 + 1e-5) + 1e-30)
-        else:
-            assert np.all(err <= block_bound(x64, 32, levels, rel) * (1 + 1e-6) + 1e-30)
+        assert np.all(err <= block_bound(x64, fmt) * (1 + 1e-6) + 1e-30)
 
 
-@settings(max_examples=examples(10))
+@settings(max_examples=examples(25))
 @given(fmt=st.sampled_from(TQ + OTHER), d=D, seed=SEED, n=st.integers(1, 1024), data_seed=DATA_SEED,
        log10_norm=LOG10_NORM)
 def test_bytes_are_deterministic_across_calls_and_threads(fmt, d, seed, n, data_seed, log10_norm):
@@ -223,7 +235,7 @@ def test_bytes_are_deterministic_across_calls_and_threads(fmt, d, seed, n, data_
     assert all(np.array_equal(g, want) for gs in got for g in gs)
 
 
-@settings(max_examples=examples(8))
+@settings(max_examples=examples(20))
 @given(b=st.sampled_from([2, 3, 4]), d=D, base=st.integers(0, 2**62), data_seed=DATA_SEED,
        log10_norm=LOG10_NORM)
 def test_ip_inner_products_are_unbiased(b, d, base, data_seed, log10_norm):
@@ -262,7 +274,7 @@ def attention64(q, kd, vd, causal_offset, scale):
     return out
 
 
-@settings(max_examples=examples(15))
+@settings(max_examples=examples(50))
 @given(kf=st.sampled_from(["tq2", "tq3", "tq4", "tq3.5", "tq4-ip", "tq8", "q8_0", "q4_0", "f16", "q8_0r"]),
        vf=st.sampled_from(["tq3", "tq4", "q8_0", "f16", "tq4.5"]), d=D, g=st.sampled_from([1, 4, 8]),
        hkv=st.integers(1, 2), n_kv=st.integers(1, 300), n_q=st.integers(1, 4), offset=st.integers(-1, 300),
@@ -270,11 +282,12 @@ def attention64(q, kd, vd, causal_offset, scale):
 def test_attention_on_codes_equals_float64_on_decoded_rows(kf, vf, d, g, hkv, n_kv, n_q, offset, seed, data_seed,
                                                            log10_norm):
     """The fused kernel on the codes equals float64 attention on the rows the
-    codecs decode within the kernel's float32 accumulation: 1e-5 of the
-    largest |V| (a sum of softmax weights times values, each rounded to
-    float32 once per step, over at most a few hundred keys), for grouped-
-    query attention with 1, 4 and 8 query heads per KV head and causal
-    offsets (query i sees tokens j <= offset + i; -1: all)."""
+    codecs decode within the kernel's stated bound (tests/attention: every
+    format pair within 1e-4 of float64 over decoded rows, per output row
+    ||out - exact|| / ||exact||, with a floor of 1e-3 of the values' norm),
+    for grouped-query attention with 1, 4 and 8 query heads per KV head and
+    causal offsets (query i sees tokens j <= offset + i; -1: all), logits
+    up to ~100 (q and K norms over two decades)."""
     assume(offset < 0 or offset + 1 <= n_kv)
     kc, vc = turbokv.Codec(kf, d=d, seed=seed), turbokv.Codec(vf, d=d, seed=seed)
     rng = np.random.default_rng(data_seed)
@@ -287,12 +300,15 @@ def test_attention_on_codes_equals_float64_on_decoded_rows(kf, vf, d, g, hkv, n_
     kd = kc.dequantize(kb.reshape(-1, kc.row_bytes)).reshape(n_kv, hkv, d).astype(np.float64)
     vd = vc.dequantize(vb.reshape(-1, vc.row_bytes)).reshape(n_kv, hkv, d).astype(np.float64)
     want = attention64(q.astype(np.float64), kd, vd, offset, 1 / np.sqrt(d))
-    assert np.max(np.abs(out - want)) <= 1e-5 * max(np.max(np.abs(vd)), 1e-30), np.max(np.abs(out - want))
+    err = np.linalg.norm(out - want, axis=2)
+    floor = 1e-3 * np.mean(np.linalg.norm(v.astype(np.float64), axis=1))
+    rel = err / np.maximum(np.linalg.norm(want, axis=2), floor)
+    assert np.max(rel) < 1e-4, np.max(rel)
 
 
 # ----------------------------------------------------------- calibrated codecs
 
-@settings(max_examples=examples(10))
+@settings(max_examples=examples(25))
 @given(b=st.sampled_from([2, 3, 4, 5]), d=D, n=st.integers(64, 1024), data_seed=DATA_SEED,
        log10_norm=LOG10_NORM, decades=st.floats(0.0, 3.0))
 def test_calibrated_codecs_do_no_worse_than_plain_on_their_training_rows(b, d, n, data_seed, log10_norm, decades):
@@ -315,7 +331,7 @@ def test_calibrated_codecs_do_no_worse_than_plain_on_their_training_rows(b, d, n
 
 # ------------------------------------------------------------------ bad input
 
-@settings(max_examples=examples(20))
+@settings(max_examples=examples(40))
 @given(fmt=st.sampled_from(["tq4", "q8_0", "f16", "tq3.5-ip"]), d=D, n=st.integers(1, 64),
        bad=st.sampled_from(["dtype", "shape", "contiguity", "nan", "inf", "ndim", "list"]), data_seed=DATA_SEED,
        where=st.integers(0, 10**6))

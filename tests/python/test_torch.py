@@ -19,6 +19,9 @@ BINARY = os.environ.get("TKV_BINARY", "turbokv")
 SHARED = os.environ.get("TKV_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
 SOURCE = os.environ.get("TKV_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 MODEL32 = os.path.join(SHARED, "models/ref-5m/ref-5m-f32.gguf")
+PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+          "friends. One day, she saw a big red ball under a tall tree. She ran to the ball and picked it up. Her "
+          "friend Tom came to play with her, and they")
 
 
 def need(*paths):
@@ -101,11 +104,12 @@ def test_attention_rotate_calibrate_and_kv_stats_take_tensors(gen):
 
 def test_cache_attends_as_the_kernel_on_the_same_codes(gen):
     """Without mean centring the cache codes rows as Codec does (same format
-    and seed) and attends as turbokv.attention on those codes, per layer,
+    and seeds) and attends as turbokv.attention on those codes, per layer,
     causal and not, GQA, in one step or token by token, 3-D or HF's 4-D."""
     L, hkv, g, d, T = 3, 2, 4, 64, 40
     cache = CompressedKVCache(L, hkv, d, ("tq4", "tq3.5"), mean_center=False, capacity=64)
-    kc, vc = turbokv.Codec("tq4", d=d), turbokv.Codec("tq3.5", d=d)
+    # V rows are rotated with the seed ^ 0x5555555555555555 (cache/kv_layout.cpp).
+    kc, vc = turbokv.Codec("tq4", d=d), turbokv.Codec("tq3.5", d=d, seed=turbokv.DEFAULT_SEED ^ 0x5555555555555555)
     ks = [torch.randn(T, hkv, d, generator=gen) for _ in range(L)]
     vs = [torch.randn(T, hkv, d, generator=gen) for _ in range(L)]
     for layer in range(L):
@@ -193,8 +197,13 @@ def test_torch_llama_example_writes_the_engines_greedy_text():
     formats, on ref-5m-f32.gguf."""
     need(MODEL32)
     env = dict(os.environ)
-    for fmt in ("tq4", "q8_0"):
-        args = ["-p", "Once upon a time", "-n", "40", "-c", "256"]
+    # A prompt of more than 64 tokens: the cache's means are fixed within the
+    # prompt, so every row after it (and the prompt's) is read from codes,
+    # not from the f16 rows a centred cache holds until then.
+    m = turbokv.Model(MODEL32, ctx=256, threads=1)
+    assert len(m.tokenize(PROMPT)) > 64
+    for fmt in ("tq4", "tq3", "q8_0"):
+        args = ["-p", PROMPT, "-n", "40", "-c", "256"]
         ex = subprocess.run([sys.executable, os.path.join(SOURCE, "examples/torch_llama.py"), MODEL32, *args,
                              "--cache", fmt], capture_output=True, text=True, env=env, timeout=300)
         assert ex.returncode == 0, ex.stderr
