@@ -308,14 +308,9 @@ def test_attention_on_codes_equals_float64_on_decoded_rows(kf, vf, d, g, hkv, n_
 
 # ----------------------------------------------------------- calibrated codecs
 
-@settings(max_examples=examples(25))
-@given(b=st.sampled_from([2, 3, 4, 5]), d=D, n=st.integers(64, 1024), data_seed=DATA_SEED,
-       log10_norm=LOG10_NORM, decades=st.floats(0.0, 3.0))
-def test_calibrated_codecs_do_no_worse_than_plain_on_their_training_rows(b, d, n, data_seed, log10_norm, decades):
-    """tqcB fitted on rows codes those rows (centred on its mean) with no
-    more squared error than tqB on the same centred rows, for component
-    scales spread over 0 to 3 decades (0: isotropic, where the basis has
-    nothing to find: allowed 3 % for the fit's noise)."""
+def calibrated_vs_plain(b, d, n, data_seed, log10_norm, decades):
+    """Squared error of tqcB fitted on n rows, and of tqB, on those rows
+    centred on the fitted mean; components' scales spread over `decades`."""
     rng = np.random.default_rng(data_seed)
     basis, _ = np.linalg.qr(rng.standard_normal((d, d)))
     scales = np.geomspace(1.0, 10.0 ** -decades, d) * 10.0 ** log10_norm / np.sqrt(d)
@@ -326,7 +321,29 @@ def test_calibrated_codecs_do_no_worse_than_plain_on_their_training_rows(b, d, n
     err_cal = np.sum((cal.dequantize(cal.quantize(xc)).astype(np.float64) - xc) ** 2)
     plain = turbokv.Codec(f"tq{b}", d=d)
     err_plain = np.sum((plain.dequantize(plain.quantize(xc)).astype(np.float64) - xc) ** 2)
-    assert err_cal <= err_plain * 1.03, (err_cal, err_plain)
+    return err_cal, err_plain
+
+
+@settings(max_examples=examples(25))
+@given(b=st.sampled_from([2, 3, 4, 5]), d=D, k=st.floats(4.0, 16.0), data_seed=DATA_SEED, log10_norm=LOG10_NORM,
+       decades=st.floats(0.0, 3.0))
+def test_calibrated_codecs_do_no_worse_than_plain_on_their_training_rows(b, d, k, data_seed, log10_norm, decades):
+    """tqcB fitted on n >= 4 d rows codes those rows (centred on its mean)
+    with no more squared error than tqB on the same centred rows when the
+    components' scales spread over a decade or more; below that (0:
+    isotropic, nothing for the basis to find) within 5 % (measured: at most
+    2.3 % worse, 4 d rows, 64 draws). With fewer rows the claim is false:
+    see the xfail below."""
+    n = min(int(k * d), 4096)
+    err_cal, err_plain = calibrated_vs_plain(b, d, n, data_seed, log10_norm, decades)
+    assert err_cal <= err_plain * (1.0 if decades >= 1.0 else 1.05), (err_cal / err_plain)
+
+
+@pytest.mark.xfail(strict=True, reason="known: with n = d training rows and scales over 3 decades, tqc4 codes its "
+                   "own training rows with 1.5x tq4's error (measured 2026-12-02; RESULTS §20)")
+def test_calibrated_codecs_on_as_many_rows_as_dims():
+    err_cal, err_plain = calibrated_vs_plain(4, 128, 128, 0, 0.0, 3.0)
+    assert err_cal <= err_plain, err_cal / err_plain
 
 
 # ------------------------------------------------------------------ bad input
