@@ -49,8 +49,9 @@ class CompressedKVCache:
         rows of each layer are held as f16 until they fix the per-head
         means, then every row is coded with its mean subtracted (added back
         exactly in attention), as the engine does.
-    seed: the rotation seed (the tools' default: `turbokv run` writes the
-        same codes for the same rows).
+    seed: K's rotation seed (the tools' default: `turbokv run` writes the
+        same codes for the same rows); V's is seed ^ 0x5555555555555555, as
+        in the engine (a Codec(fmt, d, seed) codes K rows as this cache).
     threads: threads of the attention kernel.
     check_finite: raise ValueError on NaN/Inf in appended rows (else the
         engine's behaviour: such a row is stored as zeros).
