@@ -21,7 +21,10 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-(ROOT / "build" / "setuptools").mkdir(parents=True, exist_ok=True)  # egg_base
+# setuptools' own build tree (build/lib..., egg-info): build/setuptools, or
+# TKV_SETUPTOOLS_BUILD_BASE (the tests use a fresh one: nothing stale).
+BUILD_BASE = os.environ.get("TKV_SETUPTOOLS_BUILD_BASE", "build/setuptools")
+os.makedirs(BUILD_BASE, exist_ok=True)  # egg_base must exist
 
 
 def project_version() -> str:
@@ -59,6 +62,6 @@ setup(
     package_data={"turbokv": ["*.pyi", "py.typed"]},
     ext_modules=[Extension("turbokv._turbokv", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
-    options={"build": {"build_base": "build/setuptools"}, "egg_info": {"egg_base": "build/setuptools"}},
+    options={"build": {"build_base": BUILD_BASE}, "egg_info": {"egg_base": BUILD_BASE}},
     zip_safe=False,
 )

@@ -23,6 +23,7 @@ while IFS= read -r line; do
   if ! python3 - "$file" "$text" "$repl" <<'PY'
 import sys
 p, a, b = sys.argv[1:4]
+a, b = a.replace("\\n", "\n"), b.replace("\\n", "\n")  # "\n" in the list: a line break
 s = open(p).read()
 if s.count(a) != 1:
     sys.exit(f"mutation {a!r}: found {s.count(a)} times in {p}, expected once")

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import zipfile
 
-import numpy as np
 import pytest
 
 from conftest import require_module
@@ -64,7 +63,8 @@ def check_installed(where, tmp_path):
 
 def test_pip_install_builds_and_installs_the_package(tmp_path):
     require_module("pip", "python3-pip")
-    env = dict(os.environ, TKV_CMAKE_BUILD_DIR=BUILD, PIP_NO_INDEX="1")
+    env = dict(os.environ, TKV_CMAKE_BUILD_DIR=BUILD, PIP_NO_INDEX="1",
+               TKV_SETUPTOOLS_BUILD_BASE=str(tmp_path / "setuptools"))
     target = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
                         "--target", str(target), SOURCE], capture_output=True, text=True, env=env, timeout=600)
@@ -78,7 +78,7 @@ def test_pip_install_builds_and_installs_the_package(tmp_path):
 
 def test_python_build_makes_a_wheel(tmp_path):
     require_module("build", "python3-build")
-    env = dict(os.environ, TKV_CMAKE_BUILD_DIR=BUILD)
+    env = dict(os.environ, TKV_CMAKE_BUILD_DIR=BUILD, TKV_SETUPTOOLS_BUILD_BASE=str(tmp_path / "setuptools"))
     r = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", str(tmp_path / "dist"),
                         SOURCE], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
