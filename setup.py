@@ -3,7 +3,7 @@ setuptools backend: `pip install --no-build-isolation .`,
 `python3 -m build --no-isolation`).
 
 The compiled core turbokv._turbokv and libturbokv.so.1 come from a CMake
-build of this checkout (Release, no tests or benchmarks) in
+build of this checkout (Release, no tests, benchmarks or CUDA) in
 build/setuptools/cmake, or in the build directory TKV_CMAKE_BUILD_DIR names
 (an existing one is reused as configured: `make` first, then `pip install .`
 only copies). The module finds the library beside it (RPATH $ORIGIN). The
@@ -42,6 +42,8 @@ class CMakeBuild(build_ext):
         if not (build_dir / "CMakeCache.txt").exists():
             subprocess.check_call(["cmake", "-S", str(ROOT), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                                    "-DTKV_BUILD_TESTS=OFF", "-DTKV_BUILD_BENCH=OFF",
+                                   # The C API, hence the module, does not use the CUDA backend.
+                                   "-DTKV_CUDA=OFF",
                                    f"-DPython3_EXECUTABLE={sys.executable}"])
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
         subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "turbokv_py", "-j", jobs])
