@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mutation testing: applies each one-line mutation of scripts/mutations.txt
-# (FILE | TEXT | REPLACEMENT | TEST FILTER) alone, rebuilds the Release test
+# (FILE @@ TEXT @@ REPLACEMENT @@ TEST FILTER) alone, rebuilds the Release test
 # binary, runs the named tests and reports the mutations that survived (the
 # tests passed although the code was broken). The source is restored after
 # each one, whatever happens. Usage: scripts/mutate.sh [BUILD_DIR] [LIST]
@@ -16,7 +16,9 @@ survivors=0; caught=0; n=0
 while IFS= read -r line; do
   case "$line" in ''|'#'*) continue ;; esac
   n=$((n + 1))
-  IFS='|' read -r file text repl filter <<<"$line"
+  file=${line%% @@ *}; rest=${line#* @@ }
+  text=${rest%% @@ *}; rest=${rest#* @@ }
+  repl=${rest%% @@ *}; filter=${rest#* @@ }
   trim() { local s="$1"; s="${s#"${s%%[![:space:]]*}"}"; printf '%s' "${s%"${s##*[![:space:]]}"}"; }
   file=$(trim "$file"); text=$(trim "$text"); repl=$(trim "$repl"); filter=$(trim "$filter")
   cp "$file" "$file.mutate-orig"
@@ -44,7 +46,7 @@ PY
     else
       echo "mutate: #$n caught by ${filter#pytest:}"; caught=$((caught + 1))
     fi
-  elif ! cmake --build "$build" -j"$(nproc)" --target tkv_tests >/tmp/mutate-build.log 2>&1; then
+  elif ! cmake --build "$build" -j"$(nproc)" --target turbokv tkv_tests >/tmp/mutate-build.log 2>&1; then
     echo "mutate: #$n caught by the compiler: $file: $text"; caught=$((caught + 1))
   elif "$build/tkv_tests" --gtest_filter="$filter" >/tmp/mutate-test.log 2>&1; then
     echo "mutate: #$n SURVIVED ($filter passed): $file: '$text' -> '$repl'"; survivors=$((survivors + 1))
@@ -54,7 +56,7 @@ PY
   mv "$file.mutate-orig" "$file"
   touch "$file"
 done < "$list"
-if grep -q '| *pytest:' "$list"; then cmake --build "$build" -j"$(nproc)" --target turbokv turbokv_py >/dev/null 2>&1
-else cmake --build "$build" -j"$(nproc)" --target tkv_tests >/dev/null 2>&1; fi
+if grep -q '@@ *pytest:' "$list"; then cmake --build "$build" -j"$(nproc)" --target turbokv turbokv_py >/dev/null 2>&1
+else cmake --build "$build" -j"$(nproc)" --target turbokv tkv_tests >/dev/null 2>&1; fi
 echo "mutate: $caught caught, $survivors survived, of $n"
 [ "$survivors" -eq 0 ]
