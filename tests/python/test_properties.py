@@ -45,8 +45,10 @@ def rows(seed, n, d, log10_norm, spread=2.0, kinds=()):
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     x *= 10.0 ** (log10_norm + spread * (rng.random((n, 1)) - 0.5))
     adv = np.zeros(n, bool)
-    for kind in kinds:
+    for j, kind in enumerate(kinds):
         at = rng.random(n) < 0.1
+        if j < n:
+            at[j] = True  # each kind at least once (row j), when n allows
         adv |= at
         for i in np.nonzero(at)[0]:
             s = 10.0 ** log10_norm
@@ -145,19 +147,27 @@ def test_tq_roundtrip_error_is_within_the_codebooks_mse(fmt, d, seed, n, data_se
 def test_adversarial_rows_roundtrip_finite_and_bounded(fmt, d, seed, n, data_seed, log10_norm):
     """Zeros decode to zeros; subnormal rows to rows no larger than 1e-30;
     spikes and constants to finite rows with |x - x^| <= |x| (never worse
-    than storing zeros) for every format."""
-    c = turbokv.Codec(fmt, d=d, seed=seed)
-    x, adv = rows(data_seed, n, d, log10_norm, kinds=("zeros", "spike", "constant", "subnormal"))
-    xh = c.dequantize(c.quantize(x)).astype(np.float64)
+    than storing zeros): for the drawn format on n rows, and for every
+    format on the first four (one row of each kind)."""
+    kinds = ("zeros", "spike", "constant", "subnormal")
+    x, adv = rows(data_seed, n, d, log10_norm, kinds=kinds)
     x64 = x.astype(np.float64)
-    assert np.all(np.isfinite(xh))
-    nx = np.linalg.norm(x64, axis=1)
-    zero = nx == 0
-    assert np.all(xh[zero] == 0), "a zero row decodes to zeros"
-    tiny = (nx > 0) & (nx < 1e-30)
-    assert np.all(np.linalg.norm(xh[tiny], axis=1) <= 1e-30)
-    big = nx >= 1e-30
-    assert np.all(np.linalg.norm(xh[big] - x64[big], axis=1) <= nx[big] * (1 + 1e-6))
+
+    def check(f, x, x64):
+        c = turbokv.Codec(f, d=d, seed=seed)
+        xh = c.dequantize(c.quantize(x)).astype(np.float64)
+        assert np.all(np.isfinite(xh)), f
+        nx = np.linalg.norm(x64, axis=1)
+        zero = nx == 0
+        assert np.all(xh[zero] == 0), f"{f}: a zero row decodes to zeros"
+        tiny = (nx > 0) & (nx < 1e-30)
+        assert np.all(np.linalg.norm(xh[tiny], axis=1) <= 1e-30), f
+        big = nx >= 1e-30
+        assert np.all(np.linalg.norm(xh[big] - x64[big], axis=1) <= nx[big] * (1 + 1e-6)), f
+    check(fmt, x, x64)
+    if n >= len(kinds):
+        for f in TQ + OTHER:
+            check(f, x[:4], x64[:4])
 
 
 def block_bound(y, fmt):
