@@ -129,15 +129,20 @@ def test_rotated_coordinates_follow_the_beta_law(d, base, data_seed, log10_norm)
 def test_tq_roundtrip_error_is_within_the_codebooks_mse(fmt, d, seed, n, data_seed, log10_norm):
     """mean over rows of |x - x^|^2 / |x|^2 <= the codebook's stated MSE of a
     unit row (lloyd_mse_vector) + 5 standard errors of the mean (the
-    tolerance for n, from the sample), + 1e-6 for the 16-bit norm (11
-    significant bits: a relative 2^-12, squared 6e-8)."""
+    tolerance for N rows, from the sample), + 1e-6 for the 16-bit norm (11
+    significant bits: a relative 2^-12, squared 6e-8). N = n + 2048: a
+    row's error is heavy-tailed (measured on 50,000 rows: the 1e-4 upper
+    quantile lies 4 to 18 standard deviations above the mean, tq8 the
+    worst), so a mean of a few rows has no usable normal tolerance; with
+    2048 more rows the central limit makes 5 standard errors one."""
     c = turbokv.Codec(fmt, d=d, seed=seed)
-    x, _ = rows(data_seed, n, d, log10_norm)
+    N = n + 2048
+    x, _ = rows(data_seed, N, d, log10_norm)
     xh = c.dequantize(c.quantize(x)).astype(np.float64)
     x64 = x.astype(np.float64)
     e = np.sum((xh - x64) ** 2, axis=1) / np.sum(x64 ** 2, axis=1)
     m = lloyd_mse_vector(fmt, d)
-    sem = e.std(ddof=1) / np.sqrt(n) if n > 1 else m
+    sem = e.std(ddof=1) / np.sqrt(N)
     assert e.mean() <= m + 5 * sem + 1e-6, (e.mean(), m, sem)
 
 
