@@ -108,6 +108,16 @@ tkv_status tkv_codec_dequantize(const tkv_codec* codec, const uint8_t* codes, si
 tkv_status tkv_codebook(int32_t d, int32_t bits, double* centroids, size_t n_centroids, double* boundaries,
                         size_t n_boundaries, double* mse_coord);
 
+/* The seeded orthogonal transform R the rotated formats (tqB, q8_0r, ...)
+ * apply before coding, for head_dim (2 to 4096) and seed: a randomized
+ * Hadamard transform H D / sqrt(d) when head_dim is a power of two, else a
+ * dense Haar-random orthogonal matrix. Writes y = R x (inverse = 0) or
+ * x = R^T y (inverse != 0) for n_rows rows of head_dim floats into out
+ * (out_floats >= n_rows * head_dim; out must not overlap x). Thread-safe (the
+ * transform is made once per (head_dim, seed) and kept). */
+tkv_status tkv_rotate(int32_t head_dim, uint64_t seed, const float* x, size_t n_rows, int32_t inverse, float* out,
+                      size_t out_floats);
+
 /* --------------------------------------------------------------- attention
  * The fused kernel: softmax(q K^T * scale) V computed on the codes, without
  * decoding rows. Rows of token t and KV head h are at
@@ -174,6 +184,8 @@ void tkv_cache_free(tkv_cache* cache);
 tkv_status tkv_cache_append(tkv_cache* cache, int32_t layer, int32_t pos, int32_t n, const float* k,
                             size_t k_floats, const float* v, size_t v_floats);
 int32_t tkv_cache_n_tokens(const tkv_cache* cache);
+/* Tokens written to one layer so far (0 for a layer outside the cache). */
+int32_t tkv_cache_layer_tokens(const tkv_cache* cache, int32_t layer);
 /* Bytes the cache's K and V rows take at full capacity. */
 size_t tkv_cache_bytes(const tkv_cache* cache);
 /* Attention of n_q queries ([n_q][n_q_heads][head_dim]) at positions
@@ -199,6 +211,24 @@ int32_t tkv_model_n_vocab(const tkv_model* model);
 int32_t tkv_model_n_ctx_train(const tkv_model* model);
 int32_t tkv_model_bos(const tkv_model* model);
 int32_t tkv_model_eos(const tkv_model* model);
+
+/* The model's shape and hyperparameters as a JSON object (arch, n_layer,
+ * n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train, eps,
+ * rope_base, rope_scale, rope_dims, rope_neox, qkv_bias, qk_norm,
+ * tied_output) into json (cap bytes, NUL-terminated); *json_len gets its
+ * length; TKV_ERR_BUFFER when it does not fit. Thread-safe. */
+tkv_status tkv_model_config_json(const tkv_model* model, char* json, size_t cap, size_t* json_len);
+/* The GGUF file's tensors: their count, and the index-th one's name (valid
+ * while the model lives), element type name ("F32", "Q8_0", ...) and dims
+ * (ggml order: dims[0] is the contiguous one; up to 4, *n_dims of them).
+ * Thread-safe. */
+size_t tkv_model_n_tensors(const tkv_model* model);
+tkv_status tkv_model_tensor_info(const tkv_model* model, size_t index, const char** name, const char** type,
+                                 int64_t dims[4], int32_t* n_dims);
+/* The tensor named name, decoded to floats (any weight type the engine
+ * reads), in the file's order: n_elements floats, row-major with dims[0]
+ * the contiguous one. out_floats must be >= its element count. Thread-safe. */
+tkv_status tkv_model_tensor_f32(const tkv_model* model, const char* name, float* out, size_t out_floats);
 
 /* Tokens of text (text_len bytes): *n_tokens gets the count; fails with
  * TKV_ERR_BUFFER when it exceeds cap (call again with a larger buffer).

@@ -4,6 +4,8 @@
 # binary, runs the named tests and reports the mutations that survived (the
 # tests passed although the code was broken). The source is restored after
 # each one, whatever happens. Usage: scripts/mutate.sh [BUILD_DIR] [LIST]
+# A filter `pytest:TESTS` runs those Python tests on the module instead
+# (scripts/mutations-python.txt).
 # Exit status: 0 when every mutation was caught, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +25,7 @@ while IFS= read -r line; do
   if ! python3 - "$file" "$text" "$repl" <<'PY'
 import sys
 p, a, b = sys.argv[1:4]
+a, b = a.replace("\\n", "\n"), b.replace("\\n", "\n")  # "\n" in the list: a line break
 s = open(p).read()
 if s.count(a) != 1:
     sys.exit(f"mutation {a!r}: found {s.count(a)} times in {p}, expected once")
@@ -32,7 +35,18 @@ PY
     echo "mutate: #$n not applied (the text moved?): $file"; survivors=$((survivors + 1))
     mv "$file.mutate-orig" "$file"; continue
   fi
-  if ! cmake --build "$build" -j"$(nproc)" --target turbokv tkv_tests >/tmp/mutate-build.log 2>&1; then
+  if [ "${filter#pytest:}" != "$filter" ]; then
+    # A Python test (tests/python): the module and the binary it compares with.
+    if ! cmake --build "$build" -j"$(nproc)" --target turbokv turbokv_py >/tmp/mutate-build.log 2>&1; then
+      echo "mutate: #$n caught by the compiler: $file: $text"; caught=$((caught + 1))
+    elif PYTHONPATH="$build/python" TKV_BINARY="$build/turbokv" TKV_SHARED_DIR="$PWD/../shared" TKV_SOURCE_DIR="$PWD" \
+         TKV_BUILD_DIR="$(cd "$build" && pwd)" /usr/bin/python3 -m pytest -q -x -p no:cacheprovider ${filter#pytest:} \
+         >/tmp/mutate-test.log 2>&1; then
+      echo "mutate: #$n SURVIVED (${filter#pytest:} passed): $file: '$text' -> '$repl'"; survivors=$((survivors + 1))
+    else
+      echo "mutate: #$n caught by ${filter#pytest:}"; caught=$((caught + 1))
+    fi
+  elif ! cmake --build "$build" -j"$(nproc)" --target turbokv tkv_tests >/tmp/mutate-build.log 2>&1; then
     echo "mutate: #$n caught by the compiler: $file: $text"; caught=$((caught + 1))
   elif "$build/tkv_tests" --gtest_filter="$filter" >/tmp/mutate-test.log 2>&1; then
     echo "mutate: #$n SURVIVED ($filter passed): $file: '$text' -> '$repl'"; survivors=$((survivors + 1))
@@ -42,6 +56,7 @@ PY
   mv "$file.mutate-orig" "$file"
   touch "$file"
 done < "$list"
-cmake --build "$build" -j"$(nproc)" --target turbokv tkv_tests >/dev/null 2>&1
+if grep -q '@@ *pytest:' "$list"; then cmake --build "$build" -j"$(nproc)" --target turbokv turbokv_py >/dev/null 2>&1
+else cmake --build "$build" -j"$(nproc)" --target turbokv tkv_tests >/dev/null 2>&1; fi
 echo "mutate: $caught caught, $survivors survived, of $n"
 [ "$survivors" -eq 0 ]

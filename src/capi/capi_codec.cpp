@@ -13,9 +13,15 @@
 #include "capi/capi_common.h"
 #include "codec/calibrated.h"
 #include "codec/codebook.h"
+#include "codec/rotation.h"
 #include "eval/kv_stats.h"
 
 static_assert(TKV_DEFAULT_SEED == tkv::kDefaultSeed, "the header's default seed is the tools' one");
+#ifdef TKV_PROJECT_VERSION_MAJOR
+static_assert(TKV_VERSION_MAJOR == TKV_PROJECT_VERSION_MAJOR && TKV_VERSION_MINOR == TKV_PROJECT_VERSION_MINOR &&
+                  TKV_VERSION_PATCH == TKV_PROJECT_VERSION_PATCH,
+              "include/turbokv.h's TKV_VERSION_* must equal CMakeLists.txt's project(VERSION)");
+#endif
 
 namespace tkv::capi {
 namespace {
@@ -182,6 +188,32 @@ tkv_status tkv_codec_dequantize(const tkv_codec* c, const uint8_t* codes, size_t
                                       std::to_string(n_rows) + " rows of d = " + std::to_string(c->codec->dim()) +
                                       " need more");
     c->codec->dequantize(codes, n_rows, out);
+    return TKV_OK;
+  });
+}
+
+tkv_status tkv_rotate(int32_t head_dim, uint64_t seed, const float* x, size_t n_rows, int32_t inverse, float* out,
+                      size_t out_floats) {
+  const char* fn = "tkv_rotate";
+  return guard(fn, [&] {
+    if (head_dim < 2 || head_dim > 4096)
+      return fail(TKV_ERR_ARGUMENT, std::string(fn) + ": head_dim must be in [2, 4096], got " + std::to_string(head_dim));
+    if (n_rows == 0) return TKV_OK;
+    if (!x) return null_arg(fn, "x");
+    if (!out) return null_arg(fn, "out");
+    size_t need = 0;
+    if (!capi::mul_ok(n_rows, size_t(head_dim), need) || out_floats < need)
+      return fail(TKV_ERR_BUFFER, std::string(fn) + ": out holds " + std::to_string(out_floats) + " floats, " +
+                                      std::to_string(n_rows) + " x " + std::to_string(head_dim) + " needed");
+    if (out < x + need && x < out + need) return fail(TKV_ERR_ARGUMENT, std::string(fn) + ": out overlaps x");
+    auto r = Rotation::make(head_dim, seed);
+    if (!r) return fail(TKV_ERR_ARGUMENT, std::string(fn) + ": " + r.error());
+    for (size_t i = 0; i < n_rows; ++i) {
+      if (inverse)
+        (*r)->inverse(x + i * size_t(head_dim), out + i * size_t(head_dim));
+      else
+        (*r)->forward(x + i * size_t(head_dim), out + i * size_t(head_dim));
+    }
     return TKV_OK;
   });
 }

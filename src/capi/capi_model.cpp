@@ -2,6 +2,10 @@
 // Generation, sampling, cache files and evaluation are in capi_run.cpp.
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
+#include "gguf/weight_blocks.h"
+
 #include "capi/capi_common.h"
 
 using namespace tkv;
@@ -92,6 +96,9 @@ tkv_status tkv_cache_append(tkv_cache* c, int32_t layer, int32_t pos, int32_t n,
 }
 
 int32_t tkv_cache_n_tokens(const tkv_cache* c) { return c ? c->cache->n_tokens() : 0; }
+int32_t tkv_cache_layer_tokens(const tkv_cache* c, int32_t layer) {
+  return c && layer >= 0 && layer < c->cache->n_layer() ? c->cache->layer_tokens(layer) : 0;
+}
 size_t tkv_cache_bytes(const tkv_cache* c) { return c ? c->cache->k_bytes() + c->cache->v_bytes() : 0; }
 
 tkv_status tkv_cache_attention(const tkv_cache* c, int32_t layer, const float* q, int32_t n_q, int32_t n_q_heads,
@@ -125,15 +132,13 @@ tkv_status tkv_cache_attention(const tkv_cache* c, int32_t layer, const float* q
     a.n_kv = n_kv;
     a.n_kv_heads = kc.n_kv_heads();
     a.d = kc.head_dim();
-    a.k = kc.k_rows(layer);
-    a.v = kc.v_rows(layer);
-    a.mu_k = kc.mu_k(layer);
-    a.mu_v = kc.mu_v(layer);
     a.causal_offset = first_pos;
     a.scale = scale;
     a.threads = capi::resolve_threads(threads);
     a.out = out;
-    Status s = attention(a);
+    // The cache's own attention: its rows, means, and any protected rows
+    // (sinks, the recent ring) of a preset or policy merged in.
+    Status s = kc.attend(layer, a);
     if (!s.ok()) return fail(TKV_ERR_ARGUMENT, std::string(fn) + ": " + s.message());
     return TKV_OK;
   });
@@ -166,6 +171,72 @@ int32_t tkv_model_n_vocab(const tkv_model* m) { return m ? m->model->config().n_
 int32_t tkv_model_n_ctx_train(const tkv_model* m) { return m ? m->model->config().n_ctx_train : 0; }
 int32_t tkv_model_bos(const tkv_model* m) { return m ? m->model->tokenizer().bos() : -1; }
 int32_t tkv_model_eos(const tkv_model* m) { return m ? m->model->tokenizer().eos() : -1; }
+
+tkv_status tkv_model_config_json(const tkv_model* m, char* json, size_t cap, size_t* json_len) {
+  const char* fn = "tkv_model_config_json";
+  return guard(fn, [&] {
+    if (!m) return null_arg(fn, "model");
+    if (!json_len) return null_arg(fn, "json_len");
+    const ModelConfig& c = m->model->config();
+    nlohmann::json j = {{"arch", c.arch},         {"n_layer", c.n_layer},       {"n_embd", c.n_embd},
+                        {"n_head", c.n_head},     {"n_head_kv", c.n_head_kv},   {"head_dim", c.head_dim},
+                        {"n_ff", c.n_ff},         {"n_vocab", c.n_vocab},       {"n_ctx_train", c.n_ctx_train},
+                        {"eps", c.eps},           {"rope_base", c.rope_base},   {"rope_scale", c.rope_scale},
+                        {"rope_dims", c.rope_dims}, {"rope_neox", c.rope_neox}, {"qkv_bias", c.qkv_bias},
+                        {"qk_norm", c.qk_norm},
+                        {"tied_output", m->model->file().tensor("output.weight") == nullptr}};
+    const std::string s = j.dump();
+    *json_len = s.size();
+    if (!json || s.size() + 1 > cap)
+      return fail(TKV_ERR_BUFFER, std::string(fn) + ": json holds " + std::to_string(cap) + " bytes, " +
+                                      std::to_string(s.size() + 1) + " needed");
+    std::memcpy(json, s.c_str(), s.size() + 1);
+    return TKV_OK;
+  });
+}
+
+size_t tkv_model_n_tensors(const tkv_model* m) { return m ? m->model->file().tensors().size() : 0; }
+
+tkv_status tkv_model_tensor_info(const tkv_model* m, size_t index, const char** name, const char** type,
+                                 int64_t dims[4], int32_t* n_dims) {
+  const char* fn = "tkv_model_tensor_info";
+  return guard(fn, [&] {
+    if (!m) return null_arg(fn, "model");
+    const auto& ts = m->model->file().tensors();
+    if (index >= ts.size())
+      return fail(TKV_ERR_ARGUMENT, std::string(fn) + ": index " + std::to_string(index) + " is outside [0, " +
+                                        std::to_string(ts.size()) + ")");
+    const gguf::Tensor& t = ts[index];
+    if (name) *name = t.name.c_str();
+    if (type) *type = gguf::tensor_type(t.type) ? gguf::tensor_type(t.type)->name : "unknown";
+    if (n_dims) *n_dims = static_cast<int32_t>(std::min<size_t>(t.dims.size(), 4));
+    if (dims)
+      for (size_t i = 0; i < 4; ++i) dims[i] = i < t.dims.size() ? static_cast<int64_t>(t.dims[i]) : 1;
+    return TKV_OK;
+  });
+}
+
+tkv_status tkv_model_tensor_f32(const tkv_model* m, const char* name, float* out, size_t out_floats) {
+  const char* fn = "tkv_model_tensor_f32";
+  return guard(fn, [&] {
+    if (!m) return null_arg(fn, "model");
+    if (!name) return null_arg(fn, "name");
+    if (!out) return null_arg(fn, "out");
+    const gguf::Tensor* t = m->model->file().tensor(name);
+    if (!t) return fail(TKV_ERR_ARGUMENT, std::string(fn) + ": no tensor named '" + name + "' in the model");
+    if (out_floats < t->n_elements)
+      return fail(TKV_ERR_BUFFER, std::string(fn) + ": out holds " + std::to_string(out_floats) + " floats, '" +
+                                      name + "' has " + std::to_string(t->n_elements));
+    const gguf::TensorType* tt = gguf::tensor_type(t->type);
+    const int64_t cols = t->dims.empty() ? 1 : static_cast<int64_t>(t->dims[0]);
+    if (!tt || cols < 1 || cols % tt->block != 0)
+      return fail(TKV_ERR_FORMAT, std::string(fn) + ": '" + name + "' has a type or row length the engine cannot decode");
+    const size_t row_bytes = size_t(cols / tt->block) * tt->block_bytes;
+    const int64_t rows = static_cast<int64_t>(t->n_elements) / cols;
+    for (int64_t r = 0; r < rows; ++r) unpack_f32(t->type, t->data + size_t(r) * row_bytes, 0, cols, out + r * cols);
+    return TKV_OK;
+  });
+}
 
 tkv_status tkv_tokenize(const tkv_model* m, const char* text, size_t text_len, int32_t add_bos, int32_t* tokens,
                         size_t cap, size_t* n_tokens) {

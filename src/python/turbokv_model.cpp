@@ -215,6 +215,58 @@ class Model {
     check(s);
   }
 
+  py::object config() const {
+    size_t len = 0;
+    std::vector<char> buf(4096);
+    tkv_status s = tkv_model_config_json(model_, buf.data(), buf.size(), &len);
+    if (s == TKV_ERR_BUFFER) {
+      buf.resize(len + 1);
+      s = tkv_model_config_json(model_, buf.data(), buf.size(), &len);
+    }
+    check(s);
+    return py::module_::import("json").attr("loads")(py::str(buf.data(), len));
+  }
+
+  // name -> (type, shape) with the shape row-major (the GGUF dims reversed).
+  py::dict tensors() const {
+    py::dict d;
+    const size_t n = tkv_model_n_tensors(model_);
+    for (size_t i = 0; i < n; ++i) {
+      const char* name = nullptr;
+      const char* type = nullptr;
+      int64_t dims[4];
+      int32_t nd = 0;
+      check(tkv_model_tensor_info(model_, i, &name, &type, dims, &nd));
+      py::list shape;
+      for (int j = nd - 1; j >= 0; --j) shape.append(dims[j]);
+      d[py::str(name)] = py::make_tuple(std::string(type), py::tuple(shape));
+    }
+    return d;
+  }
+
+  py::array_t<float> tensor(const std::string& name) const {
+    const size_t n = tkv_model_n_tensors(model_);
+    for (size_t i = 0; i < n; ++i) {
+      const char* tn = nullptr;
+      int64_t dims[4];
+      int32_t nd = 0;
+      check(tkv_model_tensor_info(model_, i, &tn, nullptr, dims, &nd));
+      if (name != tn) continue;
+      std::vector<py::ssize_t> shape;
+      for (int j = nd - 1; j >= 0; --j) shape.push_back(static_cast<py::ssize_t>(dims[j]));
+      auto out = new_array<float>(shape);
+      float* o = out.mutable_data();
+      tkv_status s;
+      {
+        py::gil_scoped_release nogil;
+        s = tkv_model_tensor_f32(model_, name.c_str(), o, static_cast<size_t>(out.size()));
+      }
+      check(s);
+      return out;
+    }
+    throw py::key_error("no tensor named '" + name + "' in the model (see Model.tensors)");
+  }
+
   py::dict info() const {
     py::dict d;
     d["arch"] = std::string(tkv_model_arch(model_));
@@ -245,7 +297,9 @@ class Model {
 void bind_model(py::module_& m) {
   py::class_<Model>(m, "Model",
                     "A GGUF model (llama, qwen2, qwen3) with one context on a compressed KV cache. "
-                    "Use one Model from one thread at a time.")
+                    "Its tokenizer, hyperparameters (config) and weights (tensor(name): float32 arrays) are "
+                    "there for your own forward pass (examples/torch_llama.py). info reports the cache's "
+                    "bits per stored value. Use one Model from one thread at a time.")
       .def(py::init<const std::string&, const std::string&, const py::object&, int, int, const py::object&,
                     const py::object&, bool, int>(),
            py::arg("path"), py::arg("cache") = "tq4", py::arg("cache_v") = py::none(), py::arg("ctx") = 0,
@@ -254,9 +308,21 @@ void bind_model(py::module_& m) {
            "Model(path, cache='tq4'): cache is the K (and V, unless cache_v) format; ctx 0: 4096 or the "
            "model's trained context if smaller; threads 0: every core; preset ('quality', 'balanced', "
            "'compact') or policy (a calibrated policy file) replace the formats.")
-      .def_property_readonly("info", &Model::info)
-      .def("tokenize", &Model::tokenize, py::arg("text"), py::arg("bos") = true)
-      .def("detokenize", &Model::detokenize, py::arg("tokens"))
+      .def_property_readonly("info", &Model::info,
+                             "dict: arch, n_layer, n_head, n_head_kv, head_dim, n_vocab, n_ctx_train, n_ctx, "
+                             "k_bits_per_value, v_bits_per_value (bits per stored value), bos, eos")
+      .def_property_readonly("config", &Model::config,
+                             "dict: the model's shape and hyperparameters (n_embd, n_ff, eps, rope_base, "
+                             "rope_scale, rope_dims, rope_neox, qkv_bias, qk_norm, tied_output, ...)")
+      .def_property_readonly("tensors", &Model::tensors,
+                             "dict: GGUF tensor name -> (type name, shape row-major, e.g. (n_vocab, n_embd))")
+      .def("tensor", &Model::tensor, py::arg("name"),
+           "The named GGUF tensor decoded to a new float32 array of its row-major shape (the GGUF dims "
+           "reversed: a [n_embd, n_vocab] ggml tensor is float32[n_vocab, n_embd]); KeyError if absent")
+      .def("tokenize", &Model::tokenize, py::arg("text"), py::arg("bos") = true,
+           "The token ids (list of int) of text; bos: BOS first when the model's vocabulary asks for it")
+      .def("detokenize", &Model::detokenize, py::arg("tokens"),
+           "The text of a list of token ids (bytes that are not UTF-8 replaced, never an error)")
       .def("generate", &Model::generate, py::arg("prompt"), py::arg("n") = 64, py::arg("temperature") = 0.8f,
            py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f,
            py::arg("repeat_penalty") = 1.0f, py::arg("seed") = 42, py::arg("callback") = py::none(),
@@ -265,8 +331,9 @@ void bind_model(py::module_& m) {
            "callback(token, text) gets each token (a truthy return stops). keep=True continues the "
            "context instead of starting empty.")
       .def("eval", &Model::eval, py::arg("tokens"), "Evaluates tokens after the context's; returns the logits")
-      .def_property_readonly("logits", &Model::logits)
-      .def_property_readonly("tokens", &Model::tokens)
+      .def_property_readonly("logits", &Model::logits,
+                             "float32[n_vocab] logits of the last evaluated token, or None before any")
+      .def_property_readonly("tokens", &Model::tokens, "list of the token ids the context holds")
       .def("reset", &Model::reset, "Empties the context")
       .def("perplexity", &Model::perplexity, py::arg("text"), py::arg("n_ctx") = 512, py::arg("chunks") = 0,
            "llama-perplexity's method on the model's cache formats: {'ppl', 'ppl_err', 'chunks', "

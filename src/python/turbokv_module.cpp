@@ -273,6 +273,90 @@ py::array_t<float> attention(const py::handle& q_obj, const py::handle& k_obj, c
   return out;
 }
 
+
+py::array_t<float> rotate(const py::handle& obj, uint64_t seed, bool inverse) {
+  auto x = checked<float>(obj, "x", {-1, -1}, "float32[n, d]");
+  const size_t n = static_cast<size_t>(x.shape(0));
+  const int d = static_cast<int>(x.shape(1));
+  auto out = new_array<float>({x.shape(0), x.shape(1)});
+  const float* in = x.data();
+  float* o = out.mutable_data();
+  tkv_status s;
+  {
+    py::gil_scoped_release nogil;
+    s = tkv_rotate(d, seed, in, n, inverse ? 1 : 0, o, n * size_t(d));
+  }
+  check(s);
+  return out;
+}
+
+// A tkv_cache owned by Python (turbokv.torch.CompressedKVCache wraps it).
+class Cache {
+ public:
+  Cache(int n_layer, int n_kv_heads, int head_dim, int capacity, const std::string& type_k,
+        const std::string& type_v, const py::object& preset, const py::object& policy, bool mean_center,
+        int mean_tokens, uint64_t seed)
+      : type_k_(type_k), type_v_(type_v) {
+    tkv_cache_params p = tkv_cache_default_params();
+    p.n_layer = n_layer;
+    p.n_kv_heads = n_kv_heads;
+    p.head_dim = head_dim;
+    p.capacity = capacity;
+    p.type_k = type_k_.c_str();
+    p.type_v = type_v_.c_str();
+    if (!preset.is_none()) preset_ = preset.cast<std::string>();
+    if (!policy.is_none()) policy_ = policy.cast<std::string>();
+    p.preset = preset.is_none() ? nullptr : preset_.c_str();
+    p.policy_path = policy.is_none() ? nullptr : policy_.c_str();
+    p.mean_center = mean_center;
+    p.mean_tokens = mean_tokens;
+    p.seed = seed;
+    check(tkv_cache_create(&p, &c_));
+    hkv_ = n_kv_heads;
+    d_ = head_dim;
+  }
+  ~Cache() { tkv_cache_free(c_); }
+  Cache(const Cache&) = delete;
+
+  void append(int layer, int pos, const py::handle& k_obj, const py::handle& v_obj) {
+    const std::string shape = "float32[n, " + std::to_string(hkv_) + ", " + std::to_string(d_) + "]";
+    auto k = checked<float>(k_obj, "k", {-1, hkv_, d_}, shape);
+    auto v = checked<float>(v_obj, "v", {k.shape(0), hkv_, d_}, shape + " (as k)");
+    const int n = static_cast<int>(k.shape(0));
+    if (n == 0) return;
+    const float* kp = k.data();
+    const float* vp = v.data();
+    tkv_status s;
+    {
+      py::gil_scoped_release nogil;
+      s = tkv_cache_append(c_, layer, pos, n, kp, size_t(k.size()), vp, size_t(v.size()));
+    }
+    check(s);
+  }
+
+  py::array_t<float> attention(int layer, const py::handle& q_obj, int first_pos, float scale, int threads) const {
+    auto q = checked<float>(q_obj, "q", {-1, -1, d_}, "float32[n_q, n_q_heads, " + std::to_string(d_) + "]");
+    auto out = new_array<float>({q.shape(0), q.shape(1), static_cast<py::ssize_t>(d_)});
+    const float* qp = q.data();
+    float* o = out.mutable_data();
+    const int n_q = static_cast<int>(q.shape(0)), hq = static_cast<int>(q.shape(1));
+    tkv_status s;
+    {
+      py::gil_scoped_release nogil;
+      s = tkv_cache_attention(c_, layer, qp, n_q, hq, first_pos, scale, threads, o, size_t(out.size()));
+    }
+    check(s);
+    return out;
+  }
+  int layer_tokens(int layer) const { return tkv_cache_layer_tokens(c_, layer); }
+  size_t nbytes() const { return tkv_cache_bytes(c_); }
+
+ private:
+  tkv_cache* c_ = nullptr;
+  std::string type_k_, type_v_, preset_, policy_;
+  long hkv_ = 0, d_ = 0;
+};
+
 }  // namespace
 
 void bind_codec(py::module_& m) {
@@ -307,12 +391,25 @@ void bind_codec(py::module_& m) {
         py::arg("mu_v") = py::none(), py::arg("sparse_v") = 0.0f, py::arg("threads") = 1,
         "softmax(q K^T scale) V on the codes: q float32[n_q, n_q_heads, d], codes uint8[n_kv, n_kv_heads, "
         "row_bytes] -> float32[n_q, n_q_heads, d]");
+  m.def("rotate", &rotate, py::arg("x"), py::arg("seed") = TKV_DEFAULT_SEED, py::arg("inverse") = false,
+        "The rotated formats' seeded orthogonal transform: float32[n, d] -> R x (or R^T x, inverse=True)");
+  py::class_<Cache>(m, "_Cache", "A tkv_cache (use turbokv.torch.CompressedKVCache)")
+      .def(py::init<int, int, int, int, const std::string&, const std::string&, const py::object&,
+                    const py::object&, bool, int, uint64_t>(),
+           py::arg("n_layer"), py::arg("n_kv_heads"), py::arg("head_dim"), py::arg("capacity"), py::arg("type_k"),
+           py::arg("type_v"), py::arg("preset"), py::arg("policy"), py::arg("mean_center"),
+           py::arg("mean_tokens"), py::arg("seed"))
+      .def("append", &Cache::append, py::arg("layer"), py::arg("pos"), py::arg("k"), py::arg("v"))
+      .def("attention", &Cache::attention, py::arg("layer"), py::arg("q"), py::arg("first_pos"),
+           py::arg("scale"), py::arg("threads"))
+      .def("layer_tokens", &Cache::layer_tokens, py::arg("layer"))
+      .def_property_readonly("nbytes", &Cache::nbytes);
 }
 
 }  // namespace tkv_py
 
-PYBIND11_MODULE(turbokv, m) {
-  m.doc() = "turbokv: a compressed KV cache (rotation + Lloyd-Max codes) and LLM engine";
+PYBIND11_MODULE(_turbokv, m) {
+  m.doc() = "turbokv's compiled core over the C API (import turbokv, not this)";
   m.attr("__version__") = tkv_version();
   m.attr("DEFAULT_SEED") = pybind11::int_(TKV_DEFAULT_SEED);
   tkv_py::bind_codec(m);

@@ -22,8 +22,10 @@
 #include "cache/kv_cache.h"
 #include "codec/calibrated.h"
 #include "codec/format.h"
+#include "codec/rotation.h"
 #include "eval/calibrate.h"
 #include "eval/perplexity.h"
+#include "gguf/weight_blocks.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "test_models.h"
@@ -321,6 +323,29 @@ TEST(CApi, CacheAppendAndAttentionEqualTheKvCache) {
   tkv_cache_free(c);
 }
 
+// tkv_rotate (issue 36) is the codecs' Rotation: its bits forward, R^T
+// undoes it, and sizes, dims and overlaps are checked.
+TEST(CApi, RotateIsTheCodecsRotation) {
+  for (int d : {64, 80}) {
+    const uint64_t seed = fresh_seed() + d;
+    SCOPED_TRACE("d " + std::to_string(d) + " seed " + std::to_string(seed));
+    const int n = 5;
+    const auto x = gaussian(size_t(n) * d, seed);
+    std::vector<float> y(x.size()), back(x.size()), want(x.size());
+    ASSERT_EQ(tkv_rotate(d, seed, x.data(), n, 0, y.data(), y.size()), TKV_OK) << tkv_last_error();
+    auto r = Rotation::make(d, seed);
+    ASSERT_TRUE(r.ok());
+    for (int i = 0; i < n; ++i) (*r)->forward(&x[size_t(i) * d], &want[size_t(i) * d]);
+    EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float)));
+    ASSERT_EQ(tkv_rotate(d, seed, y.data(), n, 1, back.data(), back.size()), TKV_OK);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], 1e-5) << i;
+    EXPECT_EQ(tkv_rotate(d, seed, x.data(), n, 0, y.data(), y.size() - 1), TKV_ERR_BUFFER);
+    EXPECT_EQ(tkv_rotate(1, seed, x.data(), n, 0, y.data(), y.size()), TKV_ERR_ARGUMENT);
+    EXPECT_NE(std::string(tkv_last_error()).find("head_dim must be in [2, 4096]"), std::string::npos);
+    EXPECT_EQ(tkv_rotate(d, seed, x.data(), n, 0, const_cast<float*>(x.data()) + 1, x.size()), TKV_ERR_ARGUMENT);
+  }
+}
+
 TEST(CApi, LibraryExportsOnlyTkvSymbolsUnderAVersionedSoname) {
   const std::string syms = run_capture(std::string("nm -D --defined-only ") + TKV_LIBRARY);
   int tkv = 0;
@@ -400,6 +425,50 @@ std::vector<int32_t> context_tokens(const tkv_context* c) {
   size_t n = 0;
   EXPECT_EQ(tkv_context_tokens(c, t.data(), t.size(), &n), TKV_OK);
   return t;
+}
+
+// The model's config and tensors (issue 36: a forward pass of one's own,
+// examples/torch_llama.py): the GGUF's tensors decoded to floats as the
+// weight readers decode them, and the config as JSON.
+TEST(CApi, ModelConfigAndTensorsAreTheFiles) {
+  TKV_NEED_SHARED(kModel);
+  ModelHandle h;
+  ASSERT_NE(h.m, nullptr);
+  auto cpp = Model::load(shared_path(kModel));
+  ASSERT_TRUE(cpp.ok());
+  const auto& ts = (*cpp)->file().tensors();
+  ASSERT_EQ(tkv_model_n_tensors(h.m), ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const char* name = nullptr;
+    const char* type = nullptr;
+    int64_t dims[4];
+    int32_t nd = 0;
+    ASSERT_EQ(tkv_model_tensor_info(h.m, i, &name, &type, dims, &nd), TKV_OK);
+    EXPECT_EQ(name, ts[i].name);
+    EXPECT_EQ(size_t(nd), ts[i].dims.size());
+    for (int j = 0; j < nd; ++j) EXPECT_EQ(uint64_t(dims[j]), ts[i].dims[j]);
+  }
+  const gguf::Tensor* t = (*cpp)->file().tensor("blk.0.attn_k.weight");
+  ASSERT_NE(t, nullptr);
+  std::vector<float> w(t->n_elements), row(t->dims[0]);
+  ASSERT_EQ(tkv_model_tensor_f32(h.m, "blk.0.attn_k.weight", w.data(), w.size()), TKV_OK) << tkv_last_error();
+  const size_t rb = t->n_bytes / (t->n_elements / t->dims[0]);
+  unpack_f32(t->type, t->data + rb, 0, int64_t(t->dims[0]), row.data());  // row 1
+  EXPECT_EQ(0, std::memcmp(row.data(), &w[t->dims[0]], row.size() * sizeof(float)));
+  EXPECT_EQ(tkv_model_tensor_f32(h.m, "blk.0.attn_k.weight", w.data(), w.size() - 1), TKV_ERR_BUFFER);
+  EXPECT_EQ(tkv_model_tensor_f32(h.m, "nope", w.data(), w.size()), TKV_ERR_ARGUMENT);
+  EXPECT_NE(std::string(tkv_last_error()).find("no tensor named 'nope'"), std::string::npos);
+  EXPECT_EQ(tkv_model_tensor_info(h.m, ts.size(), nullptr, nullptr, nullptr, nullptr), TKV_ERR_ARGUMENT);
+  size_t len = 0;
+  char small[8];
+  EXPECT_EQ(tkv_model_config_json(h.m, small, sizeof small, &len), TKV_ERR_BUFFER);
+  std::vector<char> json(len + 1);
+  ASSERT_EQ(tkv_model_config_json(h.m, json.data(), json.size(), &len), TKV_OK);
+  const std::string j(json.data(), len);
+  const ModelConfig& c = (*cpp)->config();
+  EXPECT_NE(j.find("\"arch\":\"" + c.arch + "\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"n_embd\":" + std::to_string(c.n_embd)), std::string::npos) << j;
+  EXPECT_NE(j.find("\"rope_neox\":false"), std::string::npos) << j;
 }
 
 TEST(CApi, GreedyGenerationIsTheEnginesTokenForToken) {

@@ -335,3 +335,31 @@ def test_calibrate_writes_a_policy_models_use(model, tmp_path):
     assert not (tmp_path / "x.tkvp").exists()
     with pytest.raises(ValueError, match="calibrated on another model|model"):
         turbokv.Model(MODEL.replace("f16", "f32"), policy=path)
+
+
+def test_model_config_and_weights_for_your_own_forward(model):
+    """Model.config (tkv_model_config_json), Model.tensors and Model.tensor
+    (tkv_model_tensor_info, _tensor_f32): the shapes are row-major (GGUF
+    dims reversed) and an f16 file's weights decode to its f16 values."""
+    c = model.config
+    assert c["arch"] == "llama" and c["n_layer"] == model.info["n_layer"] and c["n_embd"] % c["n_head"] == 0
+    assert c["rope_base"] > 0 and 0 < c["eps"] < 1e-3 and isinstance(c["rope_neox"], bool)
+    t = model.tensors
+    typ, shape = t["blk.0.attn_q.weight"]
+    assert typ == "F16" and shape == (c["n_head"] * c["head_dim"], c["n_embd"])
+    w = model.tensor("blk.0.attn_q.weight")
+    assert w.dtype == np.float32 and w.shape == shape and np.all(np.isfinite(w))
+    assert np.array_equal(w.astype(np.float16).astype(np.float32), w), "f16 weights decode exactly"
+    assert model.tensor("token_embd.weight").shape == (c["n_vocab"], c["n_embd"])
+    with pytest.raises(KeyError, match="no tensor named 'nope'"):
+        model.tensor("nope")
+
+
+def test_rotate_checks_its_arguments(rng):
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    assert np.allclose(turbokv.rotate(turbokv.rotate(x, seed=5), seed=5, inverse=True), x, atol=1e-5)
+    with pytest.raises(ValueError, match=r"head_dim must be in \[2, 4096\], got 1"):
+        turbokv.rotate(np.zeros((2, 1), np.float32))
+    with pytest.raises(TypeError, match=r"float32\[n, d\].*got float64"):
+        turbokv.rotate(x.astype(np.float64))
+    assert turbokv.rotate(np.zeros((0, 64), np.float32)).shape == (0, 64)
