@@ -8,13 +8,16 @@ set -euo pipefail
 PKGS=(cmake g++ make libhwy-dev libcli11-dev librapidcheck-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libicu-dev libxxhash-dev
       libcpp-httplib-dev pkg-config gcc binutils
-      python3-dev pybind11-dev python3-numpy python3-pytest nodejs npm
+      python3-dev pybind11-dev python3-numpy python3-pytest nodejs
       python3-torch python3-hypothesis python3-scipy python3-build python3-setuptools python3-wheel python3-pip)
 if [ "${1:-}" = fuzz ]; then PKGS+=(clang-14 libfuzzer-14-dev); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Debian's npm only where no npm came with node (NodeSource's nodejs bundles
+# its own, and conflicts with Debian's npm package).
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 # The official `openai` npm package for the OpenAI-client test (ctest
 # OpenAI.client, scripts/openai-client-test.sh), outside the repository.
 npm_openai() {
