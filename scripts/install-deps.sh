@@ -8,13 +8,22 @@ set -euo pipefail
 PKGS=(cmake g++ make libhwy-dev libcli11-dev librapidcheck-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libicu-dev libxxhash-dev
       libcpp-httplib-dev pkg-config gcc binutils
-      python3-dev pybind11-dev python3-numpy python3-pytest)
+      python3-dev pybind11-dev python3-numpy python3-pytest nodejs npm)
 if [ "${1:-}" = fuzz ]; then PKGS+=(clang-14 libfuzzer-14-dev); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# The official `openai` npm package for the OpenAI-client test (ctest
+# OpenAI.client, scripts/openai-client-test.sh), outside the repository.
+npm_openai() {
+  local dir=${TKV_NPM_DIR:-/tmp/tkv-npm}
+  [ -d "$dir/node_modules/openai" ] && return 0
+  command -v npm >/dev/null || return 0
+  mkdir -p "$dir" && npm install --prefix "$dir" --no-audit --no-fund openai >/dev/null 2>&1 ||
+    echo "install-deps: npm install openai failed (the OpenAI-client test will try again)" >&2
+}
+if [ ${#missing[@]} -eq 0 ]; then npm_openai; exit 0; fi
 if [ "$(id -u)" -eq 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
@@ -25,3 +34,4 @@ else
   echo "  sudo apt-get install -y ${missing[*]}" >&2
   exit 1
 fi
+npm_openai

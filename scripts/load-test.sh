@@ -6,7 +6,11 @@
 # --slot-save-path idle slots keep nothing), then stops the server with SIGTERM
 # and checks that it exits 0 within 10 s. Exits non-zero on any failure.
 # Usage: scripts/load-test.sh [MODEL] [CLIENTS] [REQUESTS]
-#   env: TKV_SERVE_ARGS (default "-np 4 -c 1024 --kv-budget 64MiB -t 1"),
+#   env: TKV_ATTACK=1: scripts/attacker.py runs beside loadgen (slow clients,
+#        oversized chunked bodies, header floods; --timeout 5 --max-body 1MiB
+#        added to the server flags): loadgen must still see 0 errors and every
+#        flood must be refused with a 4xx;
+#        TKV_SERVE_ARGS (default "-np 4 -c 1024 --kv-budget 64MiB -t 1"),
 #        TKV_LOADGEN_ARGS (extra loadgen flags, e.g. "--max-tokens 32"), TKV_PORTS (18100-18199)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,14 +26,26 @@ trap cleanup_server EXIT
 
 # Every client may wait for a slot: the queue must hold them all (else 503).
 # shellcheck disable=SC2086
-start_server -m "$MODEL" $SERVE_ARGS --queue $((CLIENTS + 16))
+ATTACK_ARGS=()
+[ "${TKV_ATTACK:-0}" = 1 ] && ATTACK_ARGS=(--timeout 5 --max-body 1MiB)
+start_server -m "$MODEL" $SERVE_ARGS --queue $((CLIENTS + 16)) "${ATTACK_ARGS[@]}"
 echo "load-test: turbokv serve (pid $SERVER_PID) on $URL: $SERVE_ARGS"
 fail=0
+ATTACKER_PID=
+if [ "${TKV_ATTACK:-0}" = 1 ]; then
+  python3 scripts/attacker.py "$PORT" 3600 &
+  ATTACKER_PID=$!
+  echo "load-test: attacker (pid $ATTACKER_PID) beside loadgen"
+fi
 OUT=$(mktemp /tmp/turbokv-loadgen.XXXXXX.txt)
 # shellcheck disable=SC2086
 "$TKV_BIN" loadgen --url "$URL" --clients "$CLIENTS" --requests "$REQUESTS" ${TKV_LOADGEN_ARGS:-} 2>&1 | tee "$OUT" ||
   { echo "FAIL: loadgen reported errors"; fail=1; }
 RSS_KB=$(awk '/^VmHWM:/ {print $2}' "/proc/$SERVER_PID/status")
+if [ -n "$ATTACKER_PID" ]; then
+  kill -TERM "$ATTACKER_PID"
+  wait "$ATTACKER_PID" || { echo "FAIL: a flood was not refused with a 4xx"; fail=1; }
+fi
 
 metric() { awk -v m="$1" '$1 == m {print $2}' <<<"$METRICS"; }
 # The gauges are sampled after the last response was read: the engine may

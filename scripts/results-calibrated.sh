@@ -11,7 +11,7 @@ SHARED=${TKV_SHARED:-../shared}
 M=$SHARED/models/ref-5m/ref-5m-f32.gguf
 T=$SHARED/data/text/wikitext-2-raw-test.txt
 N=$SHARED/data/niah/paul-graham-essays
-PPL="$BIN perplexity -m $M -f $T -c 512 --chunks 40"
+PPL="$BIN perplexity -m $M -f $T --normalize-newlines -c 512 --chunks 40"
 $PPL -ctk f32 --cache-type-v f32 --kl-divergence-base "$OUT/base.kl" > /dev/null 2>&1
 kld() { $PPL "$@" --kl-divergence-base "$OUT/base.kl" --kl-divergence 2>/dev/null | awk '/Mean    KLD/ {print $3}'; }
 echo "| bits/value | plain | plain KLD | calibrated policy KLD | plain / calibrated |"

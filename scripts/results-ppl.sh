@@ -10,8 +10,8 @@ J=${1:-/tmp/turbokv-ppl.jsonl}
 N=${2:-40}
 B=$(mktemp /tmp/turbokv-base.XXXXXX.kl)
 rm -f "$J"
-./build/turbokv perplexity -m $M -f $T --chunks $N -ctk f32 -ctv f32 --kl-divergence-base "$B" --json-out "$J" >/dev/null
-run() { ./build/turbokv perplexity -m $M -f $T --chunks $N --kl-divergence-base "$B" --kl-divergence --json-out "$J" "$@" >/dev/null; }
+./build/turbokv perplexity -m $M -f $T --normalize-newlines --chunks $N -ctk f32 -ctv f32 --kl-divergence-base "$B" --json-out "$J" >/dev/null
+run() { ./build/turbokv perplexity -m $M -f $T --normalize-newlines --chunks $N --kl-divergence-base "$B" --kl-divergence --json-out "$J" "$@" >/dev/null; }
 for f in f16 q8_0 q4_0 q4_0r tq4 tq4.5 tq3.5 tq3 tq2.5 tq2; do run -ctk $f -ctv $f; done
 for f in tq4 tq4.5 tq3.5 tq3 tq2.5 tq2; do run -ctk $f -ctv $f --kv-mean-center off; done
 run -ctk f16 -ctv tq3

@@ -166,6 +166,10 @@ Expected<std::unique_ptr<ByteSource>> open_file_source(const std::string& path) 
   return std::unique_ptr<ByteSource>(new FileSource(fd, static_cast<uint64_t>(st.st_size)));
 }
 
+std::unique_ptr<ByteSource> open_fd_source(int fd, uint64_t size) {
+  return std::unique_ptr<ByteSource>(new FileSource(fd, size));
+}
+
 std::unique_ptr<ByteSource> memory_source(const void* data, size_t n) {
   return std::unique_ptr<ByteSource>(new MemorySource(data, n));
 }

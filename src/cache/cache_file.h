@@ -29,6 +29,8 @@ class ByteSource {
   virtual Status read(uint64_t offset, void* dst, size_t n) const = 0;
 };
 Expected<std::unique_ptr<ByteSource>> open_file_source(const std::string& path);
+// A source over an open file descriptor of `size` bytes, which it owns (closes).
+std::unique_ptr<ByteSource> open_fd_source(int fd, uint64_t size);
 std::unique_ptr<ByteSource> memory_source(const void* data, size_t n);
 
 // Layer state in a cache file.

@@ -35,7 +35,34 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
   const ModelConfig& c = model.config();
   const int n_ctx = o.n_ctx, V = c.n_vocab;
   if (n_ctx < 8) return Status::Error("perplexity: -c must be at least 8");
-  std::vector<int32_t> tokens = model.tokenizer().encode(text, true);
+  // A base file to compare with: turbokv's (TVKL, exact rows, bound to the
+  // model and text) or llama.cpp's (_logits_: its own tokens, packed rows).
+  std::ofstream kl_out;
+  std::ifstream kl_in;
+  bool llama_base = false;
+  LlamaKlBase lbase;
+  uint64_t base_size = 0;
+  if (!o.kl_base.empty() && !o.kl_write) {
+    kl_in.open(o.kl_base, std::ios::binary | std::ios::ate);
+    if (!kl_in) return Status::Error(o.kl_base + ": cannot open the KL base file");
+    const std::streamoff size = kl_in.tellg();
+    base_size = size < 0 ? 0 : uint64_t(size);
+    kl_in.seekg(0);
+    llama_base = is_llama_kl(kl_in);
+  }
+  std::vector<int32_t> tokens;
+  if (llama_base) {
+    auto b = read_llama_kl(kl_in, base_size, o.kl_base);
+    if (!b) return b.status();
+    lbase = std::move(*b);
+    if (lbase.n_ctx != uint32_t(n_ctx) || lbase.n_vocab != uint32_t(V))
+      return Status::Error(o.kl_base + ": made by llama.cpp with -c " + std::to_string(lbase.n_ctx) + " and " +
+                           std::to_string(lbase.n_vocab) + " tokens of vocabulary; this run has -c " +
+                           std::to_string(n_ctx) + " and " + std::to_string(V));
+    tokens = std::move(lbase.tokens);  // the text llama.cpp scored, as it tokenized it
+  } else {
+    tokens = model.tokenizer().encode(text, true);
+  }
   int chunks = static_cast<int>(tokens.size() / n_ctx);
   if (o.max_chunks > 0) chunks = std::min(chunks, o.max_chunks);
   if (chunks < 1)
@@ -43,11 +70,9 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
                          std::to_string(n_ctx));
   const int first = n_ctx / 2, per_chunk = static_cast<int>(kl_scored_per_chunk(uint32_t(n_ctx)));
   const uint64_t thash = fnv1a(tokens.data(), tokens.size() * 4);
-  // KL base file (eval/kl_base.h): header, then the f32 log-probabilities of
-  // every scored position (exact, so a run compared with its own base gives
-  // KLD 0).
-  std::ofstream kl_out;
-  std::ifstream kl_in;
+  // turbokv's KL base file (eval/kl_base.h): header, then the f32
+  // log-probabilities of every scored position (exact, so a run compared with
+  // its own base gives KLD 0).
   KlBaseHeader hdr;
   hdr.model = model.fingerprint();
   hdr.text = thash;
@@ -60,12 +85,8 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
       kl_out.open(o.kl_base, std::ios::binary);
       if (!kl_out) return Status::Error(o.kl_base + ": cannot create the KL base file");
       kl_out.write(reinterpret_cast<const char*>(&hdr), sizeof(hdr));
-    } else {
-      kl_in.open(o.kl_base, std::ios::binary | std::ios::ate);
-      if (!kl_in) return Status::Error(o.kl_base + ": cannot open the KL base file");
-      const std::streamoff size = kl_in.tellg();
-      kl_in.seekg(0);
-      auto h = read_kl_header(kl_in, size < 0 ? 0 : uint64_t(size), o.kl_base);
+    } else if (!llama_base) {
+      auto h = read_kl_header(kl_in, base_size, o.kl_base);
       if (!h) return h.status();
       if (h->model != hdr.model) return Status::Error(o.kl_base + ": made with another model");
       if (h->text != hdr.text) return Status::Error(o.kl_base + ": made with another text");
@@ -85,6 +106,7 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
   double same = 0;
   std::vector<float> logits(size_t(n_ctx) * V), lp(V);
   std::vector<float> base(V);
+  std::vector<uint16_t> packed(llama_base ? llama_kl_row_u16(uint32_t(V)) : 0);
   for (int ch = 0; ch < chunks; ++ch) {
     auto cache = KvCache::create(c.kv_shape(), co);
     if (!cache) return cache.status();
@@ -110,11 +132,17 @@ Expected<PerplexityResult> perplexity(const Model& model, const std::string& tex
         if (kl_out.is_open()) {
           kl_out.write(reinterpret_cast<const char*>(lp.data()), sizeof(float) * V);
         } else {
-          kl_in.read(reinterpret_cast<char*>(base.data()), sizeof(float) * V);
-          if (!kl_in) return Status::Error(o.kl_base + ": truncated (fewer scored positions than this run)");
-          if (Status s = check_kl_row(base.data(), uint32_t(V), o.kl_base, uint64_t(ch) * per_chunk + (i - first));
-              !s.ok())
-            return s;
+          const uint64_t position = uint64_t(ch) * per_chunk + (i - first);
+          if (llama_base) {
+            kl_in.read(reinterpret_cast<char*>(packed.data()), std::streamsize(packed.size() * 2));
+            if (!kl_in) return Status::Error(o.kl_base + ": truncated (fewer scored positions than this run)");
+            if (Status s = decode_llama_kl_row(packed.data(), uint32_t(V), base.data(), o.kl_base, position); !s.ok())
+              return s;
+          } else {
+            kl_in.read(reinterpret_cast<char*>(base.data()), sizeof(float) * V);
+            if (!kl_in) return Status::Error(o.kl_base + ": truncated (fewer scored positions than this run)");
+            if (Status s = check_kl_row(base.data(), uint32_t(V), o.kl_base, position); !s.ok()) return s;
+          }
           double kl = 0;
           int top_b = 0, top_n = 0;
           for (int v = 0; v < V; ++v) {

@@ -1,7 +1,13 @@
 #include "server/engine.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 
 #include "cache/cache_file.h"
 
@@ -13,6 +19,20 @@ bool Task::next(std::string& text) {
   text.swap(pending);
   pending.clear();
   return !text.empty() || !done;
+}
+
+Task::Next Task::next_for(std::string& text, int ms) {
+  std::unique_lock<std::mutex> lk(mu);
+  text.clear();
+  if (!cv.wait_for(lk, std::chrono::milliseconds(ms), [&] { return done || !pending.empty(); })) return Next::kTimeout;
+  text.swap(pending);
+  pending.clear();
+  return !text.empty() || !done ? Next::kText : Next::kEnd;
+}
+
+bool Task::done_now() {
+  std::lock_guard<std::mutex> lk(mu);
+  return done;
 }
 
 Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const KvCacheOptions& co, const EngineOptions& opt) {
@@ -69,15 +89,34 @@ int64_t Engine::contexts_that_fit() const {
   return pool_->n_blocks() / ((opt_.ctx + pool_->block_tokens() - 1) / pool_->block_tokens());
 }
 
+void Engine::cancel(const std::shared_ptr<Task>& t) {
+  if (!t) return;
+  t->cancelled = true;
+  { std::lock_guard<std::mutex> g(mu_); }  // the scheduler is waiting or will look at the flag
+  cv_.notify_all();
+}
+
 std::shared_ptr<Task> Engine::submit(GenRequest req, Refusal* refusal) {
-  const int P = static_cast<int>(req.prompt.size());
-  auto refuse = [&](int status, std::string msg) {
-    if (refusal) *refusal = {status, std::move(msg)};
-    std::lock_guard<std::mutex> g(mu_);
+  const int64_t P = static_cast<int64_t>(req.prompt.size());
+  auto refuse_locked = [&](int status, std::string msg, const char* param = "prompt") {
+    if (refusal) *refusal = {status, std::move(msg), param};
     ++m_.rejected;
     return nullptr;
   };
+  auto refuse = [&](int status, std::string msg, const char* param = "prompt") {
+    std::lock_guard<std::mutex> g(mu_);
+    return refuse_locked(status, std::move(msg), param);
+  };
   if (P == 0) return refuse(400, "the prompt is empty");
+  if (req.max_tokens < -1 || req.max_tokens == 0)
+    return refuse(400, "'max_tokens' must be an integer >= 1, or -1 for no limit", "max_tokens");
+  // What it will hold at most: 64-bit, capped by the context. A request
+  // needing more blocks than the whole pool could never be admitted.
+  const int64_t want = req.max_tokens < 0 ? opt_.ctx : std::min<int64_t>(opt_.ctx, P + int64_t(req.max_tokens));
+  const int64_t bt = pool_->block_tokens();
+  if ((want + bt - 1) / bt > pool_->n_blocks())
+    return refuse(400, "the request needs " + std::to_string((want + bt - 1) / bt) + " KV blocks, the pool has " +
+                           std::to_string(pool_->n_blocks()), "max_tokens");
   if (P >= opt_.ctx)
     return refuse(400, "the prompt has " + std::to_string(P) + " tokens, the context holds " + std::to_string(opt_.ctx) +
                            " (prompt and generated tokens together)");
@@ -93,12 +132,9 @@ std::shared_ptr<Task> Engine::submit(GenRequest req, Refusal* refusal) {
   t->prompt_tokens = P;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (stopping_) return refuse(503, "the server is shutting down");
-    if (static_cast<int>(queue_.size()) >= opt_.queue_limit) {
-      ++m_.rejected;
-      if (refusal) *refusal = {503, "the server is busy: " + std::to_string(queue_.size()) + " requests are waiting"};
-      return nullptr;
-    }
+    if (stopping_) return refuse_locked(503, "the server is shutting down", "");
+    if (static_cast<int>(queue_.size()) >= opt_.queue_limit)
+      return refuse_locked(503, "the server is busy: " + std::to_string(queue_.size()) + " requests are waiting", "");
     queue_.push_back(t);
     ++m_.requests;
   }
@@ -147,7 +183,9 @@ bool Engine::admit_locked(const std::shared_ptr<Task>& t) {
   drop_cache_locked(*slot);
   const GenRequest& r = t->req;
   const int P = static_cast<int>(r.prompt.size());
-  const int want = r.max_tokens < 0 ? opt_.ctx : std::min(opt_.ctx, P + r.max_tokens);
+  // 64-bit: P + max_tokens overflows int for max_tokens near INT_MAX.
+  const int want = static_cast<int>(r.max_tokens < 0 ? int64_t(opt_.ctx)
+                                                     : std::min<int64_t>(opt_.ctx, int64_t(P) + int64_t(r.max_tokens)));
   auto made = KvCache::create_in(pool_, opt_.ctx);
   if (!made) return false;
   std::unique_ptr<KvCache> cache = std::move(*made);
@@ -244,6 +282,15 @@ void Engine::loop() {
       return;
     }
     while (!queue_.empty() && admit_locked(queue_.front())) queue_.pop_front();
+    // Nothing runs and the head still does not fit: it never will (every
+    // block it could get is free or evictable). It ends now rather than
+    // holding every later request behind it.
+    if (!queue_.empty() && running_locked() == 0) {
+      end_waiting(*queue_.front(), "error", "the request cannot be admitted: its KV blocks exceed the pool");
+      ++m_.rejected;
+      queue_.pop_front();
+      continue;
+    }
     for (Slot& s : slots_)
       if (s.task && s.task->cancelled) finish(s, "cancelled");
     // The step: every decoding sequence's next token, then whole prompt
@@ -340,30 +387,60 @@ std::vector<SlotInfo> Engine::slots() const {
   return out;
 }
 
-Status Engine::save_slot(int id, const std::string& path, int* n_tokens) {
+Status Engine::save_slot(int id, const std::string& dir, const std::string& name, int* n_tokens) {
   std::lock_guard<std::mutex> g(mu_);
   if (id < 0 || id >= static_cast<int>(slots_.size())) return Status::Error("slot " + std::to_string(id) + " does not exist");
   Slot& s = slots_[id];
   if (s.task) return Status::Error("slot " + std::to_string(id) + " is processing a request");
   if (!s.cache || s.cache->n_tokens() == 0) return Status::Error("slot " + std::to_string(id) + " holds no tokens");
   *n_tokens = s.cache->n_tokens();
-  return save_cache_file(path, *s.cache, model_.fingerprint(), s.tokens);
+  // The temporary file is created with O_EXCL | O_NOFOLLOW (util/atomic_file.h).
+  const Status st = save_cache_file(dir + "/" + name, *s.cache, model_.fingerprint(), s.tokens);
+  if (st.ok()) return st;
+  // The writer's message names the temporary path (directory and PID): only its reason is kept.
+  const std::string& m = st.message();
+  const size_t colon = m.rfind(": ");
+  return Status::Error("cannot write slot file '" + name + "'" + (colon == std::string::npos ? "" : m.substr(colon)));
 }
 
-Status Engine::restore_slot(int id, const std::string& path, int* n_tokens) {
+Status Engine::restore_slot(int id, const std::string& dir, const std::string& name, int* n_tokens) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (id < 0 || id >= static_cast<int>(slots_.size())) return Status::Error("slot " + std::to_string(id) + " does not exist");
+    if (slots_[id].task) return Status::Error("slot " + std::to_string(id) + " is processing a request");
+  }
+  // Opened without following a link and without blocking (a FIFO would
+  // block open() until a writer came), then checked to be a regular file.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return Status::Error("the slot directory cannot be opened: " + std::string(std::strerror(errno)));
+  const int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+  const int err = errno;
+  ::close(dfd);
+  if (fd < 0)
+    return Status::Error("slot file '" + name + "': " +
+                         (err == ELOOP ? std::string("is a symbolic link (not followed)") : std::string(std::strerror(err))));
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::Error("slot file '" + name + "' is not a regular file");
+  }
+  auto src = open_fd_source(fd, static_cast<uint64_t>(st.st_size));  // owns fd
+  // Read and checked outside the engine's lock: other requests go on.
+  auto load = [&] { return load_cache_file_into(*src, pool_, opt_.ctx, model_.fingerprint(), model_.config().n_vocab); };
+  auto loaded = load();
+  if (!loaded) {
+    {  // perhaps no free blocks: other idle slots' kept sequences give theirs back
+      std::lock_guard<std::mutex> g(mu_);
+      for (Slot& o : slots_)
+        if (!o.task && o.id != id) drop_cache_locked(o);
+    }
+    loaded = load();
+  }
+  if (!loaded) return Status::Error("slot file '" + name + "': " + loaded.error());
   std::lock_guard<std::mutex> g(mu_);
-  if (id < 0 || id >= static_cast<int>(slots_.size())) return Status::Error("slot " + std::to_string(id) + " does not exist");
   Slot& s = slots_[id];
   if (s.task) return Status::Error("slot " + std::to_string(id) + " is processing a request");
   drop_cache_locked(s);
-  auto src = open_file_source(path);
-  if (!src) return src.status();
-  auto loaded = load_cache_file_into(**src, pool_, opt_.ctx, model_.fingerprint(), model_.config().n_vocab);
-  if (!loaded) {
-    drop_idle_caches_locked();
-    loaded = load_cache_file_into(**src, pool_, opt_.ctx, model_.fingerprint(), model_.config().n_vocab);
-  }
-  if (!loaded) return Status::Error("slot file " + path + ": " + loaded.error());
   s.cache = std::move(loaded->cache);
   s.tokens = std::move(loaded->tokens);
   s.cache->publish(s.tokens.data());  // its full blocks serve the next request that starts with them

@@ -70,6 +70,11 @@ struct Task {
   std::atomic<bool> cancelled{false};
   // Waits for text or the end; returns false once done and drained.
   bool next(std::string& text);
+  // The same, waiting at most ms: kText (text may be empty only at the end),
+  // kEnd once done and drained, kTimeout when nothing came.
+  enum class Next { kText, kEnd, kTimeout };
+  Next next_for(std::string& text, int ms);
+  bool done_now();
 };
 
 struct SlotInfo {
@@ -96,9 +101,13 @@ class Engine {
   ~Engine();
   // Queues a request; an error (with an HTTP status) when it cannot be
   // served: 400 prompt too long or empty, 503 queue full.
-  struct Refusal { int status; std::string message; };
+  struct Refusal { int status; std::string message; std::string param = "prompt"; };
   std::shared_ptr<Task> submit(GenRequest req, Refusal* refusal);
   void stop();
+  // Ends a request whose client has gone, queued or running: its blocks go
+  // back to the pool at the scheduler's next step.
+  void cancel(const std::shared_ptr<Task>& t);
+  int queue_limit() const { return opt_.queue_limit; }
 
   EngineMetrics metrics() const;
   std::vector<SlotInfo> slots() const;
@@ -106,9 +115,16 @@ class Engine {
   int tokens_per_block() const { return pool_->block_tokens(); }
   // How many whole contexts fit in the pool.
   int64_t contexts_that_fit() const;
-  // Slot files (cache/cache_file.h) of a slot's kept sequence.
-  Status save_slot(int id, const std::string& path, int* n_tokens);
-  Status restore_slot(int id, const std::string& path, int* n_tokens);
+  // Slot files (cache/cache_file.h) of a slot's kept sequence: `name`, a
+  // plain file name, inside directory `dir`. Save writes a temporary file
+  // created with O_EXCL | O_NOFOLLOW and renames it over the name (a link
+  // there is replaced, never followed). Restore opens the name without
+  // following a link and without blocking (a FIFO or device is refused, as
+  // is anything but a regular file), reads and checks it outside the
+  // engine's lock, and only then swaps it in: a failed restore leaves the
+  // slot as it was. Errors name the file, never the directory.
+  Status save_slot(int id, const std::string& dir, const std::string& name, int* n_tokens);
+  Status restore_slot(int id, const std::string& dir, const std::string& name, int* n_tokens);
 
  private:
   struct Slot {

@@ -65,7 +65,8 @@ std::string failing_field(std::string_view body) {
 // Parses the body as a JSON object. nlohmann's parser rejects ill-formed
 // UTF-8 inside strings (dumping it later would throw); the error then names
 // the field, found by failing_field.
-std::optional<ApiError> parse_object(std::string_view body, json& j) {
+std::optional<ApiError> parse_object(std::string_view body, json& j, int max_depth) {
+  if (auto e = check_json_depth(body, max_depth)) return e;
   try {
     j = json::parse(body);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
@@ -201,7 +202,8 @@ std::optional<ApiError> parse_sampling(const json& j, SamplingRequest& s) {
   if (auto e = get_number(j, "min_p", 0, 1, false, "in [0, 1]", s.min_p)) return e;
   if (auto e = get_number(j, "presence_penalty", -2, 2, false, "in [-2, 2]", s.presence_penalty)) return e;
   if (auto e = get_number(j, "frequency_penalty", -2, 2, false, "in [-2, 2]", s.frequency_penalty)) return e;
-  if (auto e = get_number(j, "repeat_penalty", 0, std::numeric_limits<double>::max(), true, "> 0",
+  // Capped where a float holds it (1e300 would become inf).
+  if (auto e = get_number(j, "repeat_penalty", 0, 1e6, true, "in (0, 1e6]",
                           s.repeat_penalty))
     return e;
   int64_t top_k = 0;
@@ -303,6 +305,27 @@ json reason(const std::string& finish_reason) { return finish_reason.empty() ? j
 
 }  // namespace
 
+std::optional<ApiError> check_json_depth(std::string_view body, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        return bad("", "request body nests JSON arrays and objects deeper than the limit of " + std::to_string(max_depth));
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 std::string error_json(const ApiError& e) {
   json err{{"message", utf8_sanitize(e.message)},
            {"type", e.type},
@@ -311,11 +334,12 @@ std::string error_json(const ApiError& e) {
   return json{{"error", err}}.dump();
 }
 
-std::optional<ApiError> parse_completion_request(std::string_view body, bool chat, CompletionRequest& out) {
+std::optional<ApiError> parse_completion_request(std::string_view body, bool chat, CompletionRequest& out,
+                                                 int max_depth) {
   out = CompletionRequest{};
   out.chat = chat;
   json j;
-  if (auto e = parse_object(body, j)) return e;
+  if (auto e = parse_object(body, j, max_depth)) return e;
   if (const json* m = field(j, "model"))
     if (auto e = get_string(*m, "model", out.model)) return e;
   if (chat) {
@@ -351,10 +375,10 @@ SamplerOptions sampler_options(const SamplingRequest& s, uint64_t random_seed) {
   return o;
 }
 
-std::optional<ApiError> parse_tokenize_request(std::string_view body, TokenizeRequest& out) {
+std::optional<ApiError> parse_tokenize_request(std::string_view body, TokenizeRequest& out, int max_depth) {
   out = TokenizeRequest{};
   json j;
-  if (auto e = parse_object(body, j)) return e;
+  if (auto e = parse_object(body, j, max_depth)) return e;
   const json* c = field(j, "content");
   if (!c) return bad("content", "'content' must be a string");
   if (auto e = get_string(*c, "content", out.content)) return e;
@@ -363,10 +387,10 @@ std::optional<ApiError> parse_tokenize_request(std::string_view body, TokenizeRe
 }
 
 std::optional<ApiError> parse_detokenize_request(std::string_view body, std::vector<int32_t>& tokens,
-                                                 int32_t n_vocab) {
+                                                 int32_t n_vocab, int max_depth) {
   tokens.clear();
   json j;
-  if (auto e = parse_object(body, j)) return e;
+  if (auto e = parse_object(body, j, max_depth)) return e;
   const json* v = field(j, "tokens");
   if (!v || !v->is_array()) return bad("tokens", "'tokens' must be an array of token ids");
   const std::string range = "[0, " + std::to_string(n_vocab) + ")";

@@ -52,7 +52,13 @@ struct CompletionRequest {
 // Parses a /v1/completions (chat = false) or /v1/chat/completions body.
 // Returns nothing on success; unknown fields are ignored and a JSON null
 // counts as absent.
-std::optional<ApiError> parse_completion_request(std::string_view body, bool chat, CompletionRequest& out);
+// JSON nested deeper than max_depth arrays and objects is refused before
+// it is parsed (a deeply nested body costs far more memory than its bytes).
+constexpr int kMaxJsonDepth = 64;
+std::optional<ApiError> check_json_depth(std::string_view body, int max_depth = kMaxJsonDepth);
+
+std::optional<ApiError> parse_completion_request(std::string_view body, bool chat, CompletionRequest& out,
+                                                 int max_depth = kMaxJsonDepth);
 
 // The sampler settings of a request; random_seed is used when it has none.
 SamplerOptions sampler_options(const SamplingRequest& s, uint64_t random_seed);
@@ -63,10 +69,12 @@ struct TokenizeRequest {
   bool add_special = false;
   bool with_pieces = false;
 };
-std::optional<ApiError> parse_tokenize_request(std::string_view body, TokenizeRequest& out);
+std::optional<ApiError> parse_tokenize_request(std::string_view body, TokenizeRequest& out,
+                                               int max_depth = kMaxJsonDepth);
 
 // llama-server's POST /detokenize: {"tokens": [ids]}; ids outside [0, n_vocab) are errors.
-std::optional<ApiError> parse_detokenize_request(std::string_view body, std::vector<int32_t>& tokens, int32_t n_vocab);
+std::optional<ApiError> parse_detokenize_request(std::string_view body, std::vector<int32_t>& tokens, int32_t n_vocab,
+                                                 int max_depth = kMaxJsonDepth);
 
 // Non-streamed response: "text_completion" or "chat.completion" with usage.
 // finish_reason: "stop" or "length".

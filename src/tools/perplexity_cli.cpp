@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "eval/kl_base.h"
 #include "eval/perplexity.h"
 #include "tools/common_flags.h"
 #include "tools/json_text.h"
@@ -24,19 +25,24 @@ void register_perplexity(CLI::App& app) {
   struct Opt {
     std::string model, file, kl_base, json_out;
     int ctx = 512, chunks = 0, batch = 512, threads = 0;
-    bool kl = false, no_progress = false;
+    bool kl = false, no_progress = false, normalize_newlines = false;
     CacheFlags cache{"f16", "f16"};
   };
   auto o = std::make_shared<Opt>();
   CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity and KL divergence on a text (llama-perplexity's method)");
   add_model_flag(cmd, o->model);
-  cmd->add_option("-f,--file", o->file, "text file")->required();
+  cmd->add_option("-f,--file", o->file, "text file (read byte for byte, as llama-perplexity reads it; not needed with a "
+                  "llama.cpp base file and --kl-divergence, which holds its tokens)");
+  cmd->add_flag("--normalize-newlines", o->normalize_newlines,
+                "read CR LF in the text as LF (turbokv's reading before 2026-12; llama-perplexity keeps the bytes)");
   cmd->add_option("-c,--ctx-size", o->ctx, "chunk length")->check(CLI::Range(8, 1 << 20));
   cmd->add_option("--chunks", o->chunks, "chunks to score (0 = all)")->check(CLI::Range(0, 1 << 24));
   cmd->add_option("-b,--batch-size", o->batch, "tokens per forward call")->check(CLI::Range(1, 1 << 20));
   add_threads_flag(cmd, o->threads);
   add_cache_flags(cmd, o->cache);
-  cmd->add_option("--kl-divergence-base", o->kl_base, "base log-probabilities: written by a base run, read with --kl-divergence");
+  cmd->add_option("--kl-divergence-base", o->kl_base,
+                  "base log-probabilities: written by a base run, read with --kl-divergence (turbokv's files, or "
+                  "llama.cpp's from llama-perplexity --kl-divergence-base, whose tokens are then scored)");
   cmd->add_flag("--kl-divergence", o->kl, "compare with the base file");
   add_json_out_flag(cmd, o->json_out);
   add_no_progress_flag(cmd, o->no_progress);
@@ -46,8 +52,20 @@ void register_perplexity(CLI::App& app) {
       throw CLI::RuntimeError(1);
     };
     if (o->kl && o->kl_base.empty()) fail("--kl-divergence needs --kl-divergence-base FILE");
-    auto text = read_text_file(o->file);
-    if (!text) fail(text.error());
+    bool llama_base = false;
+    if (o->kl) {
+      std::ifstream b(o->kl_base, std::ios::binary);
+      if (!b) fail(o->kl_base + ": cannot open the KL base file");
+      llama_base = is_llama_kl(b);
+    }
+    std::string text;
+    if (!o->file.empty()) {
+      auto t = read_text_file(o->file);
+      if (!t) fail(t.error());
+      text = o->normalize_newlines ? normalize_newlines(std::move(*t)) : std::move(*t);
+    } else if (!llama_base) {
+      fail("-f,--file is required (only a llama.cpp KL base file with --kl-divergence brings its own tokens)");
+    }
     auto m = Model::load(o->model);
     if (!m) fail(m.error());
     PerplexityOptions po;
@@ -68,7 +86,10 @@ void register_perplexity(CLI::App& app) {
     std::fprintf(stderr, "perplexity: %s, -c %d, cache %s (K %.4f, V %.4f bits/value)\n", o->model.c_str(), o->ctx,
                  kv_desc.c_str(), k_bits, v_bits);
     Progress progress("perplexity", 0, "chunks", !o->no_progress);
-    auto r = perplexity(**m, normalize_newlines(*text), po, [&](int i, int chunks, double ppl) {
+    if (llama_base && !o->file.empty())
+      std::fprintf(stderr, "perplexity: %s is llama.cpp's: its tokens are scored, -f %s is not read\n",
+                   o->kl_base.c_str(), o->file.c_str());
+    auto r = perplexity(**m, text, po, [&](int i, int chunks, double ppl) {
       char b[48];
       std::snprintf(b, sizeof b, "PPL %.4f", ppl);
       progress.set_total(chunks);

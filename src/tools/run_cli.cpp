@@ -89,6 +89,13 @@ void register_run(CLI::App& app) {
       fail("prompt (" + std::to_string(prompt.size()) + " tokens) + " + std::to_string(o->n) + " exceeds the context " + std::to_string(ctx) + " (raise -c)");
     co.capacity = ctx;
     if (o->prompt_cache_ro && o->prompt_cache.empty()) fail("--prompt-cache-ro needs --prompt-cache FILE");
+    // Cache files hold the base-width rows only, not the protected sinks and
+    // recent ring (docs/FORMATS.md §4d): refused before any work, never a
+    // file that silently was not written.
+    if (!o->prompt_cache.empty() && (co.protect_sinks > 0 || co.protect_recent > 0))
+      fail("--prompt-cache cannot keep a cache with protected tokens (" + std::to_string(co.protect_sinks) + " sinks, " +
+           std::to_string(co.protect_recent) + " recent, from --kv-protect, --kv-preset or the policy): "
+           "drop --prompt-cache or choose a cache without protection");
     std::unique_ptr<KvCache> cache;
     int reused = 0;
     if (!o->prompt_cache.empty()) {

@@ -1,6 +1,9 @@
 #include "util/atomic_file.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <random>
 #include <cerrno>
 #include <cstring>
 
@@ -20,10 +23,23 @@ std::string dir_of(const std::string& path) {
 
 Expected<AtomicWriter> AtomicWriter::open(const std::string& path) {
   if (path.empty()) return Status::Error("cannot write a file with an empty name");
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Error("cannot create " + tmp + ": " + errno_text(errno));
-  return AtomicWriter(path, tmp, fd);
+  // A new file, never an existing one nor through a link someone placed at
+  // the name (O_EXCL | O_NOFOLLOW); a random suffix so the name cannot be
+  // predicted, and another try if it exists anyway.
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
+  int err = 0;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    char suffix[24];
+    std::snprintf(suffix, sizeof suffix, "%08llx",
+                  static_cast<unsigned long long>((salt ^ (++counter * 0x9e3779b97f4a7c15ull)) & 0xffffffffull));
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + suffix;
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) return AtomicWriter(path, tmp, fd);
+    err = errno;
+    if (err != EEXIST) return Status::Error("cannot create " + tmp + ": " + errno_text(err));
+  }
+  return Status::Error("cannot create a temporary file next to " + path + ": " + errno_text(err));
 }
 
 AtomicWriter::AtomicWriter(AtomicWriter&& o) noexcept

@@ -16,7 +16,8 @@ namespace tkv {
 
 class AtomicWriter {
  public:
-  // Creates `path`.tmp.<pid> next to `path`.
+  // Creates `path`.tmp.<pid>.<random> next to `path` (O_EXCL | O_NOFOLLOW:
+  // a new file, never one a link at that name points to).
   static Expected<AtomicWriter> open(const std::string& path);
   AtomicWriter(AtomicWriter&& o) noexcept;
   AtomicWriter& operator=(AtomicWriter&&) = delete;

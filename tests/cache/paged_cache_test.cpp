@@ -611,48 +611,53 @@ TEST(Paged, CacheFileRoundTripThroughASharedPool) {
 // sequence whose later tokens (hence means) differ, a sequence with the first
 // prompt must not get the new first block's means together with the old
 // blocks after it (centred with the old means).
+// Two sequences with the same first block of tokens but other means (C's
+// rows after the first block differ, and the means come from the first 64):
+// C publishes first, so the first block under those tokens is C's (A's equal
+// block is not published again), while A's later blocks, centred with A's
+// means, are published after it. A chain that did not key its blocks by the
+// means would continue C's first block with A's second: rows centred with
+// two different means under one sequence. (The earlier form of this test
+// relied on an eviction order that never happened and could not fail.)
 TEST(Paged, PrefixChainNeverMixesBlocksCentredWithOtherMeans) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   constexpr int L = PrefixSetup::L, H = PrefixSetup::H, d = PrefixSetup::d, B = PrefixSetup::B;
   PrefixSetup P;
-  auto p = BlockPool::create(P.layout, B, 20);
-  ASSERT_TRUE(p.ok());
-  P.pool = *p;
   const auto tokA = block_tokens(rng, 100);
   auto tokC = tokA;
   for (int i = B; i < 100; ++i) tokC[i] = tokA[i] + 7;  // same first block of tokens only
   const Kv kvA = make_kv(rng, 100, L, H, d);
   const Kv kvC = splice(kvA, make_kv(rng, 100, L, H, d), B, H, d);
   {
-    auto A = P.seq();
-    feed(*A, kvA, 0, 100, H, d, 100);
-    A->publish(tokA.data());
-  }
-  ASSERT_EQ(P.pool->stats().cached, 6);
-  // Pool pressure evicts the least recently released block: A's first.
-  std::vector<int32_t> hold;
-  while (P.pool->stats().free > 0) hold.push_back(P.pool->allocate());
-  hold.push_back(P.pool->allocate());
-  ASSERT_EQ(P.pool->stats().evictions, 1);
-  for (int32_t b : hold) P.pool->release(b);
-  ASSERT_EQ(P.pool->stats().cached, 5);
-  {
     auto C = P.seq();
     feed(*C, kvC, 0, 100, H, d, 100);
     C->publish(tokC.data());
   }
+  ASSERT_EQ(P.pool->stats().cached, 6);
+  {
+    auto A = P.seq();
+    feed(*A, kvA, 0, 100, H, d, 100);
+    A->publish(tokA.data());
+  }
+  // A's first block equals C's in tokens: only A's five later blocks are new.
+  ASSERT_EQ(P.pool->stats().cached, 11);
   auto D = P.seq();
   const int n = D->share_prefix(tokA.data(), 99);
+  // C's first block (C's means) continues with no block of A's tokens centred
+  // with C's means: nothing usable (fewer than the 64 mean rows).
+  EXPECT_EQ(n, 0);
   if (n > 0) {
     auto cold = KvCache::create(L, H, d, P.o);
     ASSERT_TRUE(cold.ok());
     feed(**cold, kvA, 0, n, H, d, 100);
     expect_same_sequence(**cold, *D, rng, "D shared " + std::to_string(n) + " tokens vs a cold run of A's prompt");
   }
+  // A sequence of C's own tokens still shares C's whole chain.
+  auto E = P.seq();
+  EXPECT_EQ(E->share_prefix(tokC.data(), 99), 96);
 }
-
 
 }  // namespace
 }  // namespace tkv

@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "util/rng.h"
 #include "attn_case.h"
+#include "ref_config.h"
 #include "shared_data.h"
 
 #include <fstream>
@@ -106,7 +107,7 @@ struct Ref {
   // per head 2 * hd for qwen35 (query, then gate: returned in G).
   void qkv(const std::string& p, const std::vector<Vec>& hs, int rope_dims, double base, double scale,
            std::vector<Vec>& Q, std::vector<Vec>& K, std::vector<Vec>& V, std::vector<Vec>* G) const {
-    const ModelConfig& c = m.config();
+    const RefConfig c = ref_config(m.file());  // the file's keys, not the engine's parse
     const int hd = c.head_dim;
     const Vec wq = mat(p + "attn_q.weight"), wk = mat(p + "attn_k.weight"), wv = mat(p + "attn_v.weight");
     const Vec qn = mat(p + "attn_q_norm.weight"), kn = mat(p + "attn_k_norm.weight");
@@ -143,7 +144,7 @@ struct Ref {
   }
   // Routed experts (softmax, top k, renormalised) plus the shared expert.
   Vec moe(const std::string& p, const Vec& h) const {
-    const ModelConfig& c = m.config();
+    const RefConfig c = ref_config(m.file());  // the file's keys, not the engine's parse
     const Vec lg = mv(mat(p + "ffn_gate_inp.weight"), h);
     const double mx = *std::max_element(lg.begin(), lg.end());
     Vec pr(lg.size());
@@ -173,7 +174,7 @@ struct Ref {
   }
   // A Gated DeltaNet layer over the whole sequence from a zero state.
   std::vector<Vec> delta(const std::string& p, const std::vector<Vec>& hs) const {
-    const ModelConfig& c = m.config();
+    const RefConfig c = ref_config(m.file());  // the file's keys, not the engine's parse
     const int Hk = c.ssm_k_heads, Hv = c.ssm_v_heads, dk = c.ssm_k_dim, dv = c.ssm_v_dim, K = c.ssm_conv;
     const int T = static_cast<int>(hs.size()), C = 2 * Hk * dk + Hv * dv;
     const Vec wqkv = mat(p + "attn_qkv.weight"), wz = mat(p + "attn_gate.weight"), conv = mat(p + "ssm_conv1d.weight");
@@ -232,7 +233,7 @@ struct Ref {
 
   // Logits at every position.
   std::vector<Vec> run(const std::vector<int32_t>& toks) const {
-    const ModelConfig& c = m.config();
+    const RefConfig c = ref_config(m.file());  // the file's keys, not the engine's parse
     const int T = static_cast<int>(toks.size()), E = c.n_embd;
     const Vec emb = mat("token_embd.weight");
     const bool gemma = c.arch == "gemma3";

@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "gguf/quantize_weights.h"
 #include "util/rng.h"
+#include "ref_config.h"
 #include "shared_data.h"
 
 namespace tkv {
@@ -62,7 +63,7 @@ struct RefModel {
   }
   // Logits of every position for the token sequence.
   std::vector<std::vector<double>> run(const std::vector<int32_t>& toks) const {
-    const ModelConfig& c = m->config();
+    const RefConfig c = ref_config(m->file());  // the file's keys, not the engine's parse
     const int T = static_cast<int>(toks.size()), hd = c.head_dim, E = c.n_embd;
     int64_t vr, vc;
     const auto emb = mat("token_embd.weight", vr, vc);

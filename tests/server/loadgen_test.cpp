@@ -3,12 +3,19 @@
 // response checked) against it, /metrics back at rest afterwards, and a clean
 // exit on SIGTERM.
 #include <httplib.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <filesystem>
 #include <random>
 #include <sstream>
@@ -145,6 +152,133 @@ TEST_F(LoadgenTest, CountsErrorsAndRejectsBadFlags) {
   r = run("loadgen --url ftp://x");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("http://"), std::string::npos) << r.err;
+}
+
+// Raw sockets for the attacker below.
+int attack_dial(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends head then piece repeatedly until the server answers or closes, or
+// max_bytes or 10 s; returns whether it answered 4xx.
+bool attack_flood(int port, const std::string& head, const std::string& piece, size_t max_bytes) {
+  const int fd = attack_dial(port);
+  if (fd < 0) return false;
+  (void)::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  size_t sent = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  bool answered = false;
+  while (sent < max_bytes && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    pollfd p{fd, POLLIN | POLLOUT, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+      char buf[16] = {};
+      answered = ::recv(fd, buf, 12, 0) == 12 && std::string(buf).rfind("HTTP/1.1 4", 0) == 0;
+      break;
+    }
+    const ssize_t w = ::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && errno == EAGAIN) continue;
+    if (w <= 0) break;
+    sent += static_cast<size_t>(w);
+  }
+  ::close(fd);
+  return answered;
+}
+
+// The load test with an attacker beside it (issue #31): slow clients sending
+// a byte at a time, chunked bodies far over --max-body, header floods; the
+// well-behaved clients see no error, every attack is refused, and SIGTERM
+// with slow clients still connected exits 0 within 2 s.
+TEST_F(LoadgenTest, WellBehavedClientsAreServedWhileAttacked) {
+  TKV_NEED_SHARED(kModel);
+  ASSERT_NO_FATAL_FAILURE(start_server({"-np", "4", "-c", "512", "--kv-budget", "16MiB", "-t", "1", "--timeout", "2",
+                                        "--max-body", "1MiB"}));
+  const std::string url = "http://127.0.0.1:" + std::to_string(port_);
+  std::atomic<bool> done{false};
+  std::atomic<int> refused{0}, floods{0};
+  std::vector<int> slow;
+  std::thread attacker([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string chunk = "10000\r\n" + std::string(0x10000, 'a') + "\r\n", headers;
+    for (int i = 0; i < 2000; ++i) headers += "X-Flood: 1\r\n";
+    for (int round = 0; !done && round < 200 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120); ++round) {
+      while (slow.size() < 40) {  // slow clients: a partial head, then a byte at a time
+        const int fd = attack_dial(port_);
+        if (fd < 0) break;
+        (void)::send(fd, "POST /v1/completions HTTP/1.1\r\n", 31, MSG_NOSIGNAL);
+        slow.push_back(fd);
+      }
+      for (int fd : slow) (void)::send(fd, "X", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      for (size_t i = 0; i < slow.size();) {  // closed at the deadline: replaced next round
+        char b[256];
+        const ssize_t n = ::recv(slow[i], b, sizeof b, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN)) {
+          ::close(slow[i]);
+          slow.erase(slow.begin() + static_cast<long>(i));
+        } else {
+          ++i;
+        }
+      }
+      ++floods;
+      refused += attack_flood(port_, "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", chunk, 64u << 20);
+      refused += attack_flood(port_, "GET /v1/models HTTP/1.1\r\n", headers, 16u << 20);
+      ++floods;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  const CliResult r = run("loadgen --url " + url + " --clients 8 --requests 5 --max-tokens 8 --seed 7");
+  done = true;
+  attacker.join();
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("requests: 40, errors: 0,"), std::string::npos) << r.out << r.err;
+  EXPECT_GT(floods.load(), 0);
+  EXPECT_EQ(refused.load(), floods.load()) << "every oversized body and header flood answered 413/431";
+  EXPECT_GT(slow.size(), 0u);
+  // SIGTERM while slow clients are still connected.
+  const auto t0 = std::chrono::steady_clock::now();
+  const int status = stop_server();
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int fd : slow) ::close(fd);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n" << slurp(path("server.log"));
+  EXPECT_LT(sec, 2.0) << "seconds from SIGTERM to exit with " << slow.size() << " slow clients";
+}
+
+// The API key from a file or the environment (not only the command line,
+// which any user can read in /proc/PID/cmdline).
+TEST_F(LoadgenTest, ApiKeyFromFileOrEnvironment) {
+  TKV_NEED_SHARED(kModel);
+  std::ofstream(path("key.txt")) << "from-file\n";
+  ASSERT_NO_FATAL_FAILURE(start_server({"-np", "1", "-c", "256", "--kv-budget", "8MiB", "-t", "1", "--api-key-file", path("key.txt")}));
+  {
+    httplib::Client c("127.0.0.1", port_);
+    EXPECT_EQ(c.Get("/v1/models")->status, 401);
+    c.set_bearer_token_auth("from-file");
+    EXPECT_EQ(c.Get("/v1/models")->status, 200);
+  }
+  EXPECT_EQ(stop_server(), 0);
+  ::setenv("TURBOKV_API_KEY", "from-env", 1);
+  ASSERT_NO_FATAL_FAILURE(start_server({"-np", "1", "-c", "256", "--kv-budget", "8MiB", "-t", "1"}));
+  ::unsetenv("TURBOKV_API_KEY");
+  {
+    httplib::Client c("127.0.0.1", port_);
+    EXPECT_EQ(c.Get("/v1/models")->status, 401);
+    c.set_bearer_token_auth("from-env");
+    EXPECT_EQ(c.Get("/v1/models")->status, 200);
+  }
+  EXPECT_EQ(stop_server(), 0);
+  // Checked before the model is loaded (a missing model would be the other error).
+  const CliResult r = run("serve -m " + path("no-model.gguf") + " --api-key-file " + path("none.txt"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--api-key-file"), std::string::npos) << r.err;
 }
 
 }  // namespace

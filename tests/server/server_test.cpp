@@ -126,7 +126,11 @@ std::pair<std::string, std::string> stream(const TestServer& s, json body) {
 std::string wiki_words(size_t n_chars) {
   std::ifstream in(std::string(TKV_SHARED_DIR) + "/data/text/wikitext-2-raw-test.txt", std::ios::binary);
   std::string t{std::istreambuf_iterator<char>(in), {}};
-  if (t.empty()) t = std::string(n_chars, 'a');
+  // Never a stand-in text: prompts of other lengths would test something else.
+  if (t.size() < 1000 + n_chars) {
+    ADD_FAILURE() << "missing or short: " << TKV_SHARED_DIR << "/data/text/wikitext-2-raw-test.txt (these prompts need it)";
+    return std::string();
+  }
   return t.substr(1000, n_chars);
 }
 

@@ -474,5 +474,40 @@ TEST(KvStatsReal, TurboBeatsLlamaQ4InRateDistortionOnQwenKeysAndValues) {
   }
 }
 
+// `run --prompt-cache` with protected tokens: refused up front with exit 1
+// and no file (it used to warn "not saved" and exit 0); perplexity reads the
+// text's bytes as they are (CR LF kept, as llama-perplexity), and
+// --normalize-newlines reads CR LF as LF; a llama.cpp base file needs no -f.
+TEST_F(Cli, PromptCacheWithProtectionAndPerplexityReading) {
+  CliResult r = run("gen-model --layers 2 --dim 64 --heads 4 --kv-heads 2 --head-dim 32 --ffn 96 -o '" + path("m.gguf") + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run("run -m '" + path("m.gguf") + "' -p hello -n 4 --kv-preset tiny --prompt-cache '" + path("c.tkvc") + "'");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("protected tokens"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("c.tkvc")));
+  r = run("run -m '" + path("m.gguf") + "' -p hello -n 4 --kv-protect 0,16,q8_0 --prompt-cache '" + path("c.tkvc") + "'");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_FALSE(fs::exists(path("c.tkvc")));
+  std::string lf, crlf;
+  for (int i = 0; i < 60; ++i) {
+    const std::string line = "line " + std::to_string(i) + " of the text, with words";
+    lf += line + "\n";
+    crlf += line + "\r\n";
+  }
+  std::ofstream(path("lf.txt"), std::ios::binary) << lf;
+  std::ofstream(path("crlf.txt"), std::ios::binary) << crlf;
+  auto ppl = [&](const std::string& file, const std::string& extra) {
+    CliResult p = run("perplexity -m '" + path("m.gguf") + "' -f '" + path(file) + "' -c 64 --chunks 2 " + extra);
+    EXPECT_EQ(p.rc, 0) << p.err;
+    return p.out.substr(0, p.out.find('\n'));
+  };
+  const std::string a = ppl("lf.txt", ""), b = ppl("crlf.txt", ""), c = ppl("crlf.txt", "--normalize-newlines");
+  EXPECT_NE(a, b);  // other bytes, other tokens
+  EXPECT_EQ(a, c);
+  r = run("perplexity -m '" + path("m.gguf") + "' -c 64");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("-f,--file is required"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace tkv
