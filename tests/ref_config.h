@@ -42,9 +42,9 @@ inline RefConfig ref_config(const gguf::File& f) {
   EXPECT_TRUE(eps.ok()) << "reference config: " << eps.error();
   c.eps = eps.ok() ? *eps : 0.0;
   // llama.cpp's llama_model_rope_type: LLAMA_ROPE_TYPE_NORM for llama,
-  // NEOX for the others here (qwen35's multi-section rope at one position
-  // per token is NEOX rotation).
-  c.rope_neox = c.arch != "llama";
+  // smollm3 and granite, NEOX for the others here (olmo2, gpt-oss; qwen35's
+  // multi-section rope at one position per token is NEOX rotation).
+  c.rope_neox = c.arch != "llama" && c.arch != "smollm3" && c.arch != "granite";
   if (const gguf::Value* t = f.find("tokenizer.ggml.tokens")) c.n_vocab = static_cast<int>(t->count);
   c.n_expert = u("expert_count", 0);
   c.n_expert_used = u("expert_used_count", 0);

@@ -52,7 +52,7 @@ Matrix row_range(const Matrix& m, int64_t r0, int64_t n);
 
 // The per-architecture entries (arch_*.cpp).
 extern const ArchSpec kArchLlama, kArchQwen2, kArchQwen3, kArchPhi3, kArchQwen3Moe, kArchGemma3, kArchQwen35,
-    kArchQwen35Moe, kArchSmolLM3, kArchGranite, kArchOlmo2;
+    kArchQwen35Moe, kArchSmolLM3, kArchGranite, kArchOlmo2, kArchGptOss;
 
 // Loads the attention tensors every attention layer has: norm, Q/K/V (or a
 // fused attn_qkv), output, optional biases and Q/K norms (qk_norm).

@@ -284,6 +284,7 @@ struct ForwardPass {
         a.causal_offset = s.pos + j;
         a.window = W;
         a.scale = c.attn_scale;
+        a.sinks = L.sinks.empty() ? nullptr : L.sinks.data();
         a.threads = threads;
         a.out = &att[(row0[i] + j) * Dq];
         Status st = s.cache->attend_step(kl, s.pos + j, m, ks + size_t(j) * Dkv, vs + size_t(j) * Dkv, a);
@@ -293,6 +294,11 @@ struct ForwardPass {
     if (c.attn_gate)
       for (size_t e = 0; e < att.size(); ++e) att[e] *= 1.0f / (1.0f + std::exp(-gate[e]));
     mm(L.wo, att.data(), tmp.data());
+    if (L.bo.rows) {  // the output projection's bias
+      dequantize_row(L.bo, 0, wbuf.data());
+      for (int t = 0; t < n; ++t)
+        for (int i = 0; i < c.n_embd; ++i) tmp[size_t(t) * c.n_embd + i] += wbuf[i];
+    }
     return Status::Ok();
   }
 

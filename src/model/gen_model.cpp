@@ -50,7 +50,8 @@ Vocab synthetic_vocab(int size) {
 Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, const std::string& out_path) {
   if (!find_arch(o.arch))  // the runtime's table: every architecture it loads is one gen-model writes
     return Status::Error("gen-model: --arch must be one of " + arch_names() + ", not '" + o.arch + "'");
-  const bool moe = o.arch == "qwen3moe" || o.arch == "qwen35moe";
+  const bool gptoss = o.arch == "gpt-oss";
+  const bool moe = o.arch == "qwen3moe" || o.arch == "qwen35moe" || gptoss;
   const bool gemma = o.arch == "gemma3", q35 = o.arch == "qwen35" || o.arch == "qwen35moe";
   if (moe && (o.experts < 1 || o.experts_used < 1 || o.experts_used > o.experts))
     return Status::Error("gen-model: " + o.arch + " needs 1 <= --experts-used <= --experts");
@@ -122,6 +123,7 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
     w.add_u32(a + ".expert_feed_forward_length", o.ffn);
     if (o.arch == "qwen35moe") w.add_u32(a + ".expert_shared_feed_forward_length", shared_ffn);
   }
+  if (gptoss) w.add_u32(a + ".attention.sliding_window", o.window);  // on the even layers
   if (gemma) {  // llama.cpp's gemma3 reads the window; the period only when it is not 6
     w.add_u32(a + ".attention.sliding_window", o.window);
     if (o.swa_period != 6) w.add_u32(a + ".attention.sliding_window_pattern", o.swa_period);
@@ -239,12 +241,16 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
     }
     const bool attn_layer = !q35 || (l + 1) % o.full_attn_interval == 0;
     if (attn_layer) TKV_ADD(p + "attn_output.weight", Dq, E, true, s / std::sqrt(float(Dq)), 0.0f);
-    if (o.arch == "qwen2") {  // Qwen2-style biases, with a large constant part on K
+    if (gptoss) {  // output bias and a sink per head
+      TKV_ADD(p + "attn_output.bias", E, 1, false, 0.1f, 0.0f);
+      TKV_ADD(p + "attn_sinks.weight", o.heads, 1, false, 1.0f, 0.0f);
+    }
+    if (o.arch == "qwen2" || gptoss) {  // Qwen2-style biases, with a large constant part on K
       TKV_ADD(p + "attn_q.bias", Dq, 1, false, 0.1f, 0.0f);
       TKV_ADD(p + "attn_k.bias", Dkv, 1, false, 2.0f, 0.0f);
       TKV_ADD(p + "attn_v.bias", Dkv, 1, false, 0.1f, 0.0f);
     }
-    if (attn_layer && (o.arch == "qwen3" || moe || gemma || q35)) {
+    if (attn_layer && (o.arch == "qwen3" || (moe && !gptoss) || gemma || q35)) {
       TKV_ADD(p + "attn_q_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
       TKV_ADD(p + "attn_k_norm.weight", o.head_dim, 1, false, 0.1f, 1.0f);
     }
@@ -256,12 +262,18 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
       TKV_ADD(p + "post_attention_norm.weight", E, 1, false, 0.1f, 1.0f);
       TKV_ADD(p + "post_ffw_norm.weight", E, 1, false, 0.1f, 1.0f);
     }
-    if (!olmo2) TKV_ADD(p + (q35 ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, false, 0.1f, 1.0f);
+    if (!olmo2) TKV_ADD(p + (q35 || gptoss ? "post_attention_norm.weight" : "ffn_norm.weight"), E, 1, false, 0.1f, 1.0f);
     if (moe) {  // the router (F32, as llama.cpp's converter keeps it), then each expert's matrices
       if (!(st = add(p + "ffn_gate_inp.weight", E, o.experts, false, 1.0f / std::sqrt(float(E)), 0.0f)).ok()) return st;
       TKV_ADD(p + "ffn_gate_exps.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f, o.experts);
       TKV_ADD(p + "ffn_up_exps.weight", E, o.ffn, true, s / std::sqrt(float(E)), 0.0f, o.experts);
       TKV_ADD(p + "ffn_down_exps.weight", o.ffn, E, true, s / std::sqrt(float(o.ffn)), 0.0f, o.experts);
+      if (gptoss) {  // biases of the router and of each expert's products
+        TKV_ADD(p + "ffn_gate_inp.bias", o.experts, 1, false, 0.5f, 0.0f);
+        TKV_ADD(p + "ffn_gate_exps.bias", o.ffn, o.experts, false, 0.5f, 0.0f);
+        TKV_ADD(p + "ffn_up_exps.bias", o.ffn, o.experts, false, 0.5f, 0.0f);
+        TKV_ADD(p + "ffn_down_exps.bias", E, o.experts, false, 0.1f, 0.0f);
+      }
       if (o.arch == "qwen35moe") {  // the shared expert and its gate
         if (!(st = add(p + "ffn_gate_inp_shexp.weight", E, 1, false, 1.0f / std::sqrt(float(E)), 0.0f)).ok()) return st;
         TKV_ADD(p + "ffn_gate_shexp.weight", E, shared_ffn, true, s / std::sqrt(float(E)), 0.0f);

@@ -11,7 +11,7 @@ namespace tkv {
 
 struct GenModelOptions {
   std::string arch = "llama";  // llama, qwen2, qwen3, phi3 (fused attn_qkv and gate+up ffn_up), qwen3moe,
-                               // gemma3, qwen35, qwen35moe, smollm3, granite, olmo2
+                               // gemma3, qwen35, qwen35moe, smollm3, granite, olmo2, gpt-oss
   int layers = 2, dim = 64, heads = 4, kv_heads = 2, head_dim = 16, ffn = 128;
   std::string type = "F32";    // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
                                // (norms and biases stay F32)

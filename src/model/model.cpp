@@ -122,7 +122,7 @@ Expected<std::vector<Matrix>> ArchLoader::experts(const std::string& name, int64
 
 const ArchSpec* find_arch(const std::string& name) {
   for (const ArchSpec* a : {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchPhi3, &kArchQwen3Moe, &kArchGemma3,
-                            &kArchQwen35, &kArchQwen35Moe, &kArchSmolLM3, &kArchGranite, &kArchOlmo2})
+                            &kArchQwen35, &kArchQwen35Moe, &kArchSmolLM3, &kArchGranite, &kArchOlmo2, &kArchGptOss})
     if (name == a->name) return a;
   return nullptr;
 }
@@ -130,7 +130,7 @@ const ArchSpec* find_arch(const std::string& name) {
 std::string arch_names() {
   std::string s;
   for (const ArchSpec* a : {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchPhi3, &kArchQwen3Moe, &kArchGemma3,
-                            &kArchQwen35, &kArchQwen35Moe, &kArchSmolLM3, &kArchGranite, &kArchOlmo2})
+                            &kArchQwen35, &kArchQwen35Moe, &kArchSmolLM3, &kArchGranite, &kArchOlmo2, &kArchGptOss})
     s += (s.empty() ? "" : ", ") + std::string(a->name);
   return s;
 }
@@ -369,9 +369,10 @@ Expected<std::unique_ptr<Model>> Model::from_file(std::shared_ptr<const gguf::Fi
     for (Matrix* x : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.bq,
                       &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm, &L.moe.router,
                       &L.wqkv, &L.wz, &L.w_beta, &L.w_alpha, &L.conv, &L.dt_bias, &L.ssm_a, &L.ssm_norm,
-                      &L.moe.shared_gate, &L.moe.shared_up, &L.moe.shared_down, &L.moe.shared_router})
+                      &L.moe.shared_gate, &L.moe.shared_up, &L.moe.shared_down, &L.moe.shared_router, &L.bo,
+                      &L.moe.router_b})
       mats.push_back(x);
-    for (auto* v : {&L.moe.gate, &L.moe.up, &L.moe.down})
+    for (auto* v : {&L.moe.gate, &L.moe.up, &L.moe.down, &L.moe.gate_b, &L.moe.up_b, &L.moe.down_b})
       for (Matrix& x : *v) mats.push_back(&x);
   }
   size_t total = 0;

@@ -107,6 +107,8 @@ struct LayerWeights {
   Matrix attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
   Matrix bq, bk, bv, q_norm, k_norm;
   Matrix post_attn_norm, post_ffn_norm;  // gemma3
+  Matrix bo;                             // attention output bias (gpt-oss)
+  std::vector<float> sinks;              // attention sinks per query head (gpt-oss), empty: none
   MoeWeights moe;                        // experts instead of w_gate/w_up/w_down (n_used > 0)
   // Gated DeltaNet (qwen35): the q/k/v projection (wqkv), the output gate z
   // (wz), per-head b (beta) and a (decay) projections, the convolution

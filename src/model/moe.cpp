@@ -7,7 +7,23 @@
 
 namespace tkv {
 
-Routing route(const float* logits, int n_expert, int n_used, float weights_scale) {
+Routing route(const float* logits, int n_expert, int n_used, float weights_scale, bool softmax_after_topk) {
+  if (softmax_after_topk) {  // gpt-oss: the top k by logit, a softmax over those k
+    std::vector<int> order(n_expert);
+    std::iota(order.begin(), order.end(), 0);
+    bool nan = false;
+    for (int e = 0; e < n_expert; ++e) nan |= std::isnan(logits[e]);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return !std::isnan(logits[a]) && (std::isnan(logits[b]) || logits[a] > logits[b]);
+    });
+    Routing r;
+    r.expert.assign(order.begin(), order.begin() + n_used);
+    const float mx = logits[r.expert[0]];
+    float sum = 0.0f;
+    for (int e : r.expert) sum += std::exp(logits[e] - mx);
+    for (int e : r.expert) r.weight.push_back(nan ? std::nanf("") : std::exp(logits[e] - mx) / sum);
+    return r;
+  }
   // Softmax over every expert (f32, as llama.cpp's ggml_soft_max).
   float mx = logits[0];
   for (int e = 1; e < n_expert; ++e) mx = std::max(mx, logits[e]);
@@ -43,8 +59,18 @@ void moe_ffn(const MoeWeights& w, const float* h, int n, float* out, const Matmu
   const int E = static_cast<int>(w.router.cols), n_expert = static_cast<int>(w.router.rows), k = w.n_used;
   std::vector<float> logits(size_t(n) * n_expert);
   mm(w.router, h, n, logits.data());
+  // A bias row added to each of n rows of width m.
+  auto add_bias = [](const Matrix& b, float* y, int rows, int m) {
+    if (b.rows == 0) return;
+    std::vector<float> bv(m);
+    dequantize_row(b, 0, bv.data());
+    for (int t = 0; t < rows; ++t)
+      for (int i = 0; i < m; ++i) y[size_t(t) * m + i] += bv[i];
+  };
+  add_bias(w.router_b, logits.data(), n, n_expert);
   std::vector<Routing> r(n);
-  for (int t = 0; t < n; ++t) r[t] = route(&logits[size_t(t) * n_expert], n_expert, k, w.weights_scale);
+  for (int t = 0; t < n; ++t)
+    r[t] = route(&logits[size_t(t) * n_expert], n_expert, k, w.weights_scale, w.softmax_after_topk);
   // Each expert once, on the tokens that chose it; its outputs land in the
   // token's slot for that choice, summed below in the routing's order.
   std::vector<float> slot(size_t(n) * k * E), xe, g, u, d;
@@ -64,8 +90,21 @@ void moe_ffn(const MoeWeights& w, const float* h, int n, float* out, const Matmu
     for (int i = 0; i < m; ++i) std::memcpy(&xe[size_t(i) * E], h + size_t(who[i].first) * E, sizeof(float) * E);
     mm(w.gate[e], xe.data(), m, g.data());
     mm(w.up[e], xe.data(), m, u.data());
-    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SwiGLU
+    if (!w.gate_b.empty()) {
+      add_bias(w.gate_b[e], g.data(), m, F);
+      add_bias(w.up_b[e], u.data(), m, F);
+    }
+    if (w.swiglu_limit > 0.0f) {  // gpt-oss's clamped SwiGLU
+      const float lim = w.swiglu_limit;
+      for (size_t i = 0; i < g.size(); ++i) {
+        const float x = std::min(g[i], lim), y = std::min(std::max(u[i], -lim), lim);
+        g[i] = x / (1.0f + std::exp(-kSwigluOaiAlpha * x)) * (y + 1.0f);
+      }
+    } else {
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SwiGLU
+    }
     mm(w.down[e], g.data(), m, d.data());
+    if (!w.down_b.empty()) add_bias(w.down_b[e], d.data(), m, E);
     for (int i = 0; i < m; ++i)
       std::memcpy(&slot[(size_t(who[i].first) * k + who[i].second) * E], &d[size_t(i) * E], sizeof(float) * E);
   }

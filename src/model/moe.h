@@ -23,7 +23,17 @@ struct MoeWeights {
   // A shared expert every token takes (qwen35moe), scaled by
   // sigmoid(shared_router . h): rows 0 when absent.
   Matrix shared_gate, shared_up, shared_down, shared_router;
+  // gpt-oss: biases of the router and of each expert's three products
+  // (rows 0 / empty when absent), llama.cpp's SOFTMAX_WEIGHT gating (the top
+  // k by router logit, weights a softmax over those k alone) and its
+  // clamped SwiGLU (swiglu_limit > 0: x = min(gate, limit), y = clamp(up,
+  // -limit, limit), x * sigmoid(alpha x) * (y + 1), alpha 1.702).
+  Matrix router_b;
+  std::vector<Matrix> gate_b, up_b, down_b;
+  bool softmax_after_topk = false;
+  float swiglu_limit = 0.0f;
 };
+constexpr float kSwigluOaiAlpha = 1.702f;
 
 // The experts a token takes and their weights, in the order the sum uses
 // (decreasing probability; ties to the lower index).
@@ -31,7 +41,8 @@ struct Routing {
   std::vector<int> expert;
   std::vector<float> weight;
 };
-Routing route(const float* router_logits, int n_expert, int n_used, float weights_scale);
+Routing route(const float* router_logits, int n_expert, int n_used, float weights_scale,
+              bool softmax_after_topk = false);
 
 // y[t] for n rows of h ([n][n_embd]) into out ([n][n_embd], overwritten).
 // mm: the matrix product to use (matmul, or matmul_tokens for a server's

@@ -96,7 +96,8 @@ TEST(TensorAccounting, MultiTokenPredictionBlocksAreKnowinglySkipped) {
 
 TEST(TensorAccounting, EverySharedFileAndEveryGenModelArchitectureLoads) {
   for (const std::string arch :
-       {"llama", "qwen2", "qwen3", "phi3", "qwen3moe", "gemma3", "qwen35", "qwen35moe", "smollm3", "granite", "olmo2"}) {
+       {"llama", "qwen2", "qwen3", "phi3", "qwen3moe", "gemma3", "qwen35", "qwen35moe", "smollm3", "granite", "olmo2",
+        "gpt-oss"}) {
     GenModelOptions o;
     o.arch = arch;
     o.layers = 4;  // qwen35: three Gated DeltaNet layers and one attention layer
@@ -142,6 +143,10 @@ struct RefConfig {
   double embd_scale = 0, residual_scale = 0, attn_scale = 0, logit_scale = 0;
   // OLMo 2: no pre-norms, Q/K normed over all heads, post norms.
   bool olmo2 = false;
+  // gpt-oss: Q/K/V/output biases, a sink per head, a window on even layers,
+  // experts with biases, top-k then softmax, clamped SwiGLU.
+  bool gptoss = false;
+  int window = 0, experts = 0, experts_used = 0;
 };
 
 struct LlamaRef {
@@ -150,7 +155,9 @@ struct LlamaRef {
   Vec mat(const std::string& name) const {
     const gguf::Tensor* t = f.tensor(name);
     EXPECT_NE(t, nullptr) << name;
-    auto w = *matrix_from(*t, "test");
+    gguf::Tensor flat = *t;  // experts [cols, rows, n] as one [cols, rows * n] matrix
+    if (flat.dims.size() == 3) flat.dims = {t->dims[0], t->dims[1] * t->dims[2]};
+    auto w = *matrix_from(flat, "test");
     std::vector<float> row(w.cols);
     Vec out(size_t(w.rows) * w.cols);
     for (int64_t r = 0; r < w.rows; ++r) {
@@ -200,6 +207,43 @@ struct LlamaRef {
       v[b] = ms * (x0 * std::sin(th) + x1 * std::cos(th));
     }
   }
+  // gpt-oss's experts: router logits plus bias, the top k by logit, weights
+  // a softmax over those k; each expert's gate/up/down with their biases and
+  // SwiGLU clamped at 7 with alpha 1.702.
+  Vec moe(const std::string& p, const Vec& h) const {
+    const int X = c.experts, F = c.ffn, E = c.dim;
+    Vec lg = mv(mat(p + "ffn_gate_inp.weight"), h);
+    const Vec rb = mat(p + "ffn_gate_inp.bias");
+    for (int e = 0; e < X; ++e) lg[e] += rb[e];
+    std::vector<int> idx(X);
+    for (int e = 0; e < X; ++e) idx[e] = e;
+    std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return lg[a] > lg[b]; });
+    double z = 0;
+    for (int k = 0; k < c.experts_used; ++k) z += std::exp(lg[idx[k]] - lg[idx[0]]);
+    const Vec G = mat(p + "ffn_gate_exps.weight"), U = mat(p + "ffn_up_exps.weight"), D = mat(p + "ffn_down_exps.weight");
+    const Vec gb = mat(p + "ffn_gate_exps.bias"), ub = mat(p + "ffn_up_exps.bias"), db = mat(p + "ffn_down_exps.bias");
+    Vec y(E, 0.0);
+    for (int k = 0; k < c.experts_used; ++k) {
+      const int e = idx[k];
+      const double w = std::exp(lg[e] - lg[idx[0]]) / z;
+      Vec a(F);
+      for (int i = 0; i < F; ++i) {
+        double g = gb[size_t(e) * F + i], u = ub[size_t(e) * F + i];
+        for (int j = 0; j < E; ++j) {
+          g += G[(size_t(e) * F + i) * E + j] * h[j];
+          u += U[(size_t(e) * F + i) * E + j] * h[j];
+        }
+        const double xg = std::min(g, 7.0), yu = std::clamp(u, -7.0, 7.0);
+        a[i] = xg / (1.0 + std::exp(-1.702 * xg)) * (yu + 1.0);
+      }
+      for (int i = 0; i < E; ++i) {
+        double d = db[size_t(e) * E + i];
+        for (int j = 0; j < F; ++j) d += D[(size_t(e) * E + i) * F + j] * a[j];
+        y[i] += w * d;
+      }
+    }
+    return y;
+  }
   // Logits at every position of toks.
   std::vector<Vec> run(const std::vector<int32_t>& toks) const {
     const int T = static_cast<int>(toks.size()), E = c.dim, hd = c.head_dim;
@@ -213,8 +257,13 @@ struct LlamaRef {
     for (int l = 0; l < c.layers; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       const Vec wq = mat(p + "attn_q.weight"), wk = mat(p + "attn_k.weight"), wv = mat(p + "attn_v.weight"),
-                wo = mat(p + "attn_output.weight"), wg = mat(p + "ffn_gate.weight"), wu = mat(p + "ffn_up.weight"),
-                wd = mat(p + "ffn_down.weight");
+                wo = mat(p + "attn_output.weight");
+      Vec wg, wu, wd;
+      if (!c.gptoss) {
+        wg = mat(p + "ffn_gate.weight");
+        wu = mat(p + "ffn_up.weight");
+        wd = mat(p + "ffn_down.weight");
+      }
       Vec an, fn, qn, kn, pa, pf;
       if (c.olmo2) {
         qn = mat(p + "attn_q_norm.weight");
@@ -223,13 +272,26 @@ struct LlamaRef {
         pf = mat(p + "post_ffw_norm.weight");
       } else {
         an = mat(p + "attn_norm.weight");
-        fn = mat(p + "ffn_norm.weight");
+        fn = mat(p + (c.gptoss ? "post_attention_norm.weight" : "ffn_norm.weight"));
       }
+      Vec bq, bk, bv, bo, sinks;
+      if (c.gptoss) {
+        bq = mat(p + "attn_q.bias");
+        bk = mat(p + "attn_k.bias");
+        bv = mat(p + "attn_v.bias");
+        bo = mat(p + "attn_output.bias");
+        sinks = mat(p + "attn_sinks.weight");
+      }
+      auto plus = [](Vec a, const Vec& b) {
+        for (size_t i = 0; i < b.size(); ++i) a[i] += b[i];
+        return a;
+      };
+      const int W = c.gptoss && l % 2 == 0 ? c.window : 0;
       const bool rotate = c.no_rope_period == 0 || (l + 1) % c.no_rope_period != 0;
       std::vector<Vec> Q, K, V;
       for (int t = 0; t < T; ++t) {
         const Vec h = c.olmo2 ? x[t] : rms(x[t], an);
-        Vec q = mv(wq, h), k = mv(wk, h);
+        Vec q = plus(mv(wq, h), bq), k = plus(mv(wk, h), bk);
         if (c.olmo2) {  // one norm over each whole vector
           q = rms(q, qn);
           k = rms(k, kn);
@@ -238,33 +300,40 @@ struct LlamaRef {
         for (int hh = 0; hh < c.kv_heads && rotate; ++hh) rope(&k[size_t(hh) * hd], t);
         Q.push_back(q);
         K.push_back(k);
-        V.push_back(mv(wv, h));
+        V.push_back(plus(mv(wv, h), bv));
       }
       for (int t = 0; t < T; ++t) {
         Vec att(size_t(c.heads) * hd, 0.0);
         for (int hh = 0; hh < c.heads; ++hh) {
           const int kv = hh / (c.heads / c.kv_heads);
-          Vec s(t + 1);
-          double mx = -1e300, sum = 0;
-          for (int j = 0; j <= t; ++j) {
+          Vec s(t + 1, -1e300);
+          const int j0 = W > 0 ? std::max(0, t - W + 1) : 0;
+          double mx = sinks.empty() ? -1e300 : sinks[hh], sum = 0;
+          for (int j = j0; j <= t; ++j) {
             double dot = 0;
             for (int i = 0; i < hd; ++i) dot += Q[t][size_t(hh) * hd + i] * K[j][size_t(kv) * hd + i];
             s[j] = dot * (c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(double(hd)));
             mx = std::max(mx, s[j]);
           }
           for (double& v : s) sum += (v = std::exp(v - mx));
-          for (int j = 0; j <= t; ++j)
+          if (!sinks.empty()) sum += std::exp(sinks[hh] - mx);  // the sink: in the denominator, no value
+          for (int j = j0; j <= t; ++j)
             for (int i = 0; i < hd; ++i) att[size_t(hh) * hd + i] += s[j] / sum * V[j][size_t(kv) * hd + i];
         }
-        Vec o = mv(wo, att);
+        Vec o = plus(mv(wo, att), bo);
         if (c.olmo2) o = rms(o, pa);
         const double rs = c.residual_scale > 0 ? c.residual_scale : 1.0;
         for (int i = 0; i < E; ++i) x[t][i] += rs * o[i];
         const Vec h = c.olmo2 ? x[t] : rms(x[t], fn);
-        Vec g = mv(wg, h);
-        const Vec u = mv(wu, h);
-        for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-        Vec dn = mv(wd, g);
+        Vec dn;
+        if (c.gptoss) {
+          dn = moe(p, h);
+        } else {
+          Vec g = mv(wg, h);
+          const Vec u = mv(wu, h);
+          for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+          dn = mv(wd, g);
+        }
         if (c.olmo2) dn = rms(dn, pf);
         for (int i = 0; i < E; ++i) x[t][i] += rs * dn[i];
       }
@@ -649,9 +718,41 @@ TEST(Families, BadKeysAreRefusedByName) {
     auto m = Model::load(path);
     ASSERT_FALSE(m.ok()) << k.key;
     EXPECT_NE(m.error().find(k.want), std::string::npos) << m.error();
-    if (k.arch == "smollm3") EXPECT_NE(m.error().find("smollm3, granite, olmo2"), std::string::npos) << m.error();
+    if (k.arch == "smollm3") {
+      EXPECT_NE(m.error().find("smollm3, granite, olmo2"), std::string::npos) << m.error();
+    }
   }
   std::remove(src.c_str());
+  std::remove(path.c_str());
+}
+
+// ---------------------------------------------------------------- 6. gpt-oss
+
+TEST(Families, GptOssMatchesFloat64Reference) {
+  GenModelOptions o;
+  o.arch = "gpt-oss";
+  o.layers = 4;  // layers 0 and 2 with a window of 8
+  o.window = 8;
+  o.experts = 4;
+  o.experts_used = 2;
+  o.seed = 23;
+  RefConfig rc;
+  rc.layers = 4;
+  rc.neox = true;
+  rc.gptoss = true;
+  rc.window = 8;
+  rc.experts = 4;
+  rc.experts_used = 2;
+  RefConfig no_window = rc;
+  no_window.window = 0;
+  const std::string path = tmp("gptoss.gguf");
+  ASSERT_TRUE(generate_model(o, nullptr, path).ok());
+  auto m = Model::load(path);
+  ASSERT_TRUE(m.ok()) << m.error();
+  const auto toks = test_tokens(40, (*m)->config().n_vocab);
+  const auto want = LlamaRef{(*m)->file(), rc}.run(toks);
+  EXPECT_LT(worst_rel(engine_logits(**m, toks, 24), want), 1e-4);
+  EXPECT_GT(worst_rel(LlamaRef{(*m)->file(), no_window}.run(toks), want), 1e-2) << "the windows matter";
   std::remove(path.c_str());
 }
 
@@ -706,6 +807,9 @@ std::vector<PplFixture> ppl_fixtures() {
       else if (k == "residual_scale") o.residual_scale = std::stof(v);
       else if (k == "attention_scale") o.attention_scale = std::stof(v);
       else if (k == "logit_scale") o.logit_scale = std::stof(v);
+      else if (k == "experts") o.experts = std::stoi(v);
+      else if (k == "experts_used") o.experts_used = std::stoi(v);
+      else if (k == "window") o.window = std::stoi(v);
       else ADD_FAILURE() << f.name << ": unknown option " << k;
     }
     f.bytes = std::stoull(col[2]);
