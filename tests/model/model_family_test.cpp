@@ -364,11 +364,16 @@ GenModelOptions qwen35_options(const std::string& arch, const std::string& type)
 
 // Quantized weights: with f32 activations (the tiled core) the engine
 // equals the reference on the dequantized weights; the default core's int8
-// activations add their rounding (RESULTS §10.2 gives the measured values).
+// activations add their rounding: bounded at 1.5x the worst relative logit
+// error measured on 2026-12-02 (gemma3 0.0368, qwen35 0.0909; the int8
+// products are exact integers on every target, the margin covers the float
+// order of the block scales), where the bounds were 2.7x and 2.2x before.
 TEST(ModelFamily, Gemma3MatchesFloat64ReferenceBeyondItsWindow) {
   EXPECT_LT(engine_vs_reference(gemma3_options("F32"), 48, 30), 1e-4);
   EXPECT_LT(engine_vs_reference(gemma3_options("Q8_0"), 48, 30, MatmulCore::kTiled), 1e-4);
-  EXPECT_LT(engine_vs_reference(gemma3_options("Q8_0"), 48, 30), 0.1);
+  const double g = engine_vs_reference(gemma3_options("Q8_0"), 48, 30);
+  std::printf("gemma3 Q8_0, default core: worst relative logit error %.6g\n", g);
+  EXPECT_LT(g, 1.5 * 0.0368);
 }
 
 TEST(ModelFamily, Gemma3LongPromptThroughTheRingInSteps) {
@@ -383,7 +388,9 @@ TEST(ModelFamily, Gemma3LongPromptThroughTheRingInSteps) {
 TEST(ModelFamily, Qwen35MatchesFloat64ReferenceWithPartialRotary) {
   EXPECT_LT(engine_vs_reference(qwen35_options("qwen35", "F32"), 48, 30), 1e-4);
   EXPECT_LT(engine_vs_reference(qwen35_options("qwen35", "Q8_0"), 48, 30, MatmulCore::kTiled), 1e-4);
-  EXPECT_LT(engine_vs_reference(qwen35_options("qwen35", "Q8_0"), 48, 30), 0.2);
+  const double q = engine_vs_reference(qwen35_options("qwen35", "Q8_0"), 48, 30);
+  std::printf("qwen35 Q8_0, default core: worst relative logit error %.6g\n", q);
+  EXPECT_LT(q, 1.5 * 0.0909);
   // A prompt longer than one DeltaNet chunk (64) and not a multiple of it.
   EXPECT_LT(engine_vs_reference(qwen35_options("qwen35", "F32"), 100, 90), 1e-4);
 }
