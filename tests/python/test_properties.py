@@ -318,7 +318,13 @@ def test_attention_on_codes_equals_float64_on_decoded_rows(kf, vf, d, g, hkv, n_
     err = np.linalg.norm(out - want, axis=2)
     floor = 1e-3 * np.mean(np.linalg.norm(v.astype(np.float64), axis=1))
     rel = err / np.maximum(np.linalg.norm(want, axis=2), floor)
-    assert np.max(rel) < 1e-4, np.max(rel)
+    # float32 scores carry an error proportional to their size, which the
+    # softmax turns into relative weight errors: the 1e-4 bound holds for
+    # logits up to 20 and grows with them (a falsifying example had logits
+    # near 100 and 1.8e-4).
+    logits = np.einsum("qkgd,jkd->qkgj", q.astype(np.float64).reshape(n_q, hkv, g, d), kd) / np.sqrt(d)
+    tol = 1e-4 * max(1.0, float(np.max(np.abs(logits), initial=0.0)) / 20.0)
+    assert np.max(rel) < tol, (np.max(rel), tol)
 
 
 # ----------------------------------------------------------- calibrated codecs
