@@ -3,7 +3,9 @@
 // the partial softmax states in a fixed order (results do not depend on the
 // thread count), then rotates each output back from V's domain and adds mu_v.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -42,10 +44,34 @@ void init_reader(attn::RowReader& r, const Codec* c) {
   }
 }
 
+std::atomic<int> g_key_scoring{-1};  // -1: not read from the environment yet
+
+KeyScoring resolve_keys(KeyScoring k) { return k == KeyScoring::kDefault ? key_scoring_default() : k; }
+
 // Chunk length depends only on n_kv, never on the thread count.
 int chunk_rows(int n_kv) { return std::clamp((n_kv / 16 + 31) / 32 * 32, 256, 2048); }
 
 }  // namespace
+
+void set_key_scoring_default(KeyScoring k) {
+  g_key_scoring = static_cast<int>(k == KeyScoring::kDefault ? KeyScoring::kInt8 : k);
+}
+
+KeyScoring key_scoring_default() {
+  int v = g_key_scoring.load();
+  if (v < 0) {
+    const char* e = std::getenv("TKV_KEYS");
+    v = static_cast<int>(e && std::strcmp(e, "exact") == 0 ? KeyScoring::kExact : KeyScoring::kInt8);
+    g_key_scoring = v;
+  }
+  return static_cast<KeyScoring>(v);
+}
+
+bool int8_keys_available(const Codec& codec) {
+  attn::Int8Keys k;
+  attn::int8_keys_prepare(codec.layout(), codec.dim(), padded(codec.dim()), codec.coord_scale(), k);
+  return k.usable && attn::int8_keys_cpu();
+}
 
 Status attention(const AttentionArgs& a) {
   Status st = check_attention_args(a);
@@ -59,8 +85,27 @@ Status attention(const AttentionArgs& a) {
   thread_local std::vector<attn::RowReader> kr_store, vr_store;
   kr_store.resize(a.k.heads ? H : 1);
   vr_store.resize(a.v.heads ? H : 1);
-  for (size_t h = 0; h < kr_store.size(); ++h) init_reader(kr_store[h], a.k.head(static_cast<int>(h)));
-  for (size_t h = 0; h < vr_store.size(); ++h) init_reader(vr_store[h], a.v.head(static_cast<int>(h)));
+  const bool int8_keys = resolve_keys(a.keys) == KeyScoring::kInt8 && attn::int8_keys_cpu();
+  for (size_t h = 0; h < kr_store.size(); ++h) {
+    attn::RowReader& r = kr_store[h];
+    init_reader(r, a.k.head(static_cast<int>(h)));
+    r.int8 = false;
+    if (int8_keys) {
+      attn::int8_keys_prepare(r.layout, r.d, r.dp, r.codec->coord_scale(), r.i8);
+      r.int8 = r.i8.usable;
+    }
+  }
+  for (size_t h = 0; h < vr_store.size(); ++h) {
+    attn::RowReader& r = vr_store[h];
+    init_reader(r, a.v.head(static_cast<int>(h)));
+    r.int8 = false;
+    if (int8_keys) {  // V on int8 too: accumulators in natural order
+      attn::int8_keys_prepare(r.layout, r.d, r.dp, r.codec->coord_scale(), r.i8);
+      r.int8 = r.i8.usable;
+      if (r.int8)
+        for (int i = 0; i < r.dp; ++i) r.perm[i] = i;
+    }
+  }
   const attn::RowReader* Kr = kr_store.data();
   const attn::RowReader* Vr = vr_store.data();
   auto Kh = [&](int h) -> const attn::RowReader& { return Kr[a.k.heads ? h : 0]; };
@@ -194,6 +239,28 @@ Status attention(const AttentionArgs& a) {
           starts[j] = start_of(i);
         }
     attn::Work w;
+    if (Kh(item.h0).int8) {
+      // The integer path's queries: natural coordinate order (the f32 rows
+      // above follow the fast decoder's), quantized per query.
+      thread_local std::vector<int8_t> q8_store;
+      thread_local std::vector<float> qs_store, nat_store;
+      thread_local std::vector<int32_t> bias_store;
+      q8_store.resize(qg_need);
+      qs_store.resize(static_cast<size_t>(H) * G);
+      bias_store.resize(static_cast<size_t>(H) * G);
+      nat_store.resize(dp);
+      for (int h = item.h0; h < item.h1; ++h) {
+        const int* perm = Kh(h).perm;
+        for (int j = 0; j < G; ++j) {
+          const size_t row = static_cast<size_t>(h) * G + j;
+          for (int c = 0; c < dp; ++c) nat_store[perm[c]] = qg[row * dp + c];
+          qs_store[row] = attn::int8_quantize_query(nat_store.data(), dp, q8_store.data() + row * dp, &bias_store[row]);
+        }
+      }
+      w.q8 = q8_store.data();
+      w.q8_scale = qs_store.data();
+      w.q8_bias = bias_store.data();
+    }
     w.q = qg;
     w.limit = limits;
     w.start = starts;
@@ -285,7 +352,11 @@ Status attention(const AttentionArgs& a) {
     }
   }
   if (a.stats) {
-    for (const Item& item : items) a.stats->rows_scored += static_cast<uint64_t>(item.r1 - item.r0) * H;
+    for (const Item& item : items) {
+      a.stats->rows_scored += static_cast<uint64_t>(item.r1 - item.r0) * H;
+      if (Kh(item.h0).int8) a.stats->rows_scored_int8 += static_cast<uint64_t>(item.r1 - item.r0) * H;
+      if (Vh(item.h0).int8) a.stats->v_rows_int8 += static_cast<uint64_t>(item.r1 - item.r0) * H;
+    }
     for (uint64_t s : skipped) a.stats->v_rows_skipped += s;
   }
   return Status::Ok();

@@ -47,9 +47,24 @@ struct KvRows {
   }
 };
 
+// How rows of tq/tqc formats are read (score_int8.h). kInt8: codes become
+// centroid bytes by an in-register table lookup; K rows are dotted with the
+// int8-quantized query and V rows accumulated with byte weights (AVX-512
+// VBMI + VNNI; other CPUs, other formats and tq/tqc layouts over the error
+// budget keep kExact). kExact: every code decoded to f32. kDefault: the process
+// default (set_key_scoring_default; TKV_KEYS=exact or int8 in the
+// environment sets it at start; int8 otherwise).
+enum class KeyScoring { kDefault, kExact, kInt8 };
+void set_key_scoring_default(KeyScoring k);
+KeyScoring key_scoring_default();
+// Whether kInt8 would be used for rows of this codec on this CPU.
+bool int8_keys_available(const Codec& codec);
+
 struct AttnStats {
   uint64_t rows_scored = 0;   // K rows visited (per KV head, per query tile)
   uint64_t v_rows_skipped = 0;  // V rows skipped by sparse V
+  uint64_t rows_scored_int8 = 0;  // of rows_scored, those scored on int8 (KeyScoring)
+  uint64_t v_rows_int8 = 0;       // V rows accumulated on int8
 };
 
 struct AttentionArgs {
@@ -88,6 +103,7 @@ struct AttentionArgs {
   const float* mu_v = nullptr;
   int threads = 1;
   float sparse_v = 0.0f;     // skip V rows whose weight (relative to the max) is below this
+  KeyScoring keys = KeyScoring::kDefault;  // the fast path's K scoring (attention_ref is exact)
   float* out = nullptr;      // [n_q][n_q_heads][d]
   AttnStats* stats = nullptr;
 };

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include "attention/kernel.h"
 #include "util/fp16.h"
@@ -669,6 +670,63 @@ struct AccumulateOp {
   static void Run(A&&... a) { Accumulate<K>(a...); }
 };
 
+// Scores of one block of tq rows from int8 codes and queries (score_int8.h):
+// p[j][r] = s_r · qs_j · cs · (dot − 128 Σq8_j), or -inf when masked.
+void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float* p) {
+  const int G = w.G, dp = K.dp;
+  const uint8_t* rows[kBlock];
+  float scale[kBlock];
+  for (int i = 0; i < nb; ++i) {
+    rows[i] = w.k.at(b0 + i, h);
+    scale[i] = RowScale<Kind::kTurbo>(rows[i]);
+    const int fut = b0 + i + kPrefetchRows;  // the memory pipeline, as the f32 path keeps it
+    if (fut < w.r1) {
+      const uint8_t* a = w.k.at(fut, h);
+      for (size_t o = 0; o < K.row_bytes; o += 64) __builtin_prefetch(a + o);
+    }
+  }
+  thread_local std::vector<int32_t> dots_store;  // [G][kBlock], kept across calls
+  if (dots_store.size() < static_cast<size_t>(G) * kBlock) dots_store.resize(static_cast<size_t>(G) * kBlock);
+  int32_t* dots = dots_store.data();
+  int8_dots(K.i8, K.layout, rows, nb, w.q8 + static_cast<size_t>(h) * G * dp, G, dots, kBlock);
+  for (int j = 0; j < G; ++j) {
+    const float f = w.q8_scale[h * G + j] * K.i8.cs;
+    const int32_t bias = w.q8_bias[h * G + j];
+    for (int r = 0; r < nb; ++r) {
+      const int row = b0 + r;
+      p[j * kBlock + r] = row < w.limit[j] && row >= w.start[j]
+                              ? static_cast<float>(dots[j * kBlock + r] - bias) * f * scale[r]
+                              : kNegInf;
+    }
+  }
+}
+
+// V accumulation of one block of tq rows on int8 (score_int8.h): the weights
+// p[j][r] · s_r (0 for rows sparse V skips) as bytes per query, centroid
+// bytes from the codes; acch in natural coordinate order (V.perm is the
+// identity for these readers).
+void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const float* p, const bool* keep,
+                float* acch) {
+  const int G = w.G;
+  const uint8_t* rows[kBlock];
+  float scale[kBlock];
+  for (int i = 0; i < nb; ++i) {
+    rows[i] = w.v.at(b0 + i, h);
+    scale[i] = keep[i] ? RowScale<Kind::kTurbo>(rows[i]) : 0.0f;
+    const int fut = b0 + i + kPrefetchRows;
+    if (fut < w.r1) {
+      const uint8_t* a = w.v.at(fut, h);
+      for (size_t o = 0; o < V.row_bytes; o += 64) __builtin_prefetch(a + o);
+    }
+  }
+  thread_local std::vector<float> wts_store;  // [G][kBlock]
+  if (wts_store.size() < static_cast<size_t>(G) * kBlock) wts_store.resize(static_cast<size_t>(G) * kBlock);
+  float* wts = wts_store.data();
+  for (int j = 0; j < G; ++j)
+    for (int r = 0; r < nb; ++r) wts[j * kBlock + r] = p[j * kBlock + r] * scale[r];
+  int8_values(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);
+}
+
 // Scores, softmax update and V accumulation of one block of rows for the G
 // queries of KV head h.
 void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, const TurboConsts& vtc, const Work& w,
@@ -682,8 +740,12 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   float* lh = w.l + (h - w.h0) * G;
   float* acch = w.acc + static_cast<size_t>(h - w.h0) * G * dp;
   // ---- scores
-  Kind kk = PrepareRows(K, ktc, w.k, h, w.k_end, b0, nb, w.r1, G, B, dec);
-  ByKind<ScoresOp>(kk, K, ktc, B, nb, qh, G, w.limit, w.start, b0, p);
+  if (K.int8 && w.q8) {
+    ScoresInt8(K, w, h, b0, nb, p);
+  } else {
+    Kind kk = PrepareRows(K, ktc, w.k, h, w.k_end, b0, nb, w.r1, G, B, dec);
+    ByKind<ScoresOp>(kk, K, ktc, B, nb, qh, G, w.limit, w.start, b0, p);
+  }
   // ---- online softmax per query over this block
   const auto neg_inf = hn::Set(df, kNegInf);
   for (int j = 0; j < G; ++j) {
@@ -727,8 +789,12 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
       keep[i] = k;
     }
   }
-  Kind vk = PrepareRows(V, vtc, w.v, h, w.v_end, b0, nb, w.r1, G, B, dec);
-  ByKind<AccumulateOp>(vk, V, vtc, B, nb, p, G, keep, acch);
+  if (V.int8) {
+    ValuesInt8(V, w, h, b0, nb, p, keep, acch);
+  } else {
+    Kind vk = PrepareRows(V, vtc, w.v, h, w.v_end, b0, nb, w.r1, G, B, dec);
+    ByKind<AccumulateOp>(vk, V, vtc, B, nb, p, G, keep, acch);
+  }
 }
 
 void RunWork(const RowReader& K, const RowReader& V, const Work& w) {

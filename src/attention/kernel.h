@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "attention/score_int8.h"
 #include "codec/format.h"
 
 namespace tkv::attn {
@@ -21,6 +22,9 @@ struct RowReader {
   size_t row_bytes = 0;
   float tables[RowLayout::kMaxParts][kMaxTable];  // tq centroid tables, zero-padded (for lane lookups)
   int perm[1024 + 16];      // SIMD decoders emit coordinate perm[pos] at position pos
+  // K only: scores from int8 codes and queries (score_int8.h) when int8 is set.
+  bool int8 = false;
+  Int8Keys i8;
 };
 
 // Where row (t, h) of one layer's K or V lives: base + t * stride + h *
@@ -54,6 +58,11 @@ struct Work {
   const uint8_t* k_end;     // one past the last readable byte of K / V data
   const uint8_t* v_end;
   float sparse_v;
+  // K read by the integer path (K.int8): the queries as int8 in natural
+  // coordinate order [H][G][dp], their scales qs and biases 128·Σq8 [H][G].
+  const int8_t* q8 = nullptr;
+  const float* q8_scale = nullptr;
+  const int32_t* q8_bias = nullptr;
   // Outputs: running max, sum and accumulator (V's domain) per head and query.
   float* m;                 // [h1 - h0][G]
   float* l;                 // [h1 - h0][G]

@@ -1,0 +1,490 @@
+// Key scoring on 8-bit integers: the scalar specification and the AVX-512
+// (VBMI + VNNI) kernel. Not Highway: Highway 1.0.3 (Debian 12) compiles no
+// target with VBMI and VNNI by default, so the kernel carries its own target
+// attribute and is picked at run time (int8_keys_cpu()).
+#include "attention/score_int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "codec/kernels.h"
+
+#if defined(__x86_64__) && !defined(TKV_NO_INT8_KEYS)
+#include <immintrin.h>
+#define TKV_INT8_KEYS_X86 1
+#endif
+
+namespace tkv::attn {
+
+namespace {
+// Mean squared error of the unit-Gaussian Lloyd-Max codebook at b bits (b = 0:
+// the coordinate is not coded, its whole variance is the error).
+constexpr double kLloydMax[9] = {1.0, 0.3634, 0.1175, 0.03454, 0.009497, 0.002499, 0.000642, 0.0001628, 0.0000410};
+}  // namespace
+
+void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_scale, Int8Keys& k) {
+  k = Int8Keys{};
+  k.d = d;
+  k.dp = dp;
+  if (L.kind != RowLayout::Kind::kTurbo || L.nparts < 1 || dp > 1024) return;
+  float cmax = 0.0f;
+  for (int p = 0; p < L.nparts; ++p)
+    for (int j = 0; j < (1 << L.parts[p].bits); ++j) cmax = std::max(cmax, std::fabs(L.parts[p].centroids[j]));
+  if (!(cmax > 0.0f) || !std::isfinite(cmax)) return;
+  k.cmax = cmax;
+  k.cs = cmax / 127.0f;
+  for (int p = 0; p < L.nparts; ++p) {
+    std::memset(k.table[p], 128, sizeof(k.table[p]));
+    for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
+      const long c8 = std::lround(L.parts[p].centroids[j] / k.cs);
+      k.table[p][j] = static_cast<uint8_t>(std::clamp(c8, -127L, 127L) + 128);
+    }
+  }
+  // The predicted error this path adds, as a fraction of the codec's own
+  // score error variance, for a query with unit variance per coordinate
+  // before the coordinate scale s_i: codec Σ s_i² D(b_i); centroid bytes
+  // Σ s_i² cs²/12; query bytes (qs²/12) · n_coded with qs ≈ 3 max s_i / 127
+  // (a rotated query's largest coordinate is ~3x its RMS).
+  double codec = 0, centroid = 0, smax = 0;
+  int covered = 0;
+  std::vector<int> bits(d, 0);
+  std::vector<char> coded(d, 0);
+  for (int p = 0; p < L.nparts; ++p)
+    for (int i = L.parts[p].begin; i < L.parts[p].begin + L.parts[p].count && i < d; ++i) {
+      bits[i] = L.parts[p].bits;
+      coded[i] = 1;
+    }
+  for (int i = 0; i < d; ++i) {
+    const double s = coord_scale ? coord_scale[i] : 1.0;
+    codec += s * s * kLloydMax[coded[i] ? std::clamp(bits[i], 0, 8) : 0];
+    if (!coded[i]) continue;
+    centroid += s * s * k.cs * k.cs / 12.0;
+    smax = std::max(smax, std::fabs(s));
+    ++covered;
+  }
+  const double qs = 3.0 * smax / 127.0;
+  k.predicted = codec > 0 ? (centroid + qs * qs / 12.0 * covered) / codec : 1e30;
+  bool aligned = dp % 64 == 0;
+  for (int p = 0; p < L.nparts; ++p)
+    aligned = aligned && L.parts[p].begin % 64 == 0 && L.parts[p].count % 64 == 0;
+  int total = 0;
+  for (int p = 0; p < L.nparts; ++p) total += L.parts[p].count;
+  k.aligned = aligned && total == dp;
+  k.usable = k.predicted <= kInt8MaxPredicted;
+}
+
+float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias) {
+  float m = 0.0f;
+  for (int i = 0; i < dp; ++i) m = std::max(m, std::fabs(q[i]));
+  const float qs = m / 127.0f;
+  int32_t sum = 0;
+  for (int i = 0; i < dp; ++i) {
+    const long v = qs > 0.0f ? std::lround(q[i] / qs) : 0;
+    q8[i] = static_cast<int8_t>(std::clamp(v, -127L, 127L));
+    sum += q8[i];
+  }
+  *bias = 128 * sum;
+  return qs;
+}
+
+void int8_dots_ref(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
+                   int32_t* dots, int ld) {
+  uint8_t codes[1024], bytes[1024];
+  for (int r = 0; r < n; ++r) {
+    std::memset(codes, 0, sizeof(codes));
+    std::memset(bytes, 128, sizeof(bytes));  // coordinates no part covers: centroid 0
+    for (int p = 0; p < L.nparts; ++p) {
+      const RowLayout::Part& part = L.parts[p];
+      for (int pl = 0; pl < part.nplanes; ++pl)
+        unpack_plane_or(rows[r] + part.planes[pl].offset, part.count, part.planes[pl].width, part.planes[pl].shift,
+                        codes + part.begin);
+      for (int i = 0; i < part.count; ++i) bytes[part.begin + i] = k.table[p][codes[part.begin + i]];
+    }
+    for (int j = 0; j < G; ++j) {
+      int32_t s = 0;
+      for (int i = 0; i < k.dp; ++i) s += static_cast<int32_t>(bytes[i]) * q8[static_cast<size_t>(j) * k.dp + i];
+      dots[static_cast<size_t>(j) * ld + r] = s;
+    }
+  }
+}
+
+double int8_score_bound(const Int8Keys& k, const float* q, int dp, float qs) {
+  double sq = 0;
+  for (int i = 0; i < dp; ++i) sq += std::fabs(q[i]);
+  return 0.5 * qs * k.d * k.cmax + 0.5 * k.cs * sq + 0.25 * k.d * static_cast<double>(qs) * k.cs;
+}
+
+float int8_weights(const float* w, int n, uint8_t* w8) {
+  float m = 0.0f;
+  for (int r = 0; r < n; ++r) m = std::max(m, w[r]);
+  if (!(m > 0.0f)) {
+    std::fill(w8, w8 + n, uint8_t{0});
+    return 0.0f;
+  }
+  const float inv = 255.0f / m;
+  // w >= 0: adding one half and truncating rounds half up (lround's result
+  // for these values), in vector code rather than a libm call per weight
+  // (lroundf was 7% of a 64K decode step).
+  for (int r = 0; r < n; ++r) w8[r] = static_cast<uint8_t>(std::min(255, static_cast<int>(w[r] * inv + 0.5f)));
+  return m / 255.0f;
+}
+
+void int8_values_ref(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w, int G,
+                     int ldw, float* acc) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * k.dp, 128);
+  uint8_t codes[1024];
+  for (int r = 0; r < n; ++r) {
+    std::memset(codes, 0, sizeof(codes));
+    for (int p = 0; p < L.nparts; ++p) {
+      const RowLayout::Part& part = L.parts[p];
+      for (int pl = 0; pl < part.nplanes; ++pl)
+        unpack_plane_or(rows[r] + part.planes[pl].offset, part.count, part.planes[pl].width, part.planes[pl].shift,
+                        codes + part.begin);
+      for (int i = 0; i < part.count; ++i) bytes[static_cast<size_t>(r) * k.dp + part.begin + i] = k.table[p][codes[part.begin + i]];
+    }
+  }
+  std::vector<uint8_t> w8(n);
+  for (int j = 0; j < G; ++j) {
+    const float ws = int8_weights(w + static_cast<size_t>(j) * ldw, n, w8.data());
+    if (ws == 0.0f) continue;
+    const float f = ws * k.cs;
+    for (int i = 0; i < k.dp; ++i) {
+      int32_t a = 0;
+      for (int r = 0; r < n; ++r) a += int32_t(w8[r]) * (int32_t(bytes[static_cast<size_t>(r) * k.dp + i]) - 128);
+      acc[static_cast<size_t>(j) * k.dp + i] += static_cast<float>(a) * f;
+    }
+  }
+}
+
+#if TKV_INT8_KEYS_X86
+#define TKV_AVX512_INT8 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx512vnni")))
+
+bool int8_keys_cpu() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni");
+  return ok;
+}
+
+namespace {
+
+// Chunk constants per plane width w in {1, 2, 4}: output qword m (coordinates
+// 8m .. 8m+7 of a 64-coordinate chunk, 8w bits at bit 8mw of the plane)
+// takes source qword 8mw / 64, and its byte b the w bits at (8mw mod 64) + bw.
+struct Unpack {
+  __m512i idx[3], ctrl[3], mask[3];
+};
+
+TKV_AVX512_INT8 void make_unpack(Unpack& u) {
+  for (int wi = 0; wi < 3; ++wi) {
+    const int w = 1 << wi;
+    alignas(64) uint64_t idx[8];
+    alignas(64) uint8_t ctrl[64];
+    for (int m = 0; m < 8; ++m) {
+      idx[m] = static_cast<uint64_t>(8 * m * w / 64);
+      for (int b = 0; b < 8; ++b) ctrl[8 * m + b] = static_cast<uint8_t>((8 * m * w) % 64 + b * w);
+    }
+    u.idx[wi] = _mm512_load_si512(idx);
+    u.ctrl[wi] = _mm512_load_si512(ctrl);
+    u.mask[wi] = _mm512_set1_epi8(static_cast<char>((1 << w) - 1));
+  }
+}
+
+// Centroid bytes (c8 + 128) of `valid` (1..64) coordinates of one part,
+// starting at coordinate 64 * chunk of the part; bytes past `valid` are
+// unspecified.
+TKV_AVX512_INT8 inline __m512i chunk_bytes(const Unpack& u, const RowLayout::Part& part, const __m512i* tab, int bits,
+                                           const uint8_t* row, int chunk, int valid) {
+  __m512i code = _mm512_setzero_si512();
+  for (int pl = 0; pl < part.nplanes; ++pl) {
+    const int w = part.planes[pl].width;
+    const uint8_t* src = row + part.planes[pl].offset + static_cast<size_t>(chunk) * 8 * w;
+    const int nbytes = (valid * w + 7) / 8;
+    const __mmask64 lm = nbytes >= 64 ? ~__mmask64{0} : ((__mmask64{1} << nbytes) - 1);
+    __m512i v = _mm512_maskz_loadu_epi8(lm, src);
+    if (w < 8) {
+      const int wi = w == 1 ? 0 : w == 2 ? 1 : 2;
+      v = _mm512_and_si512(_mm512_multishift_epi64_epi8(u.ctrl[wi], _mm512_permutexvar_epi64(u.idx[wi], v)),
+                           u.mask[wi]);
+    }
+    // Codes < 2^(8 - shift): a 16-bit shift moves no bit across a byte.
+    if (const int s = part.planes[pl].shift) v = _mm512_sll_epi16(v, _mm_cvtsi32_si128(s));
+    code = _mm512_or_si512(code, v);
+  }
+  if (bits <= 6) return _mm512_permutexvar_epi8(code, tab[0]);
+  const __m512i lo = _mm512_permutex2var_epi8(tab[0], code, tab[1]);
+  if (bits == 7) return lo;
+  const __m512i hi = _mm512_permutex2var_epi8(tab[2], code, tab[3]);
+  return _mm512_mask_blend_epi8(_mm512_movepi8_mask(code), lo, hi);
+}
+
+// Sums of the 16 lanes of 4 vectors, in one 4-lane vector (a, b, c, d).
+TKV_AVX512_INT8 inline __m128i sum4(__m512i a, __m512i b, __m512i c, __m512i d) {
+  // 512 -> 256: add halves, pairing (a, b) and (c, d) in one vector each.
+  const __m512i ab = _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
+  const __m512i cd = _mm512_add_epi32(_mm512_shuffle_i64x2(c, d, 0x44), _mm512_shuffle_i64x2(c, d, 0xEE));
+  // ab: [a0 a1 b0 b1] 128-bit blocks holding partial sums; fold blocks 0+1, 2+3.
+  const __m512i abcd = _mm512_add_epi32(_mm512_shuffle_i64x2(ab, cd, 0x88), _mm512_shuffle_i64x2(ab, cd, 0xDD));
+  // abcd blocks: [a, b, c, d] (each 4 partial sums): transpose-add within blocks.
+  const __m512i t1 = _mm512_add_epi32(abcd, _mm512_shuffle_epi32(abcd, _MM_PERM_BADC));
+  const __m512i t2 = _mm512_add_epi32(t1, _mm512_shuffle_epi32(t1, _MM_PERM_CDAB));
+  // Each block now holds its sum in every lane: take lane 0 of each block.
+  const __m512i pick = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+  return _mm512_castsi512_si128(_mm512_permutexvar_epi32(pick, t2));
+}
+
+}  // namespace
+
+// One 64-coordinate chunk of a part with planes W0 (shift 0) and W1 (shift
+// W0, or none): codes in bytes. The chunk's plane bytes lie inside the row.
+template <int W>
+TKV_AVX512_INT8 inline __m512i plane_chunk(const uint8_t* src, __m512i idx, __m512i ctrl, __m512i mask) {
+  __m512i v;
+  if constexpr (W == 8) return _mm512_loadu_si512(src);
+  if constexpr (W == 4) v = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+  if constexpr (W == 2) v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  if constexpr (W == 1) v = _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+  return _mm512_and_si512(_mm512_multishift_epi64_epi8(ctrl, _mm512_permutexvar_epi64(idx, v)), mask);
+}
+
+constexpr int wi_of(int w) { return w == 1 ? 0 : w == 2 ? 1 : 2; }
+
+// Rows of one part covering [0, dp), dp a multiple of 64, codes of at most 6
+// bits: centroid bytes of n rows into stage[r * dp].
+template <int W0, int W1>
+TKV_AVX512_INT8 void decode_fixed(const Unpack& u, const RowLayout::Part& part, const uint8_t* table,
+                                  const uint8_t* const* rows, int n, int dp, uint8_t* stage) {
+  const __m512i tab = _mm512_loadu_si512(table);
+  const __m512i i0 = u.idx[wi_of(W0)], c0 = u.ctrl[wi_of(W0)], m0 = u.mask[wi_of(W0)];
+  const __m512i i1 = u.idx[wi_of(W1 ? W1 : 1)], c1 = u.ctrl[wi_of(W1 ? W1 : 1)], m1 = u.mask[wi_of(W1 ? W1 : 1)];
+  const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
+  for (int r = 0; r < n; ++r) {
+    const uint8_t* row = rows[r];
+    uint8_t* out = stage + static_cast<size_t>(r) * dp;
+    for (int c = 0; c < dp / 64; ++c) {
+      __m512i code = plane_chunk<W0>(row + off0 + static_cast<size_t>(c) * 8 * W0, i0, c0, m0);
+      if constexpr (W1 != 0) {
+        const __m512i hi = plane_chunk<W1>(row + off1 + static_cast<size_t>(c) * 8 * W1, i1, c1, m1);
+        code = _mm512_or_si512(code, _mm512_slli_epi16(hi, W0));
+      }
+      _mm512_store_si512(out + 64 * c, _mm512_permutexvar_epi8(code, tab));
+    }
+  }
+}
+
+inline int sdp_of(int dp) { return (dp + 63) / 64 * 64; }
+
+// Any tq layout: each part's chunks stored under a byte mask (parts need not
+// align with chunks); coordinates no part covers keep 128 (centroid 0).
+TKV_AVX512_INT8 void decode_any(const Unpack& u, const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows,
+                                int n, int dp, uint8_t* stage) {
+  __m512i tabs[RowLayout::kMaxParts][4];
+  for (int p = 0; p < L.nparts; ++p)
+    for (int t = 0; t < 4; ++t) tabs[p][t] = _mm512_loadu_si512(k.table[p] + 64 * t);
+  for (int r = 0; r < n; ++r) {
+    uint8_t* out = stage + static_cast<size_t>(r) * dp;
+    std::memset(out, 128, sdp_of(dp));
+    for (int p = 0; p < L.nparts; ++p) {
+      const RowLayout::Part& part = L.parts[p];
+      for (int cc = 0; cc * 64 < part.count; ++cc) {
+        const int valid = std::min(64, part.count - cc * 64);
+        const __mmask64 sm = valid >= 64 ? ~__mmask64{0} : ((__mmask64{1} << valid) - 1);
+        _mm512_mask_storeu_epi8(out + part.begin + 64 * cc, sm,
+                                chunk_bytes(u, part, tabs[p], part.bits, rows[r], cc, valid));
+      }
+    }
+  }
+}
+
+// Centroid bytes (c8 + 128) of n rows into stage[r * sdp]: the fixed-plane
+// kernels for one aligned part of at most 6 bits, masked stores otherwise.
+TKV_AVX512_INT8 void decode_rows(const Unpack& u, const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows,
+                                 int nr, int sdp, uint8_t* stage) {
+  const RowLayout::Part& p0 = L.parts[0];
+  const int sig = k.aligned && L.nparts == 1 && p0.bits <= 6 && p0.nplanes <= 2 && p0.planes[0].shift == 0 &&
+                          (p0.nplanes < 2 || p0.planes[1].shift == p0.planes[0].width)
+                      ? p0.planes[0].width * 10 + (p0.nplanes > 1 ? p0.planes[1].width : 0)
+                      : -1;
+  switch (sig) {
+    case 40: decode_fixed<4, 0>(u, p0, k.table[0], rows, nr, sdp, stage); break;
+    case 20: decode_fixed<2, 0>(u, p0, k.table[0], rows, nr, sdp, stage); break;
+    case 10: decode_fixed<1, 0>(u, p0, k.table[0], rows, nr, sdp, stage); break;
+    case 21: decode_fixed<2, 1>(u, p0, k.table[0], rows, nr, sdp, stage); break;
+    case 41: decode_fixed<4, 1>(u, p0, k.table[0], rows, nr, sdp, stage); break;
+    case 42: decode_fixed<4, 2>(u, p0, k.table[0], rows, nr, sdp, stage); break;
+    default: decode_any(u, k, L, rows, nr, sdp, stage); break;
+  }
+}
+
+const Unpack& unpack_consts() {
+  static thread_local Unpack u;
+  static thread_local bool ready = false;
+  if (!ready) {
+    make_unpack(u);
+    ready = true;
+  }
+  return u;
+}
+
+// Dots of nr staged rows with 4 queries; NCH chunks of 64 (0: any count,
+// queries loaded per row). Queries are zero past dp (masked loads), so the
+// stage's bytes there count nothing.
+template <int NCH>
+TKV_AVX512_INT8 void dot_rows(const uint8_t* stage, int nr, int sdp, const int8_t* const* q, int dp,
+                              int32_t* const* out) {
+  const int nch = NCH ? NCH : sdp / 64;
+  const __mmask64 last = dp % 64 ? (__mmask64{1} << (dp % 64)) - 1 : ~__mmask64{0};
+  auto qload = [&](int j, int c) TKV_AVX512_INT8 {
+    return _mm512_maskz_loadu_epi8(c + 1 < nch ? ~__mmask64{0} : last, q[j] + 64 * c);
+  };
+  __m512i qr[4][NCH ? NCH : 1];
+  if constexpr (NCH != 0)
+    for (int c = 0; c < NCH; ++c)
+      for (int j = 0; j < 4; ++j) qr[j][c] = qload(j, c);
+  for (int r = 0; r < nr; ++r) {
+    const uint8_t* b = stage + static_cast<size_t>(r) * sdp;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (int c = 0; c < nch; ++c) {
+      const __m512i x = _mm512_load_si512(b + 64 * c);
+      if constexpr (NCH != 0) {
+        a0 = _mm512_dpbusd_epi32(a0, x, qr[0][c]);
+        a1 = _mm512_dpbusd_epi32(a1, x, qr[1][c]);
+        a2 = _mm512_dpbusd_epi32(a2, x, qr[2][c]);
+        a3 = _mm512_dpbusd_epi32(a3, x, qr[3][c]);
+      } else {
+        a0 = _mm512_dpbusd_epi32(a0, x, qload(0, c));
+        a1 = _mm512_dpbusd_epi32(a1, x, qload(1, c));
+        a2 = _mm512_dpbusd_epi32(a2, x, qload(2, c));
+        a3 = _mm512_dpbusd_epi32(a3, x, qload(3, c));
+      }
+    }
+    alignas(16) int32_t s4[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(s4), sum4(a0, a1, a2, a3));
+    for (int j = 0; j < 4; ++j)
+      if (out[j]) out[j][r] = s4[j];
+  }
+}
+
+TKV_AVX512_INT8 void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                               const int8_t* q8, int G, int32_t* dots, int ld) {
+  const Unpack& u = unpack_consts();
+  const int dp = k.dp;
+  const int nch = (dp + 63) / 64;
+  const int sdp = nch * 64;  // stage row stride: whole chunks (bytes past dp meet zero queries)
+  alignas(64) uint8_t stage[32 * 1024];
+  for (int r0 = 0; r0 < n; r0 += 32) {
+    const int nr = std::min(32, n - r0);
+    // 1. Centroid bytes of up to 32 rows (32 KiB at d 1024: L1).
+    decode_rows(u, k, L, rows + r0, nr, sdp, stage);
+    // 2. Dots, 4 queries at a time (repeats past G computed and dropped).
+    for (int j0 = 0; j0 < G; j0 += 4) {
+      const int8_t* q[4];
+      for (int jj = 0; jj < 4; ++jj) q[jj] = q8 + static_cast<size_t>(std::min(j0 + jj, G - 1)) * dp;
+      int32_t* out[4];
+      for (int jj = 0; jj < 4; ++jj) out[jj] = jj < G - j0 ? dots + static_cast<size_t>(j0 + jj) * ld + r0 : nullptr;
+      switch (nch) {
+        case 1: dot_rows<1>(stage, nr, sdp, q, dp, out); break;
+        case 2: dot_rows<2>(stage, nr, sdp, q, dp, out); break;
+        case 4: dot_rows<4>(stage, nr, sdp, q, dp, out); break;
+        default: dot_rows<0>(stage, nr, sdp, q, dp, out); break;
+      }
+    }
+  }
+}
+
+TKV_AVX512_INT8 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                                 const float* w, int G, int ldw, float* acc) {
+  const Unpack& u = unpack_consts();
+  const int dp = k.dp, nch = (dp + 63) / 64, sdp = nch * 64;
+  alignas(64) uint8_t stage[32 * 1024];
+  // Row groups of 4, chunks of 64: 4 vectors whose lane l holds the 4 rows'
+  // signed centroid bytes of coordinate 16 (l / 4) + 4 m + l % 4 (vpdpbusd
+  // sums 4 adjacent bytes: the 4 rows).
+  alignas(64) static thread_local __m512i tr[8][16][4];
+  alignas(64) uint8_t w8[4 * 32];
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int r0 = 0; r0 < n; r0 += 32) {
+    const int nr = std::min(32, n - r0), ng = (nr + 3) / 4;
+    decode_rows(u, k, L, rows + r0, nr, sdp, stage);
+    for (int r = nr; r < ng * 4; ++r) std::memset(stage + static_cast<size_t>(r) * sdp, 128, sdp);
+    for (int g = 0; g < ng; ++g)
+      for (int c = 0; c < nch; ++c) {
+        const uint8_t* b = stage + static_cast<size_t>(4 * g) * sdp + 64 * c;
+        const __m512i a0 = _mm512_xor_si512(_mm512_load_si512(b), flip);
+        const __m512i a1 = _mm512_xor_si512(_mm512_load_si512(b + sdp), flip);
+        const __m512i a2 = _mm512_xor_si512(_mm512_load_si512(b + 2 * sdp), flip);
+        const __m512i a3 = _mm512_xor_si512(_mm512_load_si512(b + 3 * sdp), flip);
+        const __m512i lo01 = _mm512_unpacklo_epi8(a0, a1), hi01 = _mm512_unpackhi_epi8(a0, a1);
+        const __m512i lo23 = _mm512_unpacklo_epi8(a2, a3), hi23 = _mm512_unpackhi_epi8(a2, a3);
+        tr[g][c][0] = _mm512_unpacklo_epi16(lo01, lo23);
+        tr[g][c][1] = _mm512_unpackhi_epi16(lo01, lo23);
+        tr[g][c][2] = _mm512_unpacklo_epi16(hi01, hi23);
+        tr[g][c][3] = _mm512_unpackhi_epi16(hi01, hi23);
+      }
+    float f[4];
+    int32_t w4[4][8];
+    for (int j0 = 0; j0 < G; j0 += 4) {
+      bool any = false;
+      for (int jj = 0; jj < 4; ++jj) {
+        uint8_t* wj = w8 + 32 * jj;
+        std::memset(wj, 0, 32);
+        f[jj] = j0 + jj < G ? int8_weights(w + static_cast<size_t>(j0 + jj) * ldw + r0, nr, wj) * k.cs : 0.0f;
+        any |= f[jj] != 0.0f;
+        std::memcpy(w4[jj], wj, 32);
+      }
+      if (!any) continue;
+      for (int c = 0; c < nch; ++c) {
+        __m512i s00 = _mm512_setzero_si512(), s01 = s00, s02 = s00, s03 = s00, s10 = s00, s11 = s00, s12 = s00,
+                s13 = s00, s20 = s00, s21 = s00, s22 = s00, s23 = s00, s30 = s00, s31 = s00, s32 = s00, s33 = s00;
+        for (int g = 0; g < ng; ++g) {
+          const __m512i x0 = tr[g][c][0], x1 = tr[g][c][1], x2 = tr[g][c][2], x3 = tr[g][c][3];
+          const __m512i b0 = _mm512_set1_epi32(w4[0][g]), b1 = _mm512_set1_epi32(w4[1][g]);
+          const __m512i b2 = _mm512_set1_epi32(w4[2][g]), b3 = _mm512_set1_epi32(w4[3][g]);
+          s00 = _mm512_dpbusd_epi32(s00, b0, x0); s01 = _mm512_dpbusd_epi32(s01, b0, x1);
+          s02 = _mm512_dpbusd_epi32(s02, b0, x2); s03 = _mm512_dpbusd_epi32(s03, b0, x3);
+          s10 = _mm512_dpbusd_epi32(s10, b1, x0); s11 = _mm512_dpbusd_epi32(s11, b1, x1);
+          s12 = _mm512_dpbusd_epi32(s12, b1, x2); s13 = _mm512_dpbusd_epi32(s13, b1, x3);
+          s20 = _mm512_dpbusd_epi32(s20, b2, x0); s21 = _mm512_dpbusd_epi32(s21, b2, x1);
+          s22 = _mm512_dpbusd_epi32(s22, b2, x2); s23 = _mm512_dpbusd_epi32(s23, b2, x3);
+          s30 = _mm512_dpbusd_epi32(s30, b3, x0); s31 = _mm512_dpbusd_epi32(s31, b3, x1);
+          s32 = _mm512_dpbusd_epi32(s32, b3, x2); s33 = _mm512_dpbusd_epi32(s33, b3, x3);
+        }
+        // Back to natural order: block b of the 4 sums holds coordinates
+        // 16b .. 16b+15 of the chunk in the order m = 0..3.
+        auto store = [&](int jj, __m512i a0, __m512i a1, __m512i a2, __m512i a3) TKV_AVX512_INT8 {
+          if (j0 + jj >= G || f[jj] == 0.0f) return;
+          const __m512i t0 = _mm512_shuffle_i32x4(a0, a1, 0x44), t1 = _mm512_shuffle_i32x4(a2, a3, 0x44);
+          const __m512i t2 = _mm512_shuffle_i32x4(a0, a1, 0xEE), t3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
+          const __m512i nat[4] = {_mm512_shuffle_i32x4(t0, t1, 0x88), _mm512_shuffle_i32x4(t0, t1, 0xDD),
+                                  _mm512_shuffle_i32x4(t2, t3, 0x88), _mm512_shuffle_i32x4(t2, t3, 0xDD)};
+          const __m512 fv = _mm512_set1_ps(f[jj]);
+          float* out = acc + static_cast<size_t>(j0 + jj) * dp + 64 * c;
+          for (int b = 0; b < 4 && 64 * c + 16 * b < dp; ++b)
+            _mm512_storeu_ps(out + 16 * b, _mm512_add_ps(_mm512_loadu_ps(out + 16 * b),
+                                                         _mm512_mul_ps(_mm512_cvtepi32_ps(nat[b]), fv)));
+        };
+        store(0, s00, s01, s02, s03);
+        store(1, s10, s11, s12, s13);
+        store(2, s20, s21, s22, s23);
+        store(3, s30, s31, s32, s33);
+      }
+    }
+  }
+}
+
+#else
+
+bool int8_keys_cpu() { return false; }
+void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
+               int32_t* dots, int ld) {
+  int8_dots_ref(k, L, rows, n, q8, G, dots, ld);
+}
+void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w, int G,
+                 int ldw, float* acc) {
+  int8_values_ref(k, L, rows, n, w, G, ldw, acc);
+}
+
+#endif
+
+}  // namespace tkv::attn

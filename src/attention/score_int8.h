@@ -1,0 +1,83 @@
+// Key scoring on 8-bit integers (internal to attention/): tq rows' codes are
+// turned into centroid bytes by an in-register table lookup (vpermb, 64
+// entries a lookup) and dotted with the query quantized to int8 (vpdpbusd,
+// 64 products an instruction), instead of decoding every code to a float and
+// multiplying in f32. The scalar functions here are the specification: the
+// AVX-512 kernel returns the same integers, bit for bit.
+//
+// What it approximates (DESIGN.md 1.5: score = s_t · <q', c(code_t)>):
+//   q'_i ≈ qs · q8_i,  q8_i = round(q'_i / qs), qs = max_i |q'_i| / 127
+//   c_j  ≈ cs · c8_j,  c8_j = round(c_j / cs),  cs = max over the row's tables |c_j| / 127
+//   score ≈ s_t · qs · cs · (Σ_i (c8_(code_i) + 128) · q8_i − 128 · Σ_i q8_i)
+// (vpdpbusd multiplies unsigned by signed bytes, so centroid bytes carry +128.)
+// The error is bounded per row by int8_score_bound(); measured against the
+// codec's own score error in tests/attention/score_int8_test.cpp and RESULTS §24.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "codec/format.h"
+
+namespace tkv::attn {
+
+// Per-reader constants of the integer path (a tq / tqc layout).
+struct Int8Keys {
+  bool usable = false;   // a kTurbo layout this path reads (any d, any parts) within the error budget
+  double predicted = 0;  // the added score error variance predicted, over the codec's own
+  bool aligned = false;  // every part starts and ends on a multiple of 64 coordinates and they cover dp:
+                         // the kernel keeps each 64-coordinate chunk in registers (else it stages bytes)
+  int d = 0, dp = 0;
+  float cs = 0.0f;       // centroid scale
+  float cmax = 0.0f;     // max |c_j| over the tables (for the bound)
+  uint8_t table[RowLayout::kMaxParts][256];  // c8_j + 128 per part
+};
+
+// The budget: the integer path may add this fraction of the codec's own score
+// error variance (0.03: its RMS grows by 1.5%; the limit is 2%).
+// Formats above it (parts of 5 bits and more: tqc at high rates) keep f32.
+constexpr double kInt8MaxPredicted = 0.03;
+
+// Fills `k` for a layout and its coordinate scale (tqc; null: all 1).
+// usable stays false for layouts it does not read or whose predicted added
+// error exceeds kInt8MaxPredicted.
+void int8_keys_prepare(const RowLayout& layout, int d, int dp, const float* coord_scale, Int8Keys& k);
+
+// True when this CPU runs the AVX-512 (VBMI + VNNI) kernel; the scalar
+// reference serves elsewhere only as the specification (attention then keeps
+// the exact f32 path: the integer path pays only with these instructions).
+bool int8_keys_cpu();
+
+// Quantizes one query (dp floats, natural coordinate order; coordinates no
+// part covers must already be 0) into q8[dp]; returns qs, and the bias
+// 128 · Σ q8 in *bias.
+float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias);
+
+// dots[j * ld + r] = Σ_i (c8(code of row r, coordinate i) + 128) · q8[j][i]
+// for G queries (q8 + j * dp) and n rows. rows[r] points at a row (its 16-bit
+// scale first). The reference decodes codes with the codec's own unpacking;
+// the fast kernel must give the same integers.
+void int8_dots_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const int8_t* q8,
+                   int G, int32_t* dots, int ld);
+void int8_dots(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const int8_t* q8, int G,
+               int32_t* dots, int ld);
+
+// Values (V rows of a tq layout, Int8Keys prepared for V's layout):
+//   acc[j][i] += (wmax_j / 255) · cs · Σ_r w8_jr · c8(code of row r, coordinate i)
+// with w8_jr = round(255 · w[j][r] / wmax_j), wmax_j = max_r w[j][r] (the
+// weights: softmax numerators times row scales, >= 0). acc is [G][dp] in
+// natural coordinate order; n <= 32 (one block of rows). int8_weights quantizes one query's n weights and
+// returns wmax / 255 (0 when all are 0). The integer sums are exact in both;
+// the float update is one multiply and one add per coordinate.
+float int8_weights(const float* w, int n, uint8_t* w8);
+void int8_values_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w,
+                     int G, int ldw, float* acc);
+void int8_values(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w, int G,
+                 int ldw, float* acc);
+
+// A bound on |approximate − exact| for one score divided by the row scale s_t:
+// Σ_i |c_i|·|q'_i − qs q8_i| + |q'_i|·|c_i − cs c8_i| + |q'_i − qs q8_i|·|c_i − cs c8_i|
+// bounded with |q' − qs q8| ≤ qs/2 and |c − cs c8| ≤ cs/2:
+// (qs/2)·Σ_i|c_i| + (cs/2)·Σ_i|q'_i| + d·qs·cs/4, with |c_i| ≤ cmax.
+double int8_score_bound(const Int8Keys& k, const float* q, int dp, float qs);
+
+}  // namespace tkv::attn

@@ -1,0 +1,562 @@
+// Key scoring on int8 (attention/score_int8.h). The AVX-512 kernel returns
+// the scalar specification's integers for every tq/tqc layout, head dim and
+// query count; each approximate score is within the stated bound of the exact
+// one; the error it adds stays under 2% of the codec's own score error on
+// synthetic rows and on real Qwen3.5 keys (where the predicted budget admits
+// the format; the rest keep the f32 path); attention with int8 keys stays
+// within what that bound implies (lse within ε, outputs within
+// (e^2ε − 1)·max‖v‖), contiguous, paged and windowed, GQA 1/4/8; and the
+// reference model's greedy text is the same with either scoring.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <numeric>
+
+#include "attention/attention.h"
+#include "attention/score_int8.h"
+#include "cache/kv_cache.h"
+#include "codec/calibrated.h"
+#include "codec/format.h"
+#include "codec/kernels.h"
+#include "model/model.h"
+#include "util/fp16.h"
+#include "util/rng.h"
+#include "shared_data.h"
+
+namespace tkv {
+namespace {
+
+using attn::Int8Keys;
+
+struct Fmt {
+  std::string name;
+  std::unique_ptr<Codec> codec;
+};
+
+// tq formats by name; tqc on a synthetic basis (variances 1 to 1/16).
+std::unique_ptr<Codec> make(const std::string& f, int d) {
+  if (f.rfind("tqc", 0) == 0) {
+    auto c = make_calibrated_codec(f, synthetic_head_basis(d, 5));
+    EXPECT_TRUE(c.ok()) << f << " d=" << d << ": " << c.error();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+  auto c = make_codec(f, d, 11);
+  EXPECT_TRUE(c.ok()) << f << " d=" << d;
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+const std::vector<std::string> kFormats = {"tq2",    "tq2.5", "tq3",  "tq3.5", "tq4",  "tq4.5", "tq2-nc",
+                                           "tq3-ip", "tqc2",  "tqc3", "tqc4",  "tqc6", "tqc8"};
+
+std::vector<float> gaussian(size_t n, uint64_t seed, double sd = 1.0) {
+  Rng rng(seed);
+  std::vector<float> x(n);
+  for (auto& v : x) v = float(rng.gaussian() * sd);
+  return x;
+}
+
+// The query as attention hands it to the kernel: rotated into K's coding
+// domain, times the coordinate scale, natural order, zero past d.
+std::vector<float> query_in_code_domain(const Codec& c, const float* q, float scale) {
+  const int d = c.dim(), dp = padded(d);
+  std::vector<float> r(d), out(dp, 0.0f);
+  if (c.rotation()) {
+    c.rotation()->forward(q, r.data(), Impl::kRef);
+  } else {
+    std::copy(q, q + d, r.begin());
+  }
+  for (int i = 0; i < d; ++i) out[i] = r[i] * (c.coord_scale() ? c.coord_scale()[i] : 1.0f) * scale;
+  return out;
+}
+
+float row_scale(const uint8_t* row) {
+  uint16_t h;
+  std::memcpy(&h, row, 2);
+  return unorm16_to_f32(h);
+}
+
+TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
+  if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
+  for (const std::string& f : kFormats)
+    for (int d : {64, 80, 128, 256}) {
+      if (f.rfind("tqc", 0) == 0 && d % 8 != 0) continue;
+      auto c = make(f, d);
+      ASSERT_TRUE(c) << f;
+      ASSERT_EQ(c->layout().kind, RowLayout::Kind::kTurbo) << f;
+      const int dp = padded(d), n = 37;
+      Int8Keys k;
+      attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k);
+      // The kernel is checked on every layout it can read, admitted by the
+      // error budget or not.
+      k.usable = true;
+      const auto x = gaussian(size_t(n) * d, 100 + d);
+      // Rows exactly at the end of their buffer: the kernel reads no byte past a row.
+      std::vector<uint8_t> rows(size_t(n) * c->row_bytes());
+      ASSERT_TRUE(c->quantize(x.data(), n, rows.data()).ok());
+      std::vector<const uint8_t*> ptr(n);
+      for (int r = 0; r < n; ++r) ptr[r] = rows.data() + size_t(r) * c->row_bytes();
+      for (int G : {1, 3, 4, 8}) {
+        std::vector<int8_t> q8(size_t(G) * dp, 0);
+        Rng rng(G * 7 + d);
+        for (int j = 0; j < G; ++j)
+          for (int i = 0; i < d; ++i) q8[size_t(j) * dp + i] = int8_t(int(rng.next() % 255) - 127);
+        std::vector<int32_t> fast(size_t(G) * 40, -1), ref(size_t(G) * 40, -1);
+        attn::int8_dots(k, c->layout(), ptr.data(), n, q8.data(), G, fast.data(), 40);
+        attn::int8_dots_ref(k, c->layout(), ptr.data(), n, q8.data(), G, ref.data(), 40);
+        ASSERT_EQ(fast, ref) << f << " d=" << d << " G=" << G;
+      }
+    }
+}
+
+TEST(Int8Values, KernelGivesTheSpecificationsSums) {
+  if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
+  for (const std::string& f : kFormats)
+    for (int d : {64, 80, 128, 256}) {
+      if (f.rfind("tqc", 0) == 0 && d % 8 != 0) continue;
+      auto c = make(f, d);
+      ASSERT_TRUE(c) << f;
+      const int dp = padded(d);
+      Int8Keys k;
+      attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k);
+      for (int n : {32, 7, 1}) {
+        const auto x = gaussian(size_t(n) * d, 200 + d + n);
+        std::vector<uint8_t> rows(size_t(n) * c->row_bytes());
+        ASSERT_TRUE(c->quantize(x.data(), n, rows.data()).ok());
+        std::vector<const uint8_t*> ptr(n);
+        for (int r = 0; r < n; ++r) ptr[r] = rows.data() + size_t(r) * c->row_bytes();
+        for (int G : {1, 3, 4, 8}) {
+          const int ldw = 33;
+          std::vector<float> w(size_t(G) * ldw);
+          Rng rng(n * 31 + G);
+          for (auto& v : w) v = rng.next() % 5 == 0 ? 0.0f : float(std::exp(-4.0 * rng.uniform()));
+          if (G == 3) std::fill(w.begin() + ldw, w.begin() + 2 * ldw, 0.0f);  // a query with nothing to add
+          std::vector<float> fast(size_t(G) * dp), ref(fast.size());
+          for (size_t i = 0; i < fast.size(); ++i) fast[i] = ref[i] = float(i % 7) - 3.0f;
+          attn::int8_values(k, c->layout(), ptr.data(), n, w.data(), G, ldw, fast.data());
+          attn::int8_values_ref(k, c->layout(), ptr.data(), n, w.data(), G, ldw, ref.data());
+          for (size_t i = 0; i < fast.size(); ++i)
+            ASSERT_NEAR(fast[i], ref[i], 1e-6 * (1 + std::fabs(ref[i]))) << f << " d=" << d << " n=" << n << " G=" << G << " at " << i;
+        }
+      }
+    }
+}
+
+TEST(Int8Keys, TableHoldsEveryCentroidWithinHalfAStep) {
+  for (const std::string& f : kFormats) {
+    auto c = make(f, 128);
+    ASSERT_TRUE(c);
+    Int8Keys k;
+    attn::int8_keys_prepare(c->layout(), 128, 128, c->coord_scale(), k);
+    const RowLayout& L = c->layout();
+    for (int p = 0; p < L.nparts; ++p)
+      for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
+        const double back = (int(k.table[p][j]) - 128) * double(k.cs);
+        EXPECT_LE(std::fabs(back - L.parts[p].centroids[j]), 0.5 * k.cs * (1 + 1e-6)) << f << " part " << p << " level " << j;
+      }
+  }
+}
+
+// Approximate scores of n rows for one query against the exact ones (both /
+// row scale), in double; returns false and a message on a bound violation.
+struct ScoreErrors {
+  double add2 = 0, codec2 = 0, worst_over_bound = 0;
+  size_t n = 0;
+};
+
+void score_errors(const Codec& c, const std::vector<float>& x, int n, const std::vector<float>& q, int nq,
+                  bool use_fast, ScoreErrors& e) {
+  const int d = c.dim(), dp = padded(d);
+  Int8Keys k;
+  attn::int8_keys_prepare(c.layout(), d, dp, c.coord_scale(), k);
+  k.usable = true;
+  std::vector<uint8_t> rows(size_t(n) * c.row_bytes());
+  ASSERT_TRUE(c.quantize(x.data(), n, rows.data()).ok());
+  std::vector<const uint8_t*> ptr(n);
+  for (int r = 0; r < n; ++r) ptr[r] = rows.data() + size_t(r) * c.row_bytes();
+  std::vector<float> dec(size_t(n) * d), unsc(dp);
+  c.dequantize(rows.data(), n, dec.data(), Impl::kRef);
+  for (int j = 0; j < nq; ++j) {
+    const float* qj = q.data() + size_t(j) * d;
+    const auto qc = query_in_code_domain(c, qj, 1.0f);
+    std::vector<int8_t> q8(dp);
+    int32_t bias = 0;
+    const float qs = attn::int8_quantize_query(qc.data(), dp, q8.data(), &bias);
+    std::vector<int32_t> dots(n);
+    if (use_fast) {
+      attn::int8_dots(k, c.layout(), ptr.data(), n, q8.data(), 1, dots.data(), n);
+    } else {
+      attn::int8_dots_ref(k, c.layout(), ptr.data(), n, q8.data(), 1, dots.data(), n);
+    }
+    const double bound = attn::int8_score_bound(k, qc.data(), dp, qs);
+    for (int r = 0; r < n; ++r) {
+      const double s = row_scale(ptr[r]);
+      const double approx = s * double(qs) * k.cs * double(dots[r] - bias);
+      // Exact: the row decoded in its coding domain (what the f32 kernel reads).
+      c.decode_unscaled(ptr[r], unsc.data(), Impl::kRef);
+      double exact = 0, truth = 0, exact_orig = 0;
+      for (int i = 0; i < d; ++i) exact += double(qc[i]) * unsc[i];  // decode_unscaled includes the row scale
+      for (int i = 0; i < d; ++i) {
+        truth += double(qj[i]) * x[size_t(r) * d + i];
+        exact_orig += double(qj[i]) * dec[size_t(r) * d + i];
+      }
+      // The codec-domain and original-domain exact scores agree (the query
+      // transform above is attention's), so the bound is about the table only.
+      EXPECT_NEAR(exact, exact_orig, 1e-4 * (1 + std::fabs(exact_orig))) << c.name();
+      e.worst_over_bound = std::max(e.worst_over_bound, std::fabs(approx - exact) / (s * bound * (1 + 1e-5) + 1e-30));
+      e.add2 += (approx - truth) * (approx - truth);
+      e.codec2 += (exact_orig - truth) * (exact_orig - truth);
+      ++e.n;
+    }
+  }
+}
+
+// Every score within its bound, every format and head dim; the error added
+// within 2% of the codec's for the formats the budget admits (synthetic rows).
+TEST(Int8Keys, ScoresWithinTheBoundAndTheBudget) {
+  const bool fast = attn::int8_keys_cpu();
+  for (const std::string& f : kFormats)
+    for (int d : {64, 80, 128, 256}) {
+      if (f.rfind("tqc", 0) == 0 && d % 8 != 0) continue;
+      auto c = make(f, d);
+      ASSERT_TRUE(c);
+      const int n = 300, nq = 6;
+      // Keys with the synthetic basis's variances for tqc (what it was fitted
+      // to), unit Gaussian for tq.
+      std::vector<float> x = gaussian(size_t(n) * d, 7 * d + 1);
+      if (f.rfind("tqc", 0) == 0) {
+        const HeadBasis hb = synthetic_head_basis(d, 5);
+        std::vector<float> y(x.size(), 0.0f);
+        for (int r = 0; r < n; ++r)
+          for (int a = 0; a < d; ++a)
+            for (int i = 0; i < d; ++i)
+              y[size_t(r) * d + i] += x[size_t(r) * d + a] * std::sqrt(hb.var[a]) * hb.basis[size_t(a) * d + i];
+        x = y;
+      }
+      const auto q = gaussian(size_t(nq) * d, 3 * d + 2, 1.0 / std::sqrt(double(d)));
+      ScoreErrors e;
+      score_errors(*c, x, n, q, nq, fast, e);
+      EXPECT_LE(e.worst_over_bound, 1.0) << f << " d=" << d << ": a score outside the stated bound";
+      Int8Keys k;
+      attn::int8_keys_prepare(c->layout(), d, padded(d), c->coord_scale(), k);
+      const double growth = std::sqrt(e.add2 / e.codec2) - 1;
+      if (d == 128)
+        std::printf("%-7s d=%d: score error %+.3f%% (predicted added variance %.4f of the codec's: %s)\n", f.c_str(), d,
+                    100 * growth, k.predicted, k.usable ? "int8" : "keeps f32");
+      if (k.usable) { EXPECT_LT(growth, 0.02) << f << " d=" << d << " (predicted " << k.predicted << ")"; }
+    }
+}
+
+// Real keys (Qwen3.5 0.8B layers 3 and 7, ../shared): the same budget.
+TEST(Int8Keys, RealKeysWithinTheBudget) {
+  TKV_NEED_SHARED("data/kv/qwen3.5-0.8b/layer3_keys.bin", "data/kv/qwen3.5-0.8b/layer7_keys.bin");
+  const bool fast = attn::int8_keys_cpu();
+  for (int layer : {3, 7}) {
+    const std::string path = std::string(TKV_SHARED_DIR) + "/data/kv/qwen3.5-0.8b/layer" + std::to_string(layer) + "_keys.bin";
+    std::ifstream in(path, std::ios::binary);
+    uint32_t hdr[5];
+    in.read(reinterpret_cast<char*>(hdr), 20);
+    const int H = hdr[2], T = hdr[3], d = hdr[4];
+    std::vector<float> kf(size_t(H) * T * d);
+    in.read(reinterpret_cast<char*>(kf.data()), kf.size() * 4);
+    ASSERT_TRUE(bool(in)) << path;
+    const int n = std::min(T, 400);
+    std::vector<double> rms(d, 0);
+    for (size_t r = 0; r < kf.size() / d; ++r)
+      for (int i = 0; i < d; ++i) rms[i] += double(kf[r * d + i]) * kf[r * d + i] / double(kf.size() / d);
+    Rng rng(layer);
+    const int nq = 6;
+    std::vector<float> q(size_t(nq) * d);
+    for (size_t j = 0; j < q.size(); ++j) q[j] = float(rng.gaussian() * std::sqrt(rms[j % d]) / std::sqrt(double(d)));
+    for (const char* f : {"tq2", "tq2.5", "tq3", "tq3.5", "tq4", "tq4.5"}) {
+      auto c = make(f, d);
+      ScoreErrors e;
+      for (int h = 0; h < H; ++h) {
+        std::vector<float> x(kf.begin() + size_t(h) * T * d, kf.begin() + (size_t(h) * T + n) * d);
+        score_errors(*c, x, n, q, nq, fast, e);
+      }
+      Int8Keys k;
+      attn::int8_keys_prepare(c->layout(), d, padded(d), c->coord_scale(), k);
+      const double growth = std::sqrt(e.add2 / e.codec2) - 1;
+      std::printf("layer %d %-6s: score error %+.3f%% with int8 keys (%s)\n", layer, f, 100 * growth,
+                  k.usable ? "int8" : "keeps f32");
+      EXPECT_LE(e.worst_over_bound, 1.0) << f;
+      if (k.usable) { EXPECT_LT(growth, 0.02) << "layer " << layer << " " << f; }
+    }
+  }
+}
+
+// Attention with int8 keys against the exact path: lse within ε (the largest
+// score bound of the rows a query sees) and outputs within
+// (e^{2ε} − 1) · max‖v‖ (each softmax weight moves by at most that factor).
+struct AttnCase {
+  std::string f;
+  int d = 128, gqa = 4, n_kv = 300, n_q = 1;
+  bool paged = false;
+  int window = 0;
+};
+
+void check_attention(const AttnCase& ac) {
+  SCOPED_TRACE(ac.f + " d=" + std::to_string(ac.d) + " gqa=" + std::to_string(ac.gqa) +
+               (ac.paged ? " paged" : "") + " window=" + std::to_string(ac.window) + " n_q=" + std::to_string(ac.n_q));
+  const int d = ac.d, H = 2, Hq = H * ac.gqa, n = ac.n_kv;
+  auto ck = make(ac.f, d), cv = make("tq4", d);
+  ASSERT_TRUE(ck && cv);
+  const auto k = gaussian(size_t(n) * H * d, 1), v = gaussian(size_t(n) * H * d, 2);
+  const auto q = gaussian(size_t(ac.n_q) * Hq * d, 3, 2.0);
+  std::vector<uint8_t> kq(size_t(n) * H * ck->row_bytes()), vq(size_t(n) * H * cv->row_bytes());
+  ASSERT_TRUE(ck->quantize(k.data(), size_t(n) * H, kq.data()).ok());
+  ASSERT_TRUE(cv->quantize(v.data(), size_t(n) * H, vq.data()).ok());
+  // Paged: blocks of 16 tokens in a shuffled pool.
+  const int bs = 16, nb = (n + bs - 1) / bs;
+  std::vector<int32_t> table(nb);
+  std::iota(table.begin(), table.end(), 0);
+  std::reverse(table.begin(), table.end());
+  std::vector<uint8_t> kp, vp;
+  auto page = [&](const std::vector<uint8_t>& flat, size_t row_bytes, std::vector<uint8_t>& pool) {
+    const size_t block_bytes = size_t(bs) * H * row_bytes;
+    pool.assign(size_t(nb) * block_bytes, 0);
+    for (int t = 0; t < n; ++t)
+      std::memcpy(pool.data() + size_t(table[t / bs]) * block_bytes + size_t(t % bs) * H * row_bytes,
+                  flat.data() + size_t(t) * H * row_bytes, H * row_bytes);
+    return block_bytes;
+  };
+  AttentionArgs a;
+  a.q = q.data();
+  a.n_q = ac.n_q;
+  a.n_q_heads = Hq;
+  a.n_kv = n;
+  a.n_kv_heads = H;
+  a.d = d;
+  a.k = {ck.get(), kq.data(), 0, 0};
+  a.v = {cv.get(), vq.data(), 0, 0};
+  if (ac.paged) {
+    const size_t kb = page(kq, ck->row_bytes(), kp), vb = page(vq, cv->row_bytes(), vp);
+    a.k.data = kp.data();
+    a.k.blocks = table.data();
+    a.k.block_shift = 4;
+    a.k.block_bytes = kb;
+    a.k.end = kp.data() + kp.size();
+    a.v.data = vp.data();
+    a.v.blocks = table.data();
+    a.v.block_shift = 4;
+    a.v.block_bytes = vb;
+    a.v.end = vp.data() + vp.size();
+  }
+  if (ac.n_q > 1 || ac.window) a.causal_offset = n - ac.n_q;
+  a.window = ac.window;
+  std::vector<float> out_i8(q.size()), out_ex(q.size()), lse_i8(size_t(ac.n_q) * Hq), lse_ex(lse_i8.size());
+  AttnStats st;
+  a.stats = &st;
+  a.keys = KeyScoring::kInt8;
+  a.out = out_i8.data();
+  a.lse = lse_i8.data();
+  ASSERT_TRUE(attention(a).ok());
+  Int8Keys ik;
+  attn::int8_keys_prepare(ck->layout(), d, padded(d), ck->coord_scale(), ik);
+  const bool expect_int8 = attn::int8_keys_cpu() && ik.usable;
+  EXPECT_EQ(st.rows_scored_int8 > 0, expect_int8) << "the integer path ran where it should (and only there)";
+  a.stats = nullptr;
+  a.keys = KeyScoring::kExact;
+  a.out = out_ex.data();
+  a.lse = lse_ex.data();
+  ASSERT_TRUE(attention(a).ok());
+  const float scale = 1.0f / std::sqrt(float(d));
+  double vmax = 0;
+  std::vector<float> vd(size_t(n) * H * d);
+  cv->dequantize(vq.data(), size_t(n) * H, vd.data(), Impl::kRef);
+  for (size_t r = 0; r < size_t(n) * H; ++r) {
+    double s = 0;
+    for (int i = 0; i < d; ++i) s += double(vd[r * d + i]) * vd[r * d + i];
+    vmax = std::max(vmax, std::sqrt(s));
+  }
+  // V on int8 adds, per output: centroid bytes within cs/2 per coordinate
+  // (times the largest row scale), and byte weights within 1/510 of their
+  // block's largest, whose sum over blocks is at most the softmax sum: at most
+  // 32/510 of the total weight moves, times the largest row.
+  Int8Keys iv;
+  attn::int8_keys_prepare(cv->layout(), d, padded(d), cv->coord_scale(), iv);
+  double svmax = 0;
+  for (size_t r = 0; r < size_t(n) * H; ++r) svmax = std::max<double>(svmax, row_scale(vq.data() + r * cv->row_bytes()));
+  const double v_bound = attn::int8_keys_cpu() && iv.usable ? svmax * iv.cs * 0.5 * std::sqrt(double(d)) + 32.0 / 510 * vmax : 0.0;
+  for (int i = 0; i < ac.n_q; ++i)
+    for (int hq = 0; hq < Hq; ++hq) {
+      const size_t row = size_t(i) * Hq + hq;
+      const auto qc = query_in_code_domain(*ck, q.data() + row * d, scale);
+      std::vector<int8_t> q8(padded(d));
+      int32_t bias;
+      const float qs = attn::int8_quantize_query(qc.data(), padded(d), q8.data(), &bias);
+      double smax = 0;  // the largest row scale of head hq / gqa
+      for (int t = 0; t < n; ++t) smax = std::max<double>(smax, row_scale(kq.data() + (size_t(t) * H + hq / ac.gqa) * ck->row_bytes()));
+      const double eps = expect_int8 ? smax * attn::int8_score_bound(ik, qc.data(), padded(d), qs) : 0.0;
+      EXPECT_LE(std::fabs(lse_i8[row] - lse_ex[row]), eps + 1e-4 * (1 + std::fabs(lse_ex[row]))) << "query " << i << " head " << hq;
+      double e2 = 0;
+      for (int c = 0; c < d; ++c) e2 += std::pow(double(out_i8[row * d + c]) - out_ex[row * d + c], 2);
+      EXPECT_LE(std::sqrt(e2), std::expm1(2 * eps) * vmax + v_bound + 1e-4 * vmax) << "query " << i << " head " << hq;
+    }
+}
+
+TEST(Int8Keys, AttentionWithinTheImpliedBound) {
+  for (const char* f : {"tq2", "tq3", "tq4", "tq3.5", "tqc3", "tqc6"})
+    for (int d : {64, 80, 128, 256})
+      for (int gqa : {1, 4, 8}) check_attention({f, d, gqa});
+  for (bool paged : {false, true})
+    for (int window : {0, 40})
+      for (int n_q : {1, 5}) check_attention({"tq4", 128, 4, 300, n_q, paged, window});
+}
+
+// Outputs against float64 attention over the original K and V: the int8
+// path's error stays within 2% of the exact path's (the codec's), for every
+// format the budget admits, on synthetic rows and on real Qwen3.5 K/V.
+double output_error_growth(const std::string& f, int d, const std::vector<float>& K, const std::vector<float>& V,
+                           int n, int H, int gqa, int nq, uint64_t seed) {
+  const int Hq = H * gqa;
+  auto ck = make(f, d), cv = make(f, d);
+  std::vector<uint8_t> kq(size_t(n) * H * ck->row_bytes()), vq(size_t(n) * H * cv->row_bytes());
+  EXPECT_TRUE(ck->quantize(K.data(), size_t(n) * H, kq.data()).ok());
+  EXPECT_TRUE(cv->quantize(V.data(), size_t(n) * H, vq.data()).ok());
+  std::vector<double> rms(d, 0);
+  for (size_t r = 0; r < K.size() / d; ++r)
+    for (int i = 0; i < d; ++i) rms[i] += double(K[r * d + i]) * K[r * d + i] / double(K.size() / d);
+  Rng rng(seed);
+  std::vector<float> q(size_t(nq) * Hq * d);
+  for (size_t j = 0; j < q.size(); ++j) q[j] = float(rng.gaussian() * 1.5 / std::sqrt(rms[j % d] + 1e-12) );
+  // float64 truth
+  std::vector<double> truth(q.size(), 0.0);
+  const double scale = 1.0 / std::sqrt(double(d));
+  for (int i = 0; i < nq; ++i)
+    for (int hq = 0; hq < Hq; ++hq) {
+      const int h = hq / gqa;
+      std::vector<double> s(n);
+      double mx = -1e300;
+      for (int t = 0; t < n; ++t) {
+        double dot = 0;
+        for (int x = 0; x < d; ++x) dot += double(q[(size_t(i) * Hq + hq) * d + x]) * K[(size_t(t) * H + h) * d + x];
+        mx = std::max(mx, s[t] = dot * scale);
+      }
+      double sum = 0;
+      for (auto& x : s) sum += (x = std::exp(x - mx));
+      for (int t = 0; t < n; ++t)
+        for (int x = 0; x < d; ++x) truth[(size_t(i) * Hq + hq) * d + x] += s[t] / sum * V[(size_t(t) * H + h) * d + x];
+    }
+  double err[2] = {0, 0};
+  for (int mode = 0; mode < 2; ++mode) {
+    AttentionArgs a;
+    a.q = q.data();
+    a.n_q = nq;
+    a.n_q_heads = Hq;
+    a.n_kv = n;
+    a.n_kv_heads = H;
+    a.d = d;
+    a.k = {ck.get(), kq.data(), 0, 0};
+    a.v = {cv.get(), vq.data(), 0, 0};
+    std::vector<float> out(q.size());
+    a.out = out.data();
+    a.keys = mode ? KeyScoring::kInt8 : KeyScoring::kExact;
+    EXPECT_TRUE(attention(a).ok());
+    for (size_t i = 0; i < out.size(); ++i) err[mode] += (out[i] - truth[i]) * (out[i] - truth[i]);
+  }
+  return std::sqrt(err[1] / err[0]) - 1;
+}
+
+TEST(Int8Keys, OutputErrorWithinTwoPercentOfTheCodecs) {
+  if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
+  const int d = 128, H = 2, n = 512;
+  const auto K = gaussian(size_t(n) * H * d, 41), V = gaussian(size_t(n) * H * d, 42);
+  for (const char* f : {"tq2", "tq2.5", "tq3", "tq3.5", "tq4", "tq4.5"}) {
+    const double g = output_error_growth(f, d, K, V, n, H, 4, 8, 5);
+    std::printf("synthetic %-6s: output error %+.3f%% with int8 K and V\n", f, 100 * g);
+    EXPECT_LT(g, 0.02) << f;
+  }
+}
+
+TEST(Int8Keys, RealOutputErrorWithinTwoPercentOfTheCodecs) {
+  TKV_NEED_SHARED("data/kv/qwen3.5-0.8b/layer3_keys.bin", "data/kv/qwen3.5-0.8b/layer3_values.bin");
+  if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
+  const std::string dir = std::string(TKV_SHARED_DIR) + "/data/kv/qwen3.5-0.8b/";
+  auto load = [](const std::string& path, std::vector<float>& x, uint32_t* hdr) {
+    std::ifstream in(path, std::ios::binary);
+    in.read(reinterpret_cast<char*>(hdr), 20);
+    x.resize(size_t(hdr[2]) * hdr[3] * hdr[4]);
+    in.read(reinterpret_cast<char*>(x.data()), x.size() * 4);
+    return bool(in);
+  };
+  std::vector<float> kf, vf;
+  uint32_t hk[5], hv[5];
+  ASSERT_TRUE(load(dir + "layer3_keys.bin", kf, hk) && load(dir + "layer3_values.bin", vf, hv));
+  const int H = hk[2], T = hk[3], d = hk[4], n = std::min<int>(T, 512);
+  std::vector<float> K(size_t(n) * H * d), V(K.size());
+  for (int h = 0; h < H; ++h)
+    for (int t = 0; t < n; ++t)
+      for (int i = 0; i < d; ++i) {
+        K[(size_t(t) * H + h) * d + i] = kf[(size_t(h) * T + t) * d + i];
+        V[(size_t(t) * H + h) * d + i] = vf[(size_t(h) * T + t) * d + i];
+      }
+  for (const char* f : {"tq2", "tq3", "tq3.5", "tq4", "tq4.5"}) {
+    const double g = output_error_growth(f, d, K, V, n, H, 4, 8, 6);
+    std::printf("Qwen3.5 layer 3 %-6s: output error %+.3f%% with int8 K and V\n", f, 100 * g);
+    EXPECT_LT(g, 0.02) << f;
+  }
+}
+
+TEST(Int8Keys, TheProcessDefaultAndTheEnvironment) {
+  const KeyScoring was = key_scoring_default();
+  set_key_scoring_default(KeyScoring::kExact);
+  EXPECT_EQ(key_scoring_default(), KeyScoring::kExact);
+  set_key_scoring_default(KeyScoring::kDefault);  // means int8
+  EXPECT_EQ(key_scoring_default(), KeyScoring::kInt8);
+  auto c = make("tq4", 128);
+  EXPECT_EQ(int8_keys_available(*c), attn::int8_keys_cpu());
+  auto f16 = make_codec("f16", 128);
+  EXPECT_FALSE(int8_keys_available(**f16));
+  auto hi = make("tqc8", 128);
+  EXPECT_FALSE(int8_keys_available(*hi)) << "8-bit codes: int8 tables would more than double the codec's error";
+  set_key_scoring_default(was);
+}
+
+// ../shared/models/ref-5m with tq4 K/V: the greedy text with int8 keys is the
+// exact path's (or the first difference is reported; the bound allows a flip
+// only where two logits are closer than the score error moves them).
+TEST(Int8Keys, ReferenceModelGreedyTextUnchanged) {
+  const std::string path = std::string(TKV_SHARED_DIR) + "/models/ref-5m/ref-5m-f32.gguf";
+  TKV_NEED_SHARED(path);
+  auto m = Model::load(path);
+  ASSERT_TRUE(m.ok()) << m.error();
+  const ModelConfig& c = (*m)->config();
+  const KeyScoring was = key_scoring_default();
+  std::vector<std::vector<int32_t>> texts;
+  for (KeyScoring ks : {KeyScoring::kExact, KeyScoring::kInt8}) {
+    set_key_scoring_default(ks);
+    for (const char* fmt : {"tq4", "tq3", "tq2"}) {
+      KvCacheOptions co;
+      co.type_k = co.type_v = fmt;
+      co.capacity = 64;
+      auto cache = KvCache::create(c.kv_shape(), co);
+      ASSERT_TRUE(cache.ok());
+      std::vector<int32_t> seq = (*m)->tokenizer().encode("The history of the city began", true);
+      std::vector<float> logits(c.n_vocab);
+      ASSERT_TRUE((*m)->forward(seq.data(), int(seq.size()), 0, **cache, 2, logits.data()).ok());
+      for (int i = 0; i < 32; ++i) {
+        const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        seq.push_back(next);
+        ASSERT_TRUE((*m)->forward(&next, 1, int(seq.size()) - 1, **cache, 2, logits.data()).ok());
+      }
+      texts.push_back(seq);
+    }
+  }
+  set_key_scoring_default(was);
+  const char* names[] = {"tq4", "tq3", "tq2"};
+  for (int i = 0; i < 3; ++i) {
+    size_t same = 0;
+    while (same < texts[i].size() && texts[i][same] == texts[3 + i][same]) ++same;
+    std::printf("%s: int8 keys give the exact path's %zu of %zu tokens\n", names[i], same, texts[i].size());
+    EXPECT_EQ(texts[i], texts[3 + i]) << names[i] << ": first difference at token " << same;
+  }
+}
+
+}  // namespace
+}  // namespace tkv
