@@ -151,6 +151,12 @@ typedef struct tkv_attention_params {
   int32_t threads;          /* 1 by default */
   float* out;               /* [n_q][n_q_heads][head_dim] */
   size_t out_floats;
+  /* How tq/tqc rows are read: 0 the library's default (int8 scoring and
+   * accumulation where the CPU has AVX-512 VBMI + VNNI and the format's
+   * error budget allows; TKV_KEYS=exact in the environment turns it off),
+   * 1 exact (every code decoded to f32), 2 int8. Added in 0.9 (older
+   * callers' shorter structs read as 0). */
+  int32_t key_scoring;
 } tkv_attention_params;
 
 tkv_attention_params tkv_attention_default_params(void);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RESULTS §24: int8 attention on codes (issue 33) against the f32 path.
+# RESULTS §27: int8 attention on codes (issue 33) against the f32 path.
 #   1. Quality: ref-5m KL divergence from its f32-cache distributions, per
 #      format, with TKV_KEYS=exact and TKV_KEYS=int8 (WikiText-2, -c 512,
 #      40 chunks).

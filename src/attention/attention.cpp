@@ -86,20 +86,26 @@ Status attention(const AttentionArgs& a) {
   kr_store.resize(a.k.heads ? H : 1);
   vr_store.resize(a.v.heads ? H : 1);
   const bool int8_keys = resolve_keys(a.keys) == KeyScoring::kInt8 && attn::int8_keys_cpu();
+  // Diagnostics: TKV_INT8_PARTS=k or v limits the integer path to K or V (the
+  // measurement of which side costs what; RESULTS §27).
+  static const char* parts_env = std::getenv("TKV_INT8_PARTS");
+  const bool int8_k = int8_keys && (!parts_env || std::strchr(parts_env, 'k'));
+  const bool int8_v = int8_keys && (!parts_env || std::strchr(parts_env, 'v'));
   for (size_t h = 0; h < kr_store.size(); ++h) {
     attn::RowReader& r = kr_store[h];
     init_reader(r, a.k.head(static_cast<int>(h)));
     r.int8 = false;
-    if (int8_keys) {
+    if (int8_k) {
       attn::int8_keys_prepare(r.layout, r.d, r.dp, r.codec->coord_scale(), r.i8);
       r.int8 = r.i8.usable;
+      if (r.int8 && r.i8.residual) attn::int8_residual_table(r.i8, r.layout, r.i8r);
     }
   }
   for (size_t h = 0; h < vr_store.size(); ++h) {
     attn::RowReader& r = vr_store[h];
     init_reader(r, a.v.head(static_cast<int>(h)));
     r.int8 = false;
-    if (int8_keys) {  // V on int8 too: accumulators in natural order
+    if (int8_v) {  // V on int8 too: accumulators in natural order
       attn::int8_keys_prepare(r.layout, r.d, r.dp, r.codec->coord_scale(), r.i8);
       r.int8 = r.i8.usable;
       if (r.int8)
@@ -245,16 +251,20 @@ Status attention(const AttentionArgs& a) {
       thread_local std::vector<int8_t> q8_store;
       thread_local std::vector<float> qs_store, nat_store;
       thread_local std::vector<int32_t> bias_store;
-      q8_store.resize(qg_need);
-      qs_store.resize(static_cast<size_t>(H) * G);
-      bias_store.resize(static_cast<size_t>(H) * G);
+      // [H][2G]: rows G .. 2G-1 of a head hold the residual bytes when its reader asks for them.
+      q8_store.resize(2 * qg_need);
+      qs_store.resize(static_cast<size_t>(H) * 2 * G);
+      bias_store.resize(static_cast<size_t>(H) * 2 * G);
       nat_store.resize(dp);
       for (int h = item.h0; h < item.h1; ++h) {
         const int* perm = Kh(h).perm;
         for (int j = 0; j < G; ++j) {
-          const size_t row = static_cast<size_t>(h) * G + j;
-          for (int c = 0; c < dp; ++c) nat_store[perm[c]] = qg[row * dp + c];
+          const size_t row = static_cast<size_t>(h) * 2 * G + j, res = row + G;
+          for (int c = 0; c < dp; ++c) nat_store[perm[c]] = qg[(static_cast<size_t>(h) * G + j) * dp + c];
           qs_store[row] = attn::int8_quantize_query(nat_store.data(), dp, q8_store.data() + row * dp, &bias_store[row]);
+          if (Kh(h).i8.residual)
+            qs_store[res] = attn::int8_quantize_residual(nat_store.data(), dp, qs_store[row], q8_store.data() + row * dp,
+                                                         q8_store.data() + res * dp, &bias_store[res]);
         }
       }
       w.q8 = q8_store.data();

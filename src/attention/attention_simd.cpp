@@ -234,6 +234,8 @@ constexpr int kBlock = 32;
 // Rows are requested this far ahead of their use, a few lines per row
 // processed, so the memory pipeline stays full without bursts.
 constexpr int kPrefetchRows = 32;
+// The integer paths spend less time a row, so they ask further ahead.
+constexpr int kPrefetchRowsInt8 = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Rows of one block for one head: pointers (safe to over-read) and scales.
@@ -679,24 +681,41 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
   for (int i = 0; i < nb; ++i) {
     rows[i] = w.k.at(b0 + i, h);
     scale[i] = RowScale<Kind::kTurbo>(rows[i]);
-    const int fut = b0 + i + kPrefetchRows;  // the memory pipeline, as the f32 path keeps it
+    const int fut = b0 + i + kPrefetchRowsInt8;
     if (fut < w.r1) {
       const uint8_t* a = w.k.at(fut, h);
       for (size_t o = 0; o < K.row_bytes; o += 64) __builtin_prefetch(a + o);
     }
   }
-  thread_local std::vector<int32_t> dots_store;  // [G][kBlock], kept across calls
-  if (dots_store.size() < static_cast<size_t>(G) * kBlock) dots_store.resize(static_cast<size_t>(G) * kBlock);
+  // The residual bytes are G more query rows (score_int8.h).
+  const int R = K.i8.residual ? 2 * G : G;
+  thread_local std::vector<int32_t> dots_store;  // [R][kBlock], kept across calls
+  if (dots_store.size() < static_cast<size_t>(R) * kBlock) dots_store.resize(static_cast<size_t>(R) * kBlock);
   int32_t* dots = dots_store.data();
-  int8_dots(K.i8, K.layout, rows, nb, w.q8 + static_cast<size_t>(h) * G * dp, G, dots, kBlock);
+  const size_t hq = static_cast<size_t>(h) * 2 * G;  // this head's rows in q8, q8_scale, q8_bias
+  int8_dots(K.i8, K.layout, rows, nb, w.q8 + hq * dp, R, dots, kBlock);
+  // The centroids' residual bytes against the main query bytes.
+  thread_local std::vector<int32_t> dots_c_store;
+  int32_t* dots_c = nullptr;
+  if (K.i8.residual) {
+    if (dots_c_store.size() < static_cast<size_t>(G) * kBlock) dots_c_store.resize(static_cast<size_t>(G) * kBlock);
+    dots_c = dots_c_store.data();
+    int8_dots(K.i8r, K.layout, rows, nb, w.q8 + hq * dp, G, dots_c, kBlock);
+  }
   for (int j = 0; j < G; ++j) {
-    const float f = w.q8_scale[h * G + j] * K.i8.cs;
-    const int32_t bias = w.q8_bias[h * G + j];
+    const float f = w.q8_scale[hq + j] * K.i8.cs;
+    const int32_t bias = w.q8_bias[hq + j];
+    const float fr = K.i8.residual ? w.q8_scale[hq + G + j] * K.i8.cs : 0.0f;
+    const int32_t bias_r = K.i8.residual ? w.q8_bias[hq + G + j] : 0;
+    const float fc = K.i8.residual ? w.q8_scale[hq + j] * K.i8r.cs : 0.0f;
+    const int32_t* dr = dots + static_cast<size_t>(K.i8.residual ? G + j : j) * kBlock;
+    const int32_t* dc = dots_c ? dots_c + static_cast<size_t>(j) * kBlock : dr;
     for (int r = 0; r < nb; ++r) {
       const int row = b0 + r;
-      p[j * kBlock + r] = row < w.limit[j] && row >= w.start[j]
-                              ? static_cast<float>(dots[j * kBlock + r] - bias) * f * scale[r]
-                              : kNegInf;
+      const float sc = static_cast<float>(dots[j * kBlock + r] - bias) * f +
+                       (K.i8.residual ? static_cast<float>(dr[r] - bias_r) * fr + static_cast<float>(dc[r] - bias) * fc
+                                      : 0.0f);
+      p[j * kBlock + r] = row < w.limit[j] && row >= w.start[j] ? sc * scale[r] : kNegInf;
     }
   }
 }
@@ -713,7 +732,7 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const 
   for (int i = 0; i < nb; ++i) {
     rows[i] = w.v.at(b0 + i, h);
     scale[i] = keep[i] ? RowScale<Kind::kTurbo>(rows[i]) : 0.0f;
-    const int fut = b0 + i + kPrefetchRows;
+    const int fut = b0 + i + kPrefetchRowsInt8;
     if (fut < w.r1) {
       const uint8_t* a = w.v.at(fut, h);
       for (size_t o = 0; o < V.row_bytes; o += 64) __builtin_prefetch(a + o);

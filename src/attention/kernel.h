@@ -25,6 +25,7 @@ struct RowReader {
   // K only: scores from int8 codes and queries (score_int8.h) when int8 is set.
   bool int8 = false;
   Int8Keys i8;
+  Int8Keys i8r;  // i8's residual centroid table (K, where i8.residual)
 };
 
 // Where row (t, h) of one layer's K or V lives: base + t * stride + h *
@@ -59,7 +60,8 @@ struct Work {
   const uint8_t* v_end;
   float sparse_v;
   // K read by the integer path (K.int8): the queries as int8 in natural
-  // coordinate order [H][G][dp], their scales qs and biases 128·Σq8 [H][G].
+  // coordinate order [H][2G][dp] (rows G..2G-1: the residual bytes, where
+  // K.i8.residual), their scales and biases 128·Σq8 [H][2G].
   const int8_t* q8 = nullptr;
   const float* q8_scale = nullptr;
   const int32_t* q8_bias = nullptr;

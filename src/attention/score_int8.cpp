@@ -66,6 +66,10 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   }
   const double qs = 3.0 * smax / 127.0;
   k.predicted = codec > 0 ? (centroid + qs * qs / 12.0 * covered) / codec : 1e30;
+  if (k.predicted > kInt8Residual) {  // residual bytes make both shares ~254² times smaller
+    k.residual = true;
+    k.predicted = codec > 0 ? (centroid + qs * qs / 12.0 * covered) / (254.0 * 254.0) / codec : 1e30;
+  }
   bool aligned = dp % 64 == 0;
   for (int p = 0; p < L.nparts; ++p)
     aligned = aligned && L.parts[p].begin % 64 == 0 && L.parts[p].count % 64 == 0;
@@ -87,6 +91,31 @@ float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias) {
   }
   *bias = 128 * sum;
   return qs;
+}
+
+void int8_residual_table(const Int8Keys& k, const RowLayout& L, Int8Keys& r) {
+  r = k;
+  r.cs = k.cs / 254.0f;
+  for (int p = 0; p < L.nparts; ++p) {
+    std::memset(r.table[p], 128, sizeof(r.table[p]));
+    for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
+      const float back = static_cast<float>(int(k.table[p][j]) - 128) * k.cs;
+      const long c8 = std::lround((L.parts[p].centroids[j] - back) / r.cs);
+      r.table[p][j] = static_cast<uint8_t>(std::clamp(c8, -127L, 127L) + 128);
+    }
+  }
+}
+
+float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias) {
+  const float qr = qs / 254.0f;
+  int32_t sum = 0;
+  for (int i = 0; i < dp; ++i) {
+    const long v = qr > 0.0f ? std::lround((q[i] - qs * q8[i]) / qr) : 0;
+    r8[i] = static_cast<int8_t>(std::clamp(v, -127L, 127L));
+    sum += r8[i];
+  }
+  *bias = 128 * sum;
+  return qr;
 }
 
 void int8_dots_ref(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
@@ -113,7 +142,13 @@ void int8_dots_ref(const Int8Keys& k, const RowLayout& L, const uint8_t* const* 
 double int8_score_bound(const Int8Keys& k, const float* q, int dp, float qs) {
   double sq = 0;
   for (int i = 0; i < dp; ++i) sq += std::fabs(q[i]);
-  return 0.5 * qs * k.d * k.cmax + 0.5 * k.cs * sq + 0.25 * k.d * static_cast<double>(qs) * k.cs;
+  if (!k.residual) return 0.5 * qs * k.d * k.cmax + 0.5 * k.cs * sq + 0.25 * k.d * static_cast<double>(qs) * k.cs;
+  // Two bytes each: q' = qs q8 + qr r8 + eq, c = cs c8 + cr cr8 + ec with
+  // |eq| <= qr/2, |ec| <= cr/2, |qr r8| <= (qs + qr)/2, |cr cr8| <= (cs + cr)/2;
+  // the kernel leaves out qr r8 · cr cr8 and every term with eq or ec.
+  const double qr = qs / 254.0, cr = k.cs / 254.0;
+  return 0.5 * qr * k.d * k.cmax + 0.5 * cr * sq + 0.25 * k.d * qr * cr +
+         k.d * 0.5 * (qs + qr) * 0.5 * (k.cs + cr) + 0.5 * qr * k.d * 0.5 * (k.cs + cr) + 0.5 * cr * k.d * 0.5 * (qs + qr);
 }
 
 float int8_weights(const float* w, int n, uint8_t* w8) {
@@ -125,9 +160,10 @@ float int8_weights(const float* w, int n, uint8_t* w8) {
   }
   const float inv = 255.0f / m;
   // w >= 0: adding one half and truncating rounds half up (lround's result
-  // for these values), in vector code rather than a libm call per weight
-  // (lroundf was 7% of a 64K decode step).
-  for (int r = 0; r < n; ++r) w8[r] = static_cast<uint8_t>(std::min(255, static_cast<int>(w[r] * inv + 0.5f)));
+  // for these values) without a libm call per weight (lroundf was 7% of a
+  // 64K decode step).
+  // (An explicit fused multiply-add: the AVX-512 kernel computes the same.)
+  for (int r = 0; r < n; ++r) w8[r] = static_cast<uint8_t>(std::min(255, static_cast<int>(std::fma(w[r], inv, 0.5f))));
   return m / 255.0f;
 }
 
@@ -393,6 +429,25 @@ TKV_AVX512_INT8 void int8_dots(const Int8Keys& k, const RowLayout& L, const uint
   }
 }
 
+// int8_weights for n <= 32 weights, in two vectors.
+TKV_AVX512_INT8 inline float weights_avx512(const float* w, int n, uint8_t* w8) {
+  const __mmask16 ma = n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
+  const __mmask16 mb = n >= 32 ? 0xFFFF : n <= 16 ? 0 : static_cast<__mmask16>((1u << (n - 16)) - 1);
+  const __m512 a = _mm512_maskz_loadu_ps(ma, w), b = _mm512_maskz_loadu_ps(mb, w + 16);
+  const float m = _mm512_reduce_max_ps(_mm512_max_ps(a, b));  // weights are >= 0: the zeros change nothing
+  if (!(m > 0.0f)) {
+    std::memset(w8, 0, 32);
+    return 0.0f;
+  }
+  const __m512 inv = _mm512_set1_ps(255.0f / m), half = _mm512_set1_ps(0.5f);
+  const __m512i cap = _mm512_set1_epi32(255);
+  const __m512i ia = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(a, inv, half)), cap);
+  const __m512i ib = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(b, inv, half)), cap);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(w8), _mm512_maskz_cvtepi32_epi8(ma, ia));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(w8 + 16), _mm512_maskz_cvtepi32_epi8(mb, ib));
+  return m / 255.0f;
+}
+
 TKV_AVX512_INT8 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
                                  const float* w, int G, int ldw, float* acc) {
   const Unpack& u = unpack_consts();
@@ -428,8 +483,12 @@ TKV_AVX512_INT8 void int8_values(const Int8Keys& k, const RowLayout& L, const ui
       bool any = false;
       for (int jj = 0; jj < 4; ++jj) {
         uint8_t* wj = w8 + 32 * jj;
-        std::memset(wj, 0, 32);
-        f[jj] = j0 + jj < G ? int8_weights(w + static_cast<size_t>(j0 + jj) * ldw + r0, nr, wj) * k.cs : 0.0f;
+        if (j0 + jj < G) {
+          f[jj] = weights_avx512(w + static_cast<size_t>(j0 + jj) * ldw + r0, nr, wj) * k.cs;
+        } else {
+          std::memset(wj, 0, 32);
+          f[jj] = 0.0f;
+        }
         any |= f[jj] != 0.0f;
         std::memcpy(w4[jj], wj, 32);
       }

@@ -11,7 +11,7 @@
 //   score ≈ s_t · qs · cs · (Σ_i (c8_(code_i) + 128) · q8_i − 128 · Σ_i q8_i)
 // (vpdpbusd multiplies unsigned by signed bytes, so centroid bytes carry +128.)
 // The error is bounded per row by int8_score_bound(); measured against the
-// codec's own score error in tests/attention/score_int8_test.cpp and RESULTS §24.
+// codec's own score error in tests/attention/score_int8_test.cpp and RESULTS §27.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +24,9 @@ namespace tkv::attn {
 struct Int8Keys {
   bool usable = false;   // a kTurbo layout this path reads (any d, any parts) within the error budget
   double predicted = 0;  // the added score error variance predicted, over the codec's own
+  bool residual = false; // two bytes where one would add more than kInt8Residual: the query as
+                         // qs·q8 + qs/254·r8 and the centroids as cs·c8 + cs/254·cr8
+                         // (int8_residual_table); three dots a row instead of one
   bool aligned = false;  // every part starts and ends on a multiple of 64 coordinates and they cover dp:
                          // the kernel keeps each 64-coordinate chunk in registers (else it stages bytes)
   int d = 0, dp = 0;
@@ -36,6 +39,9 @@ struct Int8Keys {
 // error variance (0.03: its RMS grows by 1.5%; the limit is 2%).
 // Formats above it (parts of 5 bits and more: tqc at high rates) keep f32.
 constexpr double kInt8MaxPredicted = 0.03;
+// Above this predicted share (one-byte query), the query gets its residual
+// byte too (tq4, tq4.5: ref-5m's KLD grew 2.8% with one byte, RESULTS §27).
+constexpr double kInt8Residual = 0.002;
 
 // Fills `k` for a layout and its coordinate scale (tqc; null: all 1).
 // usable stays false for layouts it does not read or whose predicted added
@@ -51,6 +57,12 @@ bool int8_keys_cpu();
 // part covers must already be 0) into q8[dp]; returns qs, and the bias
 // 128 · Σ q8 in *bias.
 float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias);
+// The residual byte: r8 = round((q − qs·q8) / (qs / 254)); returns qs / 254
+// and its bias in *bias.
+// The centroids' residual bytes as a table of their own (cr8 + 128, scale
+// cs / 254), read by the same kernels: `r` is `k` with that table.
+void int8_residual_table(const Int8Keys& k, const RowLayout& layout, Int8Keys& r);
+float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias);
 
 // dots[j * ld + r] = Σ_i (c8(code of row r, coordinate i) + 128) · q8[j][i]
 // for G queries (q8 + j * dp) and n rows. rows[r] points at a row (its 16-bit
@@ -77,7 +89,8 @@ void int8_values(const Int8Keys& k, const RowLayout& layout, const uint8_t* cons
 // A bound on |approximate − exact| for one score divided by the row scale s_t:
 // Σ_i |c_i|·|q'_i − qs q8_i| + |q'_i|·|c_i − cs c8_i| + |q'_i − qs q8_i|·|c_i − cs c8_i|
 // bounded with |q' − qs q8| ≤ qs/2 and |c − cs c8| ≤ cs/2:
-// (qs/2)·Σ_i|c_i| + (cs/2)·Σ_i|q'_i| + d·qs·cs/4, with |c_i| ≤ cmax.
+// (qs/2)·Σ_i|c_i| + (cs/2)·Σ_i|q'_i| + d·qs·cs/4, with |c_i| ≤ cmax; with
+// k.residual the two-byte terms (score_int8.cpp). qs: the query's main scale.
 double int8_score_bound(const Int8Keys& k, const float* q, int dp, float qs);
 
 }  // namespace tkv::attn

@@ -326,6 +326,10 @@ tkv_status tkv_attention(const tkv_attention_params* pp) {
     a.mu_v = p.mu_v;
     a.threads = p.threads;
     a.sparse_v = p.sparse_v;
+    if (p.key_scoring < 0 || p.key_scoring > 2)
+      return fail(TKV_ERR_ARGUMENT, std::string(fn) + ": key_scoring must be 0 (default), 1 (exact) or 2 (int8), not " +
+                                        std::to_string(p.key_scoring));
+    a.keys = p.key_scoring == 1 ? KeyScoring::kExact : p.key_scoring == 2 ? KeyScoring::kInt8 : KeyScoring::kDefault;
     a.out = p.out;
     Status s = attention(a);
     if (!s.ok()) return fail(TKV_ERR_ARGUMENT, std::string(fn) + ": " + s.message());

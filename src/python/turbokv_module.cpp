@@ -230,7 +230,8 @@ py::object kv_stats(const py::handle& keys, const py::handle& values, const py::
 // q: [n_q, n_q_heads, d]; codes: [n_kv, n_kv_heads, row_bytes].
 py::array_t<float> attention(const py::handle& q_obj, const py::handle& k_obj, const py::handle& v_obj,
                              const Codec& kc, const Codec& vc, int causal_offset, float scale,
-                             const py::object& mu_k, const py::object& mu_v, float sparse_v, int threads) {
+                             const py::object& mu_k, const py::object& mu_v, float sparse_v, int threads,
+                             const std::string& keys) {
   const int d = kc.d();
   auto q = checked<float>(q_obj, "q", {-1, -1, d}, "float32[n_q, n_q_heads, " + std::to_string(d) + "]");
   auto k = checked<uint8_t>(k_obj, "k_codes", {-1, -1, static_cast<long>(kc.row_bytes())},
@@ -261,6 +262,9 @@ py::array_t<float> attention(const py::handle& q_obj, const py::handle& k_obj, c
   p.scale = scale;
   p.sparse_v = sparse_v;
   p.threads = threads;
+  if (keys != "default" && keys != "exact" && keys != "int8")
+    throw py::value_error("keys must be 'default', 'exact' or 'int8', not '" + keys + "'");
+  p.key_scoring = keys == "exact" ? 1 : keys == "int8" ? 2 : 0;
   auto out = new_array<float>({q.shape(0), q.shape(1), static_cast<py::ssize_t>(d)});
   p.out = out.mutable_data();
   p.out_floats = static_cast<size_t>(out.size());
@@ -388,7 +392,7 @@ void bind_codec(py::module_& m) {
         "reports it: {'keys': [...], 'values': [...]}, one dict per (format, centring).");
   m.def("attention", &attention, py::arg("q"), py::arg("k_codes"), py::arg("v_codes"), py::arg("k_codec"),
         py::arg("v_codec"), py::arg("causal_offset") = -1, py::arg("scale") = 0.0f, py::arg("mu_k") = py::none(),
-        py::arg("mu_v") = py::none(), py::arg("sparse_v") = 0.0f, py::arg("threads") = 1,
+        py::arg("mu_v") = py::none(), py::arg("sparse_v") = 0.0f, py::arg("threads") = 1, py::arg("keys") = "default",
         "softmax(q K^T scale) V on the codes: q float32[n_q, n_q_heads, d], codes uint8[n_kv, n_kv_heads, "
         "row_bytes] -> float32[n_q, n_q_heads, d]");
   m.def("rotate", &rotate, py::arg("x"), py::arg("seed") = TKV_DEFAULT_SEED, py::arg("inverse") = false,

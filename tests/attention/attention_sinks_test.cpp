@@ -5,6 +5,8 @@
 // query tiles and GQA groups.
 #include <gtest/gtest.h>
 
+#include "exact_keys.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -60,6 +62,7 @@ double rel(const std::vector<float>& got, const std::vector<double>& want) {
 }
 
 TEST(AttentionSinks, EveryPathMatchesFloat64SoftmaxWithTheSink) {
+  ExactKeys exact_path;  // the exact path's claim (int8 scoring: tests/attention/score_int8_test.cpp)
   Rng rng(77);
   for (const char* fmt : {"f32", "tq4"})
     for (int window : {0, 7})

@@ -4,6 +4,8 @@
 // causal offset, on every SIMD target; exact mean centring; thread invariance.
 #include <gtest/gtest.h>
 
+#include "exact_keys.h"
+
 #include <cmath>
 #include <map>
 #include <cstdio>
@@ -90,6 +92,9 @@ std::unique_ptr<Built> build(const Case& c) {
   a.mu_v = c.center ? b->mu_v.data() : nullptr;
   a.threads = c.threads;
   a.out = b->out.data();
+  // The claim here is the exact path's (no error beyond the codes); int8
+  // scoring has its own bounds (score_int8_test.cpp).
+  a.keys = KeyScoring::kExact;
   return b;
 }
 
@@ -295,6 +300,7 @@ TEST(Attention, ThreadCountDoesNotChangeResults) {
 }
 
 TEST(Attention, MeanCentringMakesKeyBiasHarmless) {
+  ExactKeys exact_path;  // the exact path's claim (int8 scoring: tests/attention/score_int8_test.cpp)
   // Keys carrying a constant bias 50x the rest: without centring the codec's
   // error scales with the bias; with centring accuracy matches unbiased keys.
   auto error_vs_exact = [](Case c) {
@@ -347,6 +353,7 @@ TEST(Attention, SparseVSkipsOnlyNegligibleRows) {
 }
 
 TEST(Attention, HeadMajorLayoutGivesTheSameResult) {
+  ExactKeys exact_path;  // the exact path's claim (int8 scoring: tests/attention/score_int8_test.cpp)
   for (const char* f : {"f16", "q8_0", "tq4", "tq3"}) {
     Case c;
     c.fk = c.fv = f;

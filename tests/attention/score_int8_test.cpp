@@ -169,11 +169,12 @@ struct ScoreErrors {
 };
 
 void score_errors(const Codec& c, const std::vector<float>& x, int n, const std::vector<float>& q, int nq,
-                  bool use_fast, ScoreErrors& e) {
+                  bool use_fast, ScoreErrors& e, int force_residual = -1) {
   const int d = c.dim(), dp = padded(d);
   Int8Keys k;
   attn::int8_keys_prepare(c.layout(), d, dp, c.coord_scale(), k);
   k.usable = true;
+  if (force_residual >= 0) k.residual = force_residual == 1;
   std::vector<uint8_t> rows(size_t(n) * c.row_bytes());
   ASSERT_TRUE(c.quantize(x.data(), n, rows.data()).ok());
   std::vector<const uint8_t*> ptr(n);
@@ -183,19 +184,33 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
   for (int j = 0; j < nq; ++j) {
     const float* qj = q.data() + size_t(j) * d;
     const auto qc = query_in_code_domain(c, qj, 1.0f);
-    std::vector<int8_t> q8(dp);
-    int32_t bias = 0;
+    // The query's bytes: q8, and with the layout's residual its second byte r8 (a second query row).
+    std::vector<int8_t> q8(2 * dp, 0);
+    int32_t bias = 0, bias_r = 0;
     const float qs = attn::int8_quantize_query(qc.data(), dp, q8.data(), &bias);
-    std::vector<int32_t> dots(n);
+    const float qr = k.residual ? attn::int8_quantize_residual(qc.data(), dp, qs, q8.data(), q8.data() + dp, &bias_r) : 0.0f;
+    std::vector<int32_t> dots(2 * n);
     if (use_fast) {
-      attn::int8_dots(k, c.layout(), ptr.data(), n, q8.data(), 1, dots.data(), n);
+      attn::int8_dots(k, c.layout(), ptr.data(), n, q8.data(), 2, dots.data(), n);
     } else {
-      attn::int8_dots_ref(k, c.layout(), ptr.data(), n, q8.data(), 1, dots.data(), n);
+      attn::int8_dots_ref(k, c.layout(), ptr.data(), n, q8.data(), 2, dots.data(), n);
+    }
+    // With residual bytes, the centroids' second byte too (a second table).
+    std::vector<int32_t> dots_c(n, bias);
+    Int8Keys kr;
+    if (k.residual) {
+      attn::int8_residual_table(k, c.layout(), kr);
+      if (use_fast) {
+        attn::int8_dots(kr, c.layout(), ptr.data(), n, q8.data(), 1, dots_c.data(), n);
+      } else {
+        attn::int8_dots_ref(kr, c.layout(), ptr.data(), n, q8.data(), 1, dots_c.data(), n);
+      }
     }
     const double bound = attn::int8_score_bound(k, qc.data(), dp, qs);
     for (int r = 0; r < n; ++r) {
       const double s = row_scale(ptr[r]);
-      const double approx = s * double(qs) * k.cs * double(dots[r] - bias);
+      const double approx = s * (k.cs * (double(qs) * double(dots[r] - bias) + double(qr) * double(dots[n + r] - bias_r)) +
+                                 double(kr.cs) * double(qs) * double(dots_c[r] - bias));
       // Exact: the row decoded in its coding domain (what the f32 kernel reads).
       c.decode_unscaled(ptr[r], unsc.data(), Impl::kRef);
       double exact = 0, truth = 0, exact_orig = 0;
@@ -274,11 +289,14 @@ TEST(Int8Keys, RealKeysWithinTheBudget) {
     for (size_t j = 0; j < q.size(); ++j) q[j] = float(rng.gaussian() * std::sqrt(rms[j % d]) / std::sqrt(double(d)));
     for (const char* f : {"tq2", "tq2.5", "tq3", "tq3.5", "tq4", "tq4.5"}) {
       auto c = make(f, d);
-      ScoreErrors e;
+      ScoreErrors e, one_byte;
       for (int h = 0; h < H; ++h) {
         std::vector<float> x(kf.begin() + size_t(h) * T * d, kf.begin() + (size_t(h) * T + n) * d);
         score_errors(*c, x, n, q, nq, fast, e);
+        score_errors(*c, x, n, q, nq, fast, one_byte, 0);
       }
+      std::printf("layer %d %-6s: score error %+.3f%% with a one-byte query\n", layer, f,
+                  100 * (std::sqrt(one_byte.add2 / one_byte.codec2) - 1));
       Int8Keys k;
       attn::int8_keys_prepare(c->layout(), d, padded(d), c->coord_scale(), k);
       const double growth = std::sqrt(e.add2 / e.codec2) - 1;
@@ -513,8 +531,19 @@ TEST(Int8Keys, TheProcessDefaultAndTheEnvironment) {
   EXPECT_EQ(int8_keys_available(*c), attn::int8_keys_cpu());
   auto f16 = make_codec("f16", 128);
   EXPECT_FALSE(int8_keys_available(**f16));
+  auto tt = make_codec("tt2", 128);
+  EXPECT_FALSE(int8_keys_available(**tt)) << "trellis rows keep the f32 path";
+  // 8-bit codes: one byte would more than double the codec's error; two
+  // bytes (query and centroids) bring the budget back (the growth is tested above).
   auto hi = make("tqc8", 128);
-  EXPECT_FALSE(int8_keys_available(*hi)) << "8-bit codes: int8 tables would more than double the codec's error";
+  Int8Keys k8;
+  attn::int8_keys_prepare(hi->layout(), 128, 128, hi->coord_scale(), k8);
+  EXPECT_TRUE(k8.usable && k8.residual);
+  EXPECT_EQ(int8_keys_available(*hi), attn::int8_keys_cpu());
+  Int8Keys k2;
+  auto lo = make("tq2", 128);
+  attn::int8_keys_prepare(lo->layout(), 128, 128, lo->coord_scale(), k2);
+  EXPECT_TRUE(k2.usable && !k2.residual) << "2-bit codes: one byte is within the budget";
   set_key_scoring_default(was);
 }
 

@@ -169,6 +169,9 @@ void check_paged_attention(const PagedCase& c, Rng& rng) {
         a.mu_v = mu ? mu_v.data() : nullptr;
         a.threads = threads;
         std::vector<float> out_c(q.size(), -7.0f), out_p(q.size(), 7.0f);
+        // The exact path (compared with the reference below); the int8 path
+        // must be bit for bit the same through both layouts as well.
+        a.keys = KeyScoring::kExact;
         AttentionArgs ac = a, ap = a;
         ac.k = kcont;
         ac.v = vcont;
@@ -189,6 +192,13 @@ void check_paged_attention(const PagedCase& c, Rng& rng) {
           EXPECT_TRUE(same_floats(ref_c, ref_p)) << "paged reference differs from contiguous reference";
           EXPECT_LT(max_rel_err(out_p, ref_p, d), 1e-4) << "paged attention vs reference";
         }
+        std::vector<float> i8_c(q.size(), -5.0f), i8_p(q.size(), 5.0f);
+        ac.keys = ap.keys = KeyScoring::kInt8;
+        ac.out = i8_c.data();
+        ap.out = i8_p.data();
+        ASSERT_TRUE(attention(ac).ok());
+        ASSERT_TRUE(attention(ap).ok());
+        EXPECT_TRUE(same_floats(i8_c, i8_p)) << "paged int8 attention differs from contiguous";
       }
   }
 }

@@ -3,6 +3,8 @@
 // float64 attention over the decoded rows (the kernel adds no error).
 #include <gtest/gtest.h>
 
+#include "exact_keys.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -354,6 +356,7 @@ void check_attention(const std::string& fk, const std::string& fv, int d, int H,
 }
 
 TEST(Calibrated, AttentionAddsNoErrorBeyondTheCodes) {
+  ExactKeys exact_path;  // the f32 path's claim (int8 scoring: score_int8_test.cpp)
   for (const auto& t : simd_targets()) {
     SCOPED_TRACE(t.name);
     simd_force_target(t.bit);

@@ -3,6 +3,8 @@
 // estimator's unbiasedness over sketch seeds, and attention on them.
 #include <gtest/gtest.h>
 
+#include "exact_keys.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -166,6 +168,7 @@ namespace lowbit {
 // Attention over disjoint key ranges (kv_begin, causal_lag, window), merged
 // by their log-sum-exps, equals attention over all keys.
 TEST(Protected, RangesMergedByLogSumExpEqualOnePass) {
+  ExactKeys exact_path;  // the exact path's claim (int8 scoring: tests/attention/score_int8_test.cpp)
   Rng rng(4);
   const int d = 64, n_q = 9;
   AttnCase c("tq3", d, 2, 4, 70, n_q, rng);
@@ -202,6 +205,7 @@ TEST(Protected, RangesMergedByLogSumExpEqualOnePass) {
 // protection covering every token (sinks or the recent window) it gives the
 // f32 cache's attention.
 TEST(Protected, CacheAttentionEqualsTheRowsItReads) {
+  ExactKeys exact_path;  // the exact path's claim (int8 scoring: tests/attention/score_int8_test.cpp)
   const int d = 64, H = 2, Hq = 4, n = 90;
   Rng rng(6);
   std::vector<float> k(size_t(n) * H * d), v(k.size()), q(size_t(kProtectStep) * Hq * d);

@@ -5,6 +5,8 @@
 // (docs/ARCHITECTURE.md "Model families"), on random models this test writes;
 // the chunked Gated DeltaNet against its recurrence; the ring's bounds.
 #include <gtest/gtest.h>
+
+#include "exact_keys.h"
 #include <unistd.h>
 
 #include <algorithm>
@@ -439,6 +441,7 @@ TEST(ModelFamily, ChunkedDeltaNetEqualsTheRecurrence) {
 // and tq4 rows, prompt tiles and single queries, windows shorter and longer
 // than a tile.
 TEST(ModelFamily, WindowedAttentionMatchesReference) {
+  ExactKeys exact_path;  // the fast path against the reference to its tolerance: the f32 path
   Rng rng(5);
   for (const char* fmt : {"f32", "tq4"})
     for (int W : {1, 7, 40})

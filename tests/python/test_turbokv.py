@@ -151,7 +151,7 @@ def test_attention_on_codes_equals_float64_on_decoded_rows(rng):
     q = rng.standard_normal((n_q, hq, d)).astype(np.float32)
     kb = kc.quantize(k.reshape(-1, d)).reshape(n_kv, hkv, -1)
     vb = vc.quantize(v.reshape(-1, d)).reshape(n_kv, hkv, -1)
-    out = turbokv.attention(q, kb, vb, kc, vc, causal_offset=n_kv - n_q)
+    out = turbokv.attention(q, kb, vb, kc, vc, causal_offset=n_kv - n_q, keys="exact")
     kd = kc.dequantize(kb.reshape(-1, kc.row_bytes)).reshape(n_kv, hkv, d).astype(np.float64)
     vd = vc.dequantize(vb.reshape(-1, vc.row_bytes)).reshape(n_kv, hkv, d).astype(np.float64)
     want = np.zeros((n_q, hq, d))
@@ -162,6 +162,14 @@ def test_attention_on_codes_equals_float64_on_decoded_rows(rng):
             w = np.exp(s - s.max())
             want[i, h] = (w / w.sum()) @ vd[:seen, h // (hq // hkv)]
     assert np.max(np.abs(out - want)) < 2e-5 * max(1.0, np.max(np.abs(want)))
+    # int8 scoring (the default where the CPU has it): its error is a small
+    # fraction of the codec's (tests/attention/score_int8_test.cpp bounds it);
+    # here, against the exact path, well under the tq4 codec's own error.
+    for keys in ("int8", "default"):
+        approx = turbokv.attention(q, kb, vb, kc, vc, causal_offset=n_kv - n_q, keys=keys)
+        assert np.max(np.abs(approx - want)) < 0.05 * max(1.0, np.max(np.abs(want))), keys
+    with pytest.raises(ValueError, match="keys must be"):
+        turbokv.attention(q, kb, vb, kc, vc, keys="fast")
     with pytest.raises(ValueError, match="v_codes must be"):
         turbokv.attention(q, kb, vb[:5], kc, vc)
 
