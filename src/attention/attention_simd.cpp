@@ -693,15 +693,15 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
   if (dots_store.size() < static_cast<size_t>(R) * kBlock) dots_store.resize(static_cast<size_t>(R) * kBlock);
   int32_t* dots = dots_store.data();
   const size_t hq = static_cast<size_t>(h) * 2 * G;  // this head's rows in q8, q8_scale, q8_bias
-  int8_dots(K.i8, K.layout, rows, nb, w.q8 + hq * dp, R, dots, kBlock);
-  // The centroids' residual bytes against the main query bytes.
+  // With residual bytes, also the centroids' residual table against the
+  // main query bytes (the codes unpacked once for both tables).
   thread_local std::vector<int32_t> dots_c_store;
   int32_t* dots_c = nullptr;
   if (K.i8.residual) {
     if (dots_c_store.size() < static_cast<size_t>(G) * kBlock) dots_c_store.resize(static_cast<size_t>(G) * kBlock);
     dots_c = dots_c_store.data();
-    int8_dots(K.i8r, K.layout, rows, nb, w.q8 + hq * dp, G, dots_c, kBlock);
   }
+  int8_dots2(K.i8, K.i8.residual ? &K.i8r : nullptr, K.layout, rows, nb, w.q8 + hq * dp, R, dots, G, dots_c, kBlock);
   for (int j = 0; j < G; ++j) {
     const float f = w.q8_scale[hq + j] * K.i8.cs;
     const int32_t bias = w.q8_bias[hq + j];

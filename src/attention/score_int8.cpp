@@ -288,10 +288,14 @@ constexpr int wi_of(int w) { return w == 1 ? 0 : w == 2 ? 1 : 2; }
 
 // Rows of one part covering [0, dp), dp a multiple of 64, codes of at most 6
 // bits: centroid bytes of n rows into stage[r * dp].
+// With table2 and stage2, the same codes read through a second table too
+// (the centroids' residual bytes): one unpacking, two lookups.
 template <int W0, int W1>
 TKV_AVX512_INT8 void decode_fixed(const Unpack& u, const RowLayout::Part& part, const uint8_t* table,
-                                  const uint8_t* const* rows, int n, int dp, uint8_t* stage) {
+                                  const uint8_t* const* rows, int n, int dp, uint8_t* stage,
+                                  const uint8_t* table2 = nullptr, uint8_t* stage2 = nullptr) {
   const __m512i tab = _mm512_loadu_si512(table);
+  const __m512i tab2 = _mm512_loadu_si512(table2 ? table2 : table);
   const __m512i i0 = u.idx[wi_of(W0)], c0 = u.ctrl[wi_of(W0)], m0 = u.mask[wi_of(W0)];
   const __m512i i1 = u.idx[wi_of(W1 ? W1 : 1)], c1 = u.ctrl[wi_of(W1 ? W1 : 1)], m1 = u.mask[wi_of(W1 ? W1 : 1)];
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
@@ -305,6 +309,7 @@ TKV_AVX512_INT8 void decode_fixed(const Unpack& u, const RowLayout::Part& part, 
         code = _mm512_or_si512(code, _mm512_slli_epi16(hi, W0));
       }
       _mm512_store_si512(out + 64 * c, _mm512_permutexvar_epi8(code, tab));
+      if (stage2) _mm512_store_si512(stage2 + static_cast<size_t>(r) * dp + 64 * c, _mm512_permutexvar_epi8(code, tab2));
     }
   }
 }
@@ -336,20 +341,23 @@ TKV_AVX512_INT8 void decode_any(const Unpack& u, const Int8Keys& k, const RowLay
 // Centroid bytes (c8 + 128) of n rows into stage[r * sdp]: the fixed-plane
 // kernels for one aligned part of at most 6 bits, masked stores otherwise.
 TKV_AVX512_INT8 void decode_rows(const Unpack& u, const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows,
-                                 int nr, int sdp, uint8_t* stage) {
+                                 int nr, int sdp, uint8_t* stage, const Int8Keys* k2 = nullptr, uint8_t* stage2 = nullptr) {
   const RowLayout::Part& p0 = L.parts[0];
   const int sig = k.aligned && L.nparts == 1 && p0.bits <= 6 && p0.nplanes <= 2 && p0.planes[0].shift == 0 &&
                           (p0.nplanes < 2 || p0.planes[1].shift == p0.planes[0].width)
                       ? p0.planes[0].width * 10 + (p0.nplanes > 1 ? p0.planes[1].width : 0)
                       : -1;
   switch (sig) {
-    case 40: decode_fixed<4, 0>(u, p0, k.table[0], rows, nr, sdp, stage); break;
-    case 20: decode_fixed<2, 0>(u, p0, k.table[0], rows, nr, sdp, stage); break;
-    case 10: decode_fixed<1, 0>(u, p0, k.table[0], rows, nr, sdp, stage); break;
-    case 21: decode_fixed<2, 1>(u, p0, k.table[0], rows, nr, sdp, stage); break;
-    case 41: decode_fixed<4, 1>(u, p0, k.table[0], rows, nr, sdp, stage); break;
-    case 42: decode_fixed<4, 2>(u, p0, k.table[0], rows, nr, sdp, stage); break;
-    default: decode_any(u, k, L, rows, nr, sdp, stage); break;
+    case 40: decode_fixed<4, 0>(u, p0, k.table[0], rows, nr, sdp, stage, k2 ? k2->table[0] : nullptr, stage2); break;
+    case 20: decode_fixed<2, 0>(u, p0, k.table[0], rows, nr, sdp, stage, k2 ? k2->table[0] : nullptr, stage2); break;
+    case 10: decode_fixed<1, 0>(u, p0, k.table[0], rows, nr, sdp, stage, k2 ? k2->table[0] : nullptr, stage2); break;
+    case 21: decode_fixed<2, 1>(u, p0, k.table[0], rows, nr, sdp, stage, k2 ? k2->table[0] : nullptr, stage2); break;
+    case 41: decode_fixed<4, 1>(u, p0, k.table[0], rows, nr, sdp, stage, k2 ? k2->table[0] : nullptr, stage2); break;
+    case 42: decode_fixed<4, 2>(u, p0, k.table[0], rows, nr, sdp, stage, k2 ? k2->table[0] : nullptr, stage2); break;
+    default:
+      decode_any(u, k, L, rows, nr, sdp, stage);
+      if (k2) decode_any(u, *k2, L, rows, nr, sdp, stage2);
+      break;
   }
 }
 
@@ -402,31 +410,45 @@ TKV_AVX512_INT8 void dot_rows(const uint8_t* stage, int nr, int sdp, const int8_
   }
 }
 
-TKV_AVX512_INT8 void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
-                               const int8_t* q8, int G, int32_t* dots, int ld) {
+// Dots of nr staged rows with G queries, 4 at a time (repeats past G
+// computed and dropped).
+TKV_AVX512_INT8 void dot_queries(const uint8_t* stage, int nr, int sdp, int dp, const int8_t* q8, int G,
+                                 int32_t* dots, int ld, int r0) {
+  const int nch = sdp / 64;
+  for (int j0 = 0; j0 < G; j0 += 4) {
+    const int8_t* q[4];
+    for (int jj = 0; jj < 4; ++jj) q[jj] = q8 + static_cast<size_t>(std::min(j0 + jj, G - 1)) * dp;
+    int32_t* out[4];
+    for (int jj = 0; jj < 4; ++jj) out[jj] = jj < G - j0 ? dots + static_cast<size_t>(j0 + jj) * ld + r0 : nullptr;
+    switch (nch) {
+      case 1: dot_rows<1>(stage, nr, sdp, q, dp, out); break;
+      case 2: dot_rows<2>(stage, nr, sdp, q, dp, out); break;
+      case 4: dot_rows<4>(stage, nr, sdp, q, dp, out); break;
+      default: dot_rows<0>(stage, nr, sdp, q, dp, out); break;
+    }
+  }
+}
+
+TKV_AVX512_INT8 void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows,
+                                int n, const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
   const Unpack& u = unpack_consts();
   const int dp = k.dp;
-  const int nch = (dp + 63) / 64;
-  const int sdp = nch * 64;  // stage row stride: whole chunks (bytes past dp meet zero queries)
+  const int sdp = (dp + 63) / 64 * 64;  // stage row stride: whole chunks (bytes past dp meet zero queries)
   alignas(64) uint8_t stage[32 * 1024];
+  alignas(64) static thread_local uint8_t stage2[32 * 1024];
   for (int r0 = 0; r0 < n; r0 += 32) {
     const int nr = std::min(32, n - r0);
     // 1. Centroid bytes of up to 32 rows (32 KiB at d 1024: L1).
-    decode_rows(u, k, L, rows + r0, nr, sdp, stage);
-    // 2. Dots, 4 queries at a time (repeats past G computed and dropped).
-    for (int j0 = 0; j0 < G; j0 += 4) {
-      const int8_t* q[4];
-      for (int jj = 0; jj < 4; ++jj) q[jj] = q8 + static_cast<size_t>(std::min(j0 + jj, G - 1)) * dp;
-      int32_t* out[4];
-      for (int jj = 0; jj < 4; ++jj) out[jj] = jj < G - j0 ? dots + static_cast<size_t>(j0 + jj) * ld + r0 : nullptr;
-      switch (nch) {
-        case 1: dot_rows<1>(stage, nr, sdp, q, dp, out); break;
-        case 2: dot_rows<2>(stage, nr, sdp, q, dp, out); break;
-        case 4: dot_rows<4>(stage, nr, sdp, q, dp, out); break;
-        default: dot_rows<0>(stage, nr, sdp, q, dp, out); break;
-      }
-    }
+    decode_rows(u, k, L, rows + r0, nr, sdp, stage, k2, k2 ? stage2 : nullptr);
+    // 2. Dots.
+    dot_queries(stage, nr, sdp, dp, q8, G, dots, ld, r0);
+    if (k2) dot_queries(stage2, nr, sdp, dp, q8, G2, dots2, ld, r0);
   }
+}
+
+TKV_AVX512_INT8 void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                               const int8_t* q8, int G, int32_t* dots, int ld) {
+  int8_dots2(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld);
 }
 
 // int8_weights for n <= 32 weights, in two vectors.
@@ -538,6 +560,11 @@ bool int8_keys_cpu() { return false; }
 void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
                int32_t* dots, int ld) {
   int8_dots_ref(k, L, rows, n, q8, G, dots, ld);
+}
+void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows, int n,
+                const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
+  int8_dots_ref(k, L, rows, n, q8, G, dots, ld);
+  if (k2) int8_dots_ref(*k2, L, rows, n, q8, G2, dots2, ld);
 }
 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w, int G,
                  int ldw, float* acc) {

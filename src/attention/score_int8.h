@@ -72,6 +72,10 @@ void int8_dots_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t* co
                    int G, int32_t* dots, int ld);
 void int8_dots(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const int8_t* q8, int G,
                int32_t* dots, int ld);
+// Both at once, the codes unpacked once: k's table with G queries into dots,
+// and (k2 non-null) k2's table with the first G2 of them into dots2.
+void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& layout, const uint8_t* const* rows, int n,
+                const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld);
 
 // Values (V rows of a tq layout, Int8Keys prepared for V's layout):
 //   acc[j][i] += (wmax_j / 255) · cs · Σ_r w8_jr · c8(code of row r, coordinate i)

@@ -109,6 +109,17 @@ TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
         attn::int8_dots(k, c->layout(), ptr.data(), n, q8.data(), G, fast.data(), 40);
         attn::int8_dots_ref(k, c->layout(), ptr.data(), n, q8.data(), G, ref.data(), 40);
         ASSERT_EQ(fast, ref) << f << " d=" << d << " G=" << G;
+        // Two tables, one unpacking: the residual centroid bytes for the first G2 queries.
+        Int8Keys kr;
+        attn::int8_residual_table(k, c->layout(), kr);
+        const int G2 = std::min(G, 3);
+        std::vector<int32_t> fast1(size_t(G) * 40, -2), fast2(size_t(G2) * 40, -2), ref2(size_t(G2) * 40, -2);
+        attn::int8_dots2(k, &kr, c->layout(), ptr.data(), n, q8.data(), G, fast1.data(), G2, fast2.data(), 40);
+        attn::int8_dots_ref(kr, c->layout(), ptr.data(), n, q8.data(), G2, ref2.data(), 40);
+        for (size_t i = 0; i < fast1.size(); ++i)
+          if (i % 40 < size_t(n)) ASSERT_EQ(fast1[i], ref[i]) << f << " d=" << d << " G=" << G << " (two tables)";
+        for (size_t i = 0; i < fast2.size(); ++i)
+          if (i % 40 < size_t(n)) ASSERT_EQ(fast2[i], ref2[i]) << f << " d=" << d << " G2=" << G2 << " (residual table)";
       }
     }
 }
