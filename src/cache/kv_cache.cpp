@@ -255,6 +255,25 @@ std::shared_ptr<const SequenceMeans> KvCache::means() const {
   return m;
 }
 
+namespace {
+// Shared or adopted blocks now hold a sequence's first n tokens (`seq`: its
+// layers' states): the means they were centred with (m, the first block's;
+// null: kept), staging over.
+template <class Layers>
+void take_shared(Layers& seq, const SequenceMeans* m, int n) {
+  for (size_t l = 0; l < seq.size(); ++l) {
+    auto& S = seq[l];
+    if (m && !m->k[l].empty()) {
+      S.mu_k = m->k[l];
+      S.mu_v = m->v[l];
+      S.centred = true;
+    }
+    S.staging = false;
+    S.written = n;
+  }
+}
+}  // namespace
+
 int KvCache::share_prefix(const int32_t* tokens, int max_tokens, bool count) {
   if (n_tokens() != 0 || !table_.empty() || !shareable()) return 0;
   const int B = pool_->block_tokens();
@@ -274,16 +293,7 @@ int KvCache::share_prefix(const int32_t* tokens, int max_tokens, bool count) {
     table_.clear();
     return 0;
   }
-  for (size_t l = 0; l < seq_.size(); ++l) {
-    Seq& S = seq_[l];
-    if (!m->k[l].empty()) {
-      S.mu_k = m->k[l];
-      S.mu_v = m->v[l];
-      S.centred = true;
-    }
-    S.staging = false;
-    S.written = n;
-  }
+  take_shared(seq_, m.get(), n);
   return n;
 }
 
@@ -302,20 +312,9 @@ Status KvCache::adopt_block(int32_t b, const SequenceMeans* m) {
       if ((!m->k[l].empty() || !m->v[l].empty() || layout_->layer(l).mean_rows > 0 || seq_[l].centred) &&
           (m->k[l].size() != hd || m->v[l].size() != hd))
         return Status::Error("adopt_block: means missing or of the wrong size");
-    for (size_t l = 0; l < seq_.size(); ++l) {
-      Seq& S = seq_[l];
-      if (!m->k[l].empty()) {
-        S.mu_k = m->k[l];
-        S.mu_v = m->v[l];
-        S.centred = true;
-      }
-    }
   }
   table_.push_back(b);
-  for (Seq& S : seq_) {
-    S.staging = false;
-    S.written = n + B;
-  }
+  take_shared(seq_, n == 0 ? m : nullptr, n + B);
   return Status::Ok();
 }
 

@@ -94,7 +94,11 @@ std::vector<BlockKey> block_keys(uint64_t fingerprint, const int32_t* tokens, in
   return keys;
 }
 
-size_t encoded_rows_bytes(const BlockPool& pool) { return pool.block_bytes(); }
+size_t max_value_bytes(const BlockPool& pool) {
+  const KvLayout& L = pool.layout();
+  const size_t means = size_t(L.n_layer()) * (4 + 8 * size_t(L.n_kv_heads()) * L.head_dim());
+  return kHeader + size_t(pool.block_tokens()) * 4 + means + pool.block_bytes() + 8;
+}
 
 std::string encode_block(const BlockPool& pool, int32_t b, uint64_t fingerprint, const BlockKey& key, int index,
                          const int32_t* tokens, const SequenceMeans& m) {

@@ -45,8 +45,8 @@ std::vector<BlockKey> block_keys(uint64_t fingerprint, const int32_t* tokens, in
 // (from its start) and means m.
 std::string encode_block(const BlockPool& pool, int32_t b, uint64_t fingerprint, const BlockKey& key, int index,
                          const int32_t* tokens, const SequenceMeans& m);
-// The value's size for this pool (without means).
-size_t encoded_rows_bytes(const BlockPool& pool);
+// The largest value of this pool's blocks (the first block's, with means).
+size_t max_value_bytes(const BlockPool& pool);
 
 struct DecodedBlock {
   const uint8_t* rows = nullptr;  // into the value

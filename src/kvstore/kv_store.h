@@ -88,6 +88,9 @@ class KvStore {
   // Waits until the queue is empty or ms pass (tests, shutdown).
   void flush(int ms);
   void count_invalid() { invalid_.fetch_add(1); }
+  // The largest value a lookup accepts (a longer one is an error, never
+  // allocated): the caller's largest block value.
+  void set_max_value_bytes(size_t n) { max_value_.store(n); }
   // A write the caller did not even queue (has_room() said no).
   void count_dropped();
   KvStoreStats stats() const;
@@ -124,6 +127,7 @@ class KvStore {
   std::unordered_set<std::string> written_;  // keys written recently (bounded; cleared on reconnect)
   KvStoreStats s_;
   std::atomic<int64_t> invalid_{0};
+  std::atomic<size_t> max_value_{size_t(1) << 30};
   std::string last_error_;
   int64_t retry_at_us_ = 0;  // no connection attempt before (backoff)
   int backoff_ms_ = 0;

@@ -350,6 +350,25 @@ def check_restart(tmp):
         cold = Server(tmp, "cold", None)
         want = [complete(cold.url(), d)[0] for d in docs]
         cold.stop()
+        # A store unreachable from the start: served without it.
+        nowhere = Server(tmp, "nowhere", f"redis://:{PASSWORD}@127.0.0.1:{free_port()}")
+        check(complete(nowhere.url(), docs[0])[0] == want[0], "the text differs with an unreachable store")
+        health = json.loads(http(nowhere.url() + "/health")[1])
+        check(health.get("kv_store", "").startswith("disconnected"), f"/health with no store: {health}")
+        check(nowhere.metrics()["kv_store_errors_total"] >= 1, "an unreachable store is not counted as errors")
+        nowhere.stop()
+        # A wrong password: the same.
+        wrong = Server(tmp, "wrong", f"redis://:not-{PASSWORD}@127.0.0.1:{redis.port}")
+        check(complete(wrong.url(), docs[0])[0] == want[0], "the text differs with a wrong password")
+        check(wrong.metrics()["kv_store_hit_tokens_total"] == 0, "a wrong password read blocks")
+        wrong.stop()
+        # Window rings and recurrent state cannot be stored exactly: refused.
+        for arch, why in (("gemma3", "sliding-window"), ("qwen35", "recurrent")):
+            r = subprocess.run([BIN, "serve", "-m", os.path.join(SHARED, "models", "families", arch + ".gguf"),
+                                "--port", "0", "--kv-budget", "16MiB", "-c", "256", "--kv-store", redis.url()],
+                               capture_output=True, text=True, timeout=60)
+            check(r.returncode != 0 and why in r.stderr and "--kv-store" in r.stderr,
+                  f"{arch} with --kv-store: rc {r.returncode}, {r.stderr[-500:]}")
         a = Server(tmp, "a", redis.url())
         b = Server(tmp, "b", redis.url())
         errors, done = [], [0]
