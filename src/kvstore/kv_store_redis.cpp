@@ -33,6 +33,7 @@ constexpr size_t kWrittenKeys = 1 << 16;  // keys remembered as written
 class RawReplies {
  public:
   RawReplies(int fd, size_t max_value) : fd_(fd), max_(max_value), buf_(1 << 16) {}
+  bool too_big = false;  // the last value was longer than max_value (skipped)
   // One reply: true with `out` the value (empty for nil); false with `error`.
   bool get(std::string& out, std::string& error) {
     std::string line;
@@ -43,10 +44,26 @@ class RawReplies {
     char* end = nullptr;
     const long long n = std::strtoll(line.c_str() + 1, &end, 10);
     if (end == line.c_str() + 1 || *end != 0 || n < -1) return fail("GET: bad bulk length", error);
-    // Never an allocation sized by the store beyond what a block can be.
-    if (n > static_cast<long long>(max_)) return fail("GET: a value of " + std::to_string(n) + " bytes, more than a block", error);
     out.clear();
+    too_big = false;
     if (n < 0) return true;
+    // Never an allocation sized by the store beyond what a block can be: a
+    // longer value is read past (an invalid value, not an error).
+    if (n > static_cast<long long>(max_)) {
+      too_big = true;
+      for (long long left = n + 2; left > 0;) {
+        if (pos_ == len_) {
+          pos_ = len_ = 0;
+          const ssize_t r = ::recv(fd_, buf_.data(), buf_.size(), 0);
+          if (r <= 0) return fail(r == 0 ? "connection closed" : std::strerror(errno), error);
+          len_ = static_cast<size_t>(r);
+        }
+        const size_t take = static_cast<size_t>(std::min<long long>(left, static_cast<long long>(len_ - pos_)));
+        pos_ += take;
+        left -= static_cast<long long>(take);
+      }
+      return true;
+    }
     out.resize(static_cast<size_t>(n));
     size_t have = std::min(static_cast<size_t>(n), len_ - pos_);
     std::memcpy(out.data(), buf_.data() + pos_, have);
@@ -240,6 +257,8 @@ std::vector<std::string> KvStore::get(const std::vector<std::string>& keys) {
       if (!out[i].empty()) {
         ++found;
         bytes += static_cast<int64_t>(out[i].size());
+      } else if (replies.too_big) {
+        count_invalid();
       }
       if (now_us() > deadline && i + 1 < keys.size()) {  // the rest is not awaited
         error = "lookup deadline passed";

@@ -70,9 +70,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const KvCac
   auto e = std::unique_ptr<Engine>(new Engine(model));
   e->store_ = opt.store;
   e->store_fp_ = store_fp;
-  if (e->store_) e->store_->set_max_value_bytes(kvstore::max_value_bytes(*e->pool_));
   e->opt_ = opt;
   e->pool_ = std::move(*pool);
+  if (e->store_) e->store_->set_max_value_bytes(kvstore::max_value_bytes(*e->pool_));
   e->slots_.resize(opt.n_parallel);
   for (int i = 0; i < opt.n_parallel; ++i) e->slots_[i].id = i;
   e->m_.budget = opt.kv_budget;
