@@ -229,8 +229,8 @@ def wait_written(server, blocks, what):
 def policy_file(tmp):
     """A calibrated policy for ref-5m (turbokv calibrate, small)."""
     out = os.path.join(tmp, "ref5m.tkvp")
-    r = subprocess.run([BIN, "calibrate", "-m", MODEL, "-f", TEXT, "-c", "64", "--tokens", "256", "--budget", "3.5",
-                        "--kld-tokens", "64", "-t", "2", "-o", out], capture_output=True, text=True)
+    r = subprocess.run([BIN, "calibrate", "-m", MODEL, "-f", TEXT, "-c", "64", "--tokens", "256", "--bits", "2.5",
+                        "-t", "2", "-o", out], capture_output=True, text=True)
     check(r.returncode == 0, "calibrate failed: " + r.stderr[-2000:])
     return out
 
