@@ -118,6 +118,7 @@ class Redis:
              "--save", "", "--appendonly", "no", "--requirepass", PASSWORD, "--maxmemory", "256mb",
              "--maxmemory-policy", "allkeys-lru"],
             stdout=open(os.path.join(self.dir, "log"), "ab"), stderr=subprocess.STDOUT)
+        STARTED.append(self.proc)
         for _ in range(100):
             try:
                 r = Resp(self.port)
@@ -144,6 +145,9 @@ class Redis:
         return Resp(self.port)
 
 
+STARTED = []  # every process a check started: killed at the end whatever happened
+
+
 class Server:
     """turbokv serve on a free port (--port 0, read back from its log)."""
 
@@ -154,6 +158,7 @@ class Server:
         if store:
             args += ["--kv-store", store]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "wb"))
+        STARTED.append(self.proc)
         self.port = None
         for _ in range(600):
             if self.proc.poll() is not None:
@@ -434,6 +439,7 @@ def check_haproxy(tmp):
     proc = subprocess.Popen([os.path.join(SRC, "scripts", "cluster.sh"), "2", "-m", MODEL, "-np", "4", "-c", "512",
                              "-b", "64", "--block-size", str(BLOCK), "--kv-budget", "24MiB", "-t", "1"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    STARTED.append(proc)  # (stopped with SIGTERM at the end if still running: it stops its children)
     lines = []
     info = None
     try:
@@ -524,6 +530,13 @@ def main():
         checks[which](tmp)
         print(f"PASS: {which}")
     finally:
+        for p in STARTED:  # a failed check leaves nothing running
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM if p.args[0].endswith("cluster.sh") else signal.SIGKILL)
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
