@@ -348,7 +348,9 @@ def check_corrupt(tmp):
 
 
 def check_restart(tmp):
-    """Redis killed mid-run and restarted: no request fails, hits resume."""
+    """Faults: a store unreachable, silent (the lookup deadline), behind a wrong
+    password; architectures that cannot be stored refused; Redis killed
+    mid-run and restarted: no request fails, hits resume."""
     redis = Redis(tmp)
     try:
         docs = [doc(100 + i) for i in range(6)]
@@ -362,6 +364,17 @@ def check_restart(tmp):
         check(health.get("kv_store", "").startswith("disconnected"), f"/health with no store: {health}")
         check(nowhere.metrics()["kv_store_errors_total"] >= 1, "an unreachable store is not counted as errors")
         nowhere.stop()
+        # A store that accepts connections and never answers: each lookup
+        # ends at its deadline and the prompt is evaluated.
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        mute = Server(tmp, "mute", f"redis://127.0.0.1:{silent.getsockname()[1]}", ["--kv-store-deadline", "300"])
+        check(complete(mute.url(), docs[0])[0] == want[0], "the text differs with a store that never answers")
+        m = mute.metrics()
+        check(m["kv_store_errors_total"] >= 1 and m["kv_store_hit_tokens_total"] == 0, f"a silent store: {m}")
+        mute.stop()
+        silent.close()
         # A wrong password: the same.
         wrong = Server(tmp, "wrong", f"redis://:not-{PASSWORD}@127.0.0.1:{redis.port}")
         check(complete(wrong.url(), docs[0])[0] == want[0], "the text differs with a wrong password")
