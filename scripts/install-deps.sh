@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages turbokv needs to build and test (the Python
-# ones build and test the turbokv module, gcc builds the C example);
+# ones build and test the turbokv module, gcc builds the C example; hiredis,
+# redis-server and haproxy: `serve --kv-store` and its tests, scripts/cluster.sh);
 # `install-deps.sh fuzz`: also clang and libFuzzer for `make fuzz`.
 # As root: installs what is missing with apt-get. Otherwise: prints the exact
 # command and fails, so the build never half-works.
 set -euo pipefail
 PKGS=(cmake g++ make libhwy-dev libcli11-dev librapidcheck-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libicu-dev libxxhash-dev
-      libcpp-httplib-dev pkg-config gcc binutils
+      libcpp-httplib-dev pkg-config gcc binutils libhiredis-dev redis-server haproxy
       python3-dev pybind11-dev python3-numpy python3-pytest nodejs
       python3-torch python3-hypothesis python3-scipy python3-build python3-setuptools python3-wheel python3-pip)
 if [ "${1:-}" = fuzz ]; then PKGS+=(clang-14 libfuzzer-14-dev); fi

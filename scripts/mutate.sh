@@ -5,7 +5,8 @@
 # tests passed although the code was broken). The source is restored after
 # each one, whatever happens. Usage: scripts/mutate.sh [BUILD_DIR] [LIST]
 # A filter `pytest:TESTS` runs those Python tests on the module instead
-# (scripts/mutations-python.txt).
+# (scripts/mutations-python.txt); `ctest:REGEX` rebuilds only the binary and
+# runs those ctest tests (tests/kvstore).
 # Exit status: 0 when every mutation was caught, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,15 @@ PY
     else
       echo "mutate: #$n caught by ${filter#pytest:}"; caught=$((caught + 1))
     fi
+  elif [ "${filter#ctest:}" != "$filter" ]; then
+    # A ctest test that runs the binary (tests/kvstore): only turbokv is rebuilt.
+    if ! cmake --build "$build" -j"$(nproc)" --target turbokv >/tmp/mutate-build.log 2>&1; then
+      echo "mutate: #$n caught by the compiler: $file: $text"; caught=$((caught + 1))
+    elif ctest --test-dir "$build" -R "${filter#ctest:}" >/tmp/mutate-test.log 2>&1; then
+      echo "mutate: #$n SURVIVED (${filter#ctest:} passed): $file: '$text' -> '$repl'"; survivors=$((survivors + 1))
+    else
+      echo "mutate: #$n caught by ${filter#ctest:}"; caught=$((caught + 1))
+    fi
   elif ! cmake --build "$build" -j"$(nproc)" --target turbokv tkv_tests >/tmp/mutate-build.log 2>&1; then
     echo "mutate: #$n caught by the compiler: $file: $text"; caught=$((caught + 1))
   elif "$build/tkv_tests" --gtest_filter="$filter" >/tmp/mutate-test.log 2>&1; then
@@ -56,7 +66,8 @@ PY
   mv "$file.mutate-orig" "$file"
   touch "$file"
 done < "$list"
-if grep -q '@@ *pytest:' "$list"; then cmake --build "$build" -j"$(nproc)" --target turbokv turbokv_py >/dev/null 2>&1
+if grep -q '@@ *ctest:' "$list" && ! grep -qv -e '@@ *ctest:' -e '^#' -e '^$' "$list"; then cmake --build "$build" -j"$(nproc)" --target turbokv >/dev/null 2>&1
+elif grep -q '@@ *pytest:' "$list"; then cmake --build "$build" -j"$(nproc)" --target turbokv turbokv_py >/dev/null 2>&1
 else cmake --build "$build" -j"$(nproc)" --target turbokv tkv_tests >/dev/null 2>&1; fi
 echo "mutate: $caught caught, $survivors survived, of $n"
 [ "$survivors" -eq 0 ]

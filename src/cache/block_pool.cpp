@@ -158,6 +158,14 @@ uint64_t BlockPool::chain_hash(uint64_t prev, const int32_t* tokens, int n) {
   return fnv1a(tokens, sizeof(int32_t) * size_t(n), prev ^ 0x9e3779b97f4a7c15ull);
 }
 
+uint64_t means_key(const SequenceMeans* m) {
+  uint64_t h = 0x6a09e667f3bcc908ull;
+  if (!m) return h;
+  for (const auto* side : {&m->k, &m->v})
+    for (const auto& mu : *side) h = fnv1a(mu.data(), sizeof(float) * mu.size(), h);
+  return h;
+}
+
 void BlockPool::unpublish_locked(int32_t b) {
   Published* p = pub_[b].get();
   if (!p) return;

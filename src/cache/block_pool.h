@@ -34,6 +34,13 @@ struct SequenceMeans {
   std::vector<std::vector<float>> k, v;
 };
 
+// Blocks after a sequence's first are keyed by the means they were centred
+// with too: two sequences with the same first block of tokens can have other
+// means (the means come from the first mean_tokens rows, staged in f16
+// depending on the batching), and a chain must never continue with rows
+// centred differently. (Also in the shared store's values: kvstore/.)
+uint64_t means_key(const SequenceMeans* m);
+
 struct BlockPoolStats {
   int64_t n_blocks = 0, in_use = 0, cached = 0, free = 0;
   int64_t prefix_lookups = 0;  // share attempts

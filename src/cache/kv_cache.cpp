@@ -76,19 +76,6 @@ KvCache::~KvCache() {
   for (auto it = table_.rbegin(); it != table_.rend(); ++it) pool_->release(*it);
 }
 
-namespace {
-// Blocks after the first are keyed by the means they were centred with too:
-// two sequences with the same first block of tokens can have other means (the
-// means come from the first mean_tokens rows, staged in f16 depending on the
-// batching), and a chain must never continue with rows centred differently.
-uint64_t means_key(const SequenceMeans* m) {
-  uint64_t h = 0x6a09e667f3bcc908ull;
-  if (!m) return h;
-  for (const auto* side : {&m->k, &m->v})
-    for (const auto& mu : *side) h = fnv1a(mu.data(), sizeof(float) * mu.size(), h);
-  return h;
-}
-}  // namespace
 
 int KvCache::layer_slots(int layer) const {
   return layout_->window(layer) > 0 ? static_cast<int>(ring_.size()) * kRingBlock : capacity_;
@@ -268,8 +255,27 @@ std::shared_ptr<const SequenceMeans> KvCache::means() const {
   return m;
 }
 
-int KvCache::share_prefix(const int32_t* tokens, int max_tokens) {
-  if (n_tokens() != 0 || !table_.empty() || !ring_.empty() || !state_.empty() || hi_pool_) return 0;
+namespace {
+// Shared or adopted blocks now hold a sequence's first n tokens (`seq`: its
+// layers' states): the means they were centred with (m, the first block's;
+// null: kept), staging over.
+template <class Layers>
+void take_shared(Layers& seq, const SequenceMeans* m, int n) {
+  for (size_t l = 0; l < seq.size(); ++l) {
+    auto& S = seq[l];
+    if (m && !m->k[l].empty()) {
+      S.mu_k = m->k[l];
+      S.mu_v = m->v[l];
+      S.centred = true;
+    }
+    S.staging = false;
+    S.written = n;
+  }
+}
+}  // namespace
+
+int KvCache::share_prefix(const int32_t* tokens, int max_tokens, bool count) {
+  if (n_tokens() != 0 || !table_.empty() || !shareable()) return 0;
   const int B = pool_->block_tokens();
   uint64_t key = 0;
   std::shared_ptr<const SequenceMeans> m;
@@ -281,27 +287,39 @@ int KvCache::share_prefix(const int32_t* tokens, int max_tokens) {
   }
   const int n = static_cast<int>(table_.size()) * B;
   const bool usable = n > 0 && n >= mean_rows() && m && m->k.size() == seq_.size();
-  pool_->count_share(usable ? static_cast<int>(table_.size()) : 0);
+  if (count) pool_->count_share(usable ? static_cast<int>(table_.size()) : 0);
   if (!usable) {
     for (int32_t b : table_) pool_->release(b);
     table_.clear();
     return 0;
   }
-  for (size_t l = 0; l < seq_.size(); ++l) {
-    Seq& S = seq_[l];
-    if (!m->k[l].empty()) {
-      S.mu_k = m->k[l];
-      S.mu_v = m->v[l];
-      S.centred = true;
-    }
-    S.staging = false;
-    S.written = n;
-  }
+  take_shared(seq_, m.get(), n);
   return n;
 }
 
+Status KvCache::adopt_block(int32_t b, const SequenceMeans* m) {
+  const int B = pool_->block_tokens();
+  const int n = n_tokens();
+  if (!shareable() || n % B != 0 || table_.size() != size_t(n / B) || n + B > capacity_)
+    return Status::Error("adopt_block: the sequence does not end at a block boundary it can extend");
+  for (const Seq& S : seq_)
+    if (S.written != n || (n > 0 && S.staging)) return Status::Error("adopt_block: rows not final");
+  if (n == 0) {
+    if (!m || m->k.size() != seq_.size() || m->v.size() != seq_.size())
+      return Status::Error("adopt_block: the first block needs the sequence's means");
+    const size_t hd = size_t(n_kv_heads()) * head_dim();
+    for (size_t l = 0; l < seq_.size(); ++l)
+      if ((!m->k[l].empty() || !m->v[l].empty() || layout_->layer(l).mean_rows > 0 || seq_[l].centred) &&
+          (m->k[l].size() != hd || m->v[l].size() != hd))
+        return Status::Error("adopt_block: means missing or of the wrong size");
+  }
+  table_.push_back(b);
+  take_shared(seq_, n == 0 ? m : nullptr, n + B);
+  return Status::Ok();
+}
+
 void KvCache::publish(const int32_t* tokens) {
-  if (!ring_.empty() || !state_.empty() || hi_pool_) return;  // (see share_prefix)
+  if (!shareable()) return;  // (see share_prefix)
   for (const Seq& S : seq_)
     if (S.staging || S.written != n_tokens()) return;  // rows not final yet
   const int B = pool_->block_tokens(), full = n_tokens() / B;

@@ -111,7 +111,22 @@ class KvCache {
   // returns the tokens now cached (0 when none matched).
   // (Never for a cache with window layers or recurrent state: their rows and
   // state are not a function of one block's tokens; returns 0.)
-  int share_prefix(const int32_t* tokens, int max_tokens);
+  // count: false for a probe that is not a share attempt (metrics).
+  int share_prefix(const int32_t* tokens, int max_tokens, bool count = true);
+  // Whether this sequence's rows are a function of its blocks' tokens alone
+  // (no window rings, recurrent state or protected rows): only then can its
+  // blocks be shared, published, stored elsewhere or adopted.
+  bool shareable() const { return ring_.empty() && state_.empty() && !hi_pool_; }
+  // Appends block b (allocated from pool() by the caller, which filled its
+  // rows with those of the next block_tokens tokens and hands its reference
+  // over) to a sequence that ends at a block boundary: a block of another
+  // sequence's rows, e.g. from the shared store (kvstore/). The first block
+  // brings the sequence's means (`m`, per layer, empty when not centred);
+  // later blocks must have been centred with the means this sequence holds
+  // (the caller checks means_key(means())). The caller releases b on error.
+  Status adopt_block(int32_t b, const SequenceMeans* m);
+  // The sequence's means (per layer; empty vectors for a layer not centred).
+  std::shared_ptr<const SequenceMeans> means() const;
   // Publishes every full block of tokens[0, n_tokens()) (the tokens this
   // cache holds) so later sequences can share them.
   void publish(const int32_t* tokens);
@@ -154,7 +169,6 @@ class KvCache {
   uint8_t* row(int layer, int t, int h, bool v);
   Status quantize_rows(int layer, int pos, int n, const float* k, const float* v);
   void fix_mean(Seq& S, int n, const float* k, const float* v);
-  std::shared_ptr<const SequenceMeans> means() const;
   Status own_block(int index);  // copy-on-write before writing into a shared block
   const float* zero_nonfinite(int layer, int pos, int n, const float* x, bool v, std::vector<float>& copy);
   std::shared_ptr<const KvLayout> layout_;

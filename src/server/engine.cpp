@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstring>
 
+#include <cstdio>
+
 #include "cache/cache_file.h"
 
 namespace tkv::server {
@@ -60,11 +62,17 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Model& model, const KvCac
                          std::to_string(n_blocks) + " blocks of " + std::to_string(opt.block_tokens) +
                          " tokens, fewer than one context of " + std::to_string(opt.ctx) + " tokens needs (" +
                          std::to_string(per_ctx) + "); raise --kv-budget or lower -c");
+  if (opt.store)
+    if (const std::string why = kvstore::store_refusal(**layout); !why.empty()) return Status::Error("--kv-store: " + why);
+  const uint64_t store_fp = opt.store ? kvstore::store_fingerprint(model.fingerprint(), **layout, opt.block_tokens, opt.n_batch) : 0;
   auto pool = BlockPool::create(std::move(*layout), opt.block_tokens, n_blocks);
   if (!pool) return pool.status();
   auto e = std::unique_ptr<Engine>(new Engine(model));
+  e->store_ = opt.store;
+  e->store_fp_ = store_fp;
   e->opt_ = opt;
   e->pool_ = std::move(*pool);
+  if (e->store_) e->store_->set_max_value_bytes(kvstore::max_value_bytes(*e->pool_));
   e->slots_.resize(opt.n_parallel);
   for (int i = 0; i < opt.n_parallel; ++i) e->slots_[i].id = i;
   e->m_.budget = opt.kv_budget;
@@ -130,6 +138,7 @@ std::shared_ptr<Task> Engine::submit(GenRequest req, Refusal* refusal) {
   auto t = std::make_shared<Task>();
   t->req = std::move(req);
   t->prompt_tokens = P;
+  if (store_) fetch_stored(*t);  // on the caller's thread, not the scheduler's
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stopping_) return refuse_locked(503, "the server is shutting down", "");
@@ -171,6 +180,87 @@ void Engine::end_waiting(Task& t, const std::string& reason, const std::string& 
   t.cv.notify_all();
 }
 
+// The prompt's blocks after those the local prefix cache holds now, from the
+// store in one round trip; kept up to the first missing or invalid one.
+void Engine::fetch_stored(Task& t) {
+  const std::vector<int32_t>& p = t.req.prompt;
+  const int B = pool_->block_tokens();
+  const int full = std::min(static_cast<int>(p.size()) - 1, opt_.ctx) / B;  // the last prompt token is always evaluated
+  if (full <= 0) return;
+  int local = 0;
+  if (auto probe = KvCache::create_in(pool_, opt_.ctx)) local = (*probe)->share_prefix(p.data(), full * B, false) / B;
+  if (local >= full) return;
+  const std::vector<kvstore::BlockKey> keys = kvstore::block_keys(store_fp_, p.data(), full, B);
+  std::vector<std::string> names;
+  for (int k = local; k < full; ++k) names.push_back(store_->key(keys[k].chain));
+  std::vector<std::string> values = store_->get(names);
+  t.store_first = local;
+  for (int k = local; k < full; ++k) {
+    std::string& v = values[k - local];
+    if (v.empty()) break;
+    auto d = kvstore::decode_block(v, *pool_, store_fp_, keys[k], k, p.data());
+    if (!d) {
+      store_->count_invalid();
+      if (!invalid_logged_.exchange(true))
+        std::fprintf(stderr, "kv store: ignored an invalid value (%s); counted in turbokv_kv_store_invalid_values_total, "
+                     "logged once\n", d.error().c_str());
+      break;
+    }
+    const size_t rows = d->rows - reinterpret_cast<const uint8_t*>(v.data());
+    t.stored.push_back({std::move(v), *d});
+    // (a moved string keeps its heap buffer; re-pointed all the same)
+    t.stored.back().block.rows = reinterpret_cast<const uint8_t*>(t.stored.back().value.data()) + rows;
+  }
+}
+
+// Appends the fetched blocks that continue `cache` (its local prefix) to
+// it; returns the blocks adopted.
+int Engine::adopt_stored_locked(KvCache& cache, Task& t) {
+  const int B = pool_->block_tokens();
+  const int have = cache.n_tokens() / B;
+  const int n = static_cast<int>(t.stored.size());
+  if (have < t.store_first || have >= t.store_first + n || !cache.shareable()) return 0;
+  // Only a chain centred with this sequence's means (the first block brings them).
+  const uint64_t mk = have > 0 ? means_key(cache.means().get())
+                               : (t.stored[0].block.means ? means_key(t.stored[0].block.means.get()) : 0);
+  int usable = 0;
+  for (int i = have - t.store_first; i < n && t.stored[i].block.means_key == mk; ++i) ++usable;
+  if (have == 0 && (usable == 0 || !t.stored[0].block.means || usable * B < cache.mean_rows())) return 0;
+  int adopted = 0;
+  for (int i = have - t.store_first; adopted < usable; ++i, ++adopted) {
+    const int32_t b = pool_->allocate();
+    if (b < 0) break;
+    kvstore::copy_rows(*pool_, b, t.stored[i].block);
+    if (!cache.adopt_block(b, t.stored[i].block.means.get()).ok()) {
+      pool_->release(b);
+      break;
+    }
+  }
+  return adopted;
+}
+
+// Writes the full blocks of a slot's sequence that are final and not in the
+// store yet (write-behind: into the store's bounded queue).
+void Engine::store_blocks_locked(Slot& s) {
+  if (!store_ || !s.cache || !s.cache->shareable()) return;
+  const int B = pool_->block_tokens();
+  const int full = std::min(s.cache->n_tokens(), static_cast<int>(s.tokens.size())) / B;
+  if (full <= s.stored_blocks) return;
+  for (int l = 0; l < s.cache->n_layer(); ++l)
+    if (s.cache->staging(l) || s.cache->layer_tokens(l) != s.cache->n_tokens()) return;  // rows not final yet
+  const std::vector<kvstore::BlockKey> keys = kvstore::block_keys(store_fp_, s.tokens.data(), full, B);
+  const auto m = s.cache->means();
+  for (int k = s.stored_blocks; k < full; ++k) {
+    if (!store_->has_room(pool_->block_bytes())) {
+      store_->count_dropped();
+      continue;
+    }
+    store_->put(store_->key(keys[k].chain),
+                kvstore::encode_block(*pool_, s.cache->block_table()[k], store_fp_, keys[k], k, s.tokens.data(), *m));
+  }
+  s.stored_blocks = full;
+}
+
 bool Engine::admit_locked(const std::shared_ptr<Task>& t) {
   Slot* slot = nullptr;
   if (t->req.slot >= 0) {
@@ -191,7 +281,15 @@ bool Engine::admit_locked(const std::shared_ptr<Task>& t) {
   std::unique_ptr<KvCache> cache = std::move(*made);
   // Whole shared blocks only, and the last prompt token is always evaluated
   // (its logits start generation).
-  const int shared = cache->share_prefix(r.prompt.data(), P - 1);
+  const int local = cache->share_prefix(r.prompt.data(), P - 1);
+  const int adopted = store_ ? adopt_stored_locked(*cache, *t) : 0;
+  if (cache->n_tokens() > 0 && cache->n_tokens() < cache->mean_rows()) {  // (a partial adoption: start again without)
+    auto again = KvCache::create_in(pool_, opt_.ctx);
+    if (!again) return false;
+    cache = std::move(*again);
+    cache->share_prefix(r.prompt.data(), P - 1, false);
+  }
+  const int shared = cache->n_tokens();
   Status s = cache->reserve(want);
   if (!s.ok()) {
     drop_idle_caches_locked();
@@ -206,9 +304,16 @@ bool Engine::admit_locked(const std::shared_ptr<Task>& t) {
   slot->prompt_done = shared;
   slot->generated = 0;
   slot->reserve_tokens = want;
+  slot->stored_blocks = shared / pool_->block_tokens();
   t->cached_tokens = shared;
   m_.prompt_tokens += P;
-  m_.prefix_hit_tokens += shared;
+  m_.prefix_hit_tokens += std::min(local, shared);
+  if (shared > local) {
+    m_.store_hit_tokens += shared - local;
+    m_.store_blocks_adopted += adopted;
+  }
+  t->stored.clear();
+  t->stored.shrink_to_fit();
   return true;
 }
 
@@ -226,7 +331,10 @@ void Engine::finish(Slot& s, const std::string& reason, const std::string& error
   if (reason == "cancelled") ++m_.cancelled;
   // The tokens the cache holds (the last sampled token was never fed).
   s.tokens.resize(s.cache->n_tokens());
-  if (error.empty()) s.cache->publish(s.tokens.data());
+  if (error.empty()) {
+    s.cache->publish(s.tokens.data());
+    store_blocks_locked(s);
+  }
   if (!opt_.keep_slot_cache || !error.empty()) {
     s.cache.reset();  // blocks back to the pool (published ones stay cached)
     s.tokens.clear();
@@ -349,6 +457,7 @@ void Engine::loop() {
       const int P = static_cast<int>(s.task->req.prompt.size());
       if (s.prompt_done < P) {
         s.prompt_done += batch[i].n;
+        store_blocks_locked(s);  // the blocks this chunk completed
         if (s.prompt_done < P) continue;
         s.cache->publish(s.tokens.data());  // the prompt's full blocks, for requests that share them
       }
@@ -364,6 +473,11 @@ EngineMetrics Engine::metrics() const {
   m.running = running_locked();
   m.queued = static_cast<int>(queue_.size());
   m.pool = pool_->stats();
+  if (store_) {
+    m.has_store = true;
+    m.store = store_->stats();
+    m.store_state = store_->state();
+  }
   m.idle_slot_blocks = 0;
   for (const Slot& s : slots_)
     if (!s.task && s.cache) m.idle_slot_blocks += static_cast<int64_t>(s.cache->block_table().size());

@@ -28,6 +28,8 @@
 
 #include "cache/block_pool.h"
 #include "cache/kv_cache.h"
+#include "kvstore/block_value.h"
+#include "kvstore/kv_store.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "text/text_stream.h"
@@ -45,6 +47,11 @@ struct EngineOptions {
   int block_tokens = 256;
   size_t kv_budget = 0;    // bytes for the block pool
   bool keep_slot_cache = false;  // an idle slot keeps its last sequence (for /slots save)
+  // The shared block store (kvstore/), or null: full blocks are written
+  // behind (a bounded queue, never waited on), and a request's prompt reads
+  // the blocks after the local prefix cache's from it before it is queued
+  // (one round trip within the store's deadline, verified).
+  std::shared_ptr<kvstore::KvStore> store;
 };
 
 struct GenRequest {
@@ -68,6 +75,15 @@ struct Task {
   std::string error;
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   std::atomic<bool> cancelled{false};
+  // Blocks of the prompt read from the shared store at submit(), verified:
+  // blocks store_first, store_first + 1, ... (adopted at admission when the
+  // local prefix cache ends where they start).
+  struct StoredBlock {
+    std::string value;
+    kvstore::DecodedBlock block;  // points into value
+  };
+  int store_first = 0;
+  std::vector<StoredBlock> stored;
   // Waits for text or the end; returns false once done and drained.
   bool next(std::string& text);
   // The same, waiting at most ms: kText (text may be empty only at the end),
@@ -90,6 +106,11 @@ struct EngineMetrics {
   int64_t prompt_tokens = 0, prompt_evaluated = 0, generated = 0, prefix_hit_tokens = 0;
   double prompt_seconds = 0, gen_seconds = 0;
   BlockPoolStats pool;
+  // The shared store: prompt tokens and blocks taken from it at admission.
+  bool has_store = false;
+  int64_t store_hit_tokens = 0, store_blocks_adopted = 0;
+  kvstore::KvStoreStats store;
+  std::string store_state;
   size_t block_bytes = 0, budget = 0;
   int64_t idle_slot_blocks = 0;
 };
@@ -137,6 +158,7 @@ class Engine {
     int prompt_done = 0;             // prompt tokens in the cache
     int generated = 0;
     int reserve_tokens = 0;
+    int stored_blocks = 0;           // full blocks already in the store (read from it or written)
   };
   Engine(const Model& m) : model_(m) {}
   void loop();
@@ -145,6 +167,9 @@ class Engine {
   void emit(Slot& s, int32_t token);
   void drop_cache_locked(Slot& s);
   void drop_idle_caches_locked();
+  void fetch_stored(Task& t);
+  int adopt_stored_locked(KvCache& cache, Task& t);
+  void store_blocks_locked(Slot& s);
   int running_locked() const;
   static void end_waiting(Task& t, const std::string& reason, const std::string& error);
   const Model& model_;
@@ -157,6 +182,9 @@ class Engine {
   bool stopping_ = false;
   std::thread thread_;
   EngineMetrics m_;
+  std::shared_ptr<kvstore::KvStore> store_;
+  uint64_t store_fp_ = 0;
+  std::atomic<bool> invalid_logged_{false};
 };
 
 }  // namespace tkv::server

@@ -635,8 +635,11 @@ void HttpServer::dispatch(httplib::Request& req, httplib::Response& res) {
 }
 
 void HttpServer::routes() {
-  route("GET", "/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
+  // Always 200 while the server serves (a load balancer's check): the
+  // shared store's state is reported, never a reason to fail.
+  route("GET", "/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (!opt_.kv_store) return res.set_content(R"({"status":"ok"})", "application/json");
+    res.set_content(json{{"status", "ok"}, {"kv_store", opt_.kv_store->state()}}.dump(), "application/json");
   });
   auto models = [this](const httplib::Request&, httplib::Response& res) {
     const ModelConfig& c = model_.config();
@@ -894,6 +897,28 @@ void HttpServer::routes() {
     metric(o, "kv_bytes_used", "gauge", "Bytes of the KV blocks in use.", double(m.pool.in_use) * double(m.block_bytes));
     metric(o, "kv_budget_bytes", "gauge", "The KV memory budget.", double(m.budget));
     metric(o, "kv_pool_bytes", "gauge", "Bytes of the KV block pool.", double(m.pool.n_blocks) * double(m.block_bytes));
+    if (m.has_store) {
+      const kvstore::KvStoreStats& k = m.store;
+      metric(o, "kv_store_up", "gauge", "1 when the last store operation reached it.", k.connected ? 1 : 0);
+      metric(o, "kv_store_hit_tokens_total", "counter", "Prompt tokens taken from the shared store.", double(m.store_hit_tokens));
+      metric(o, "kv_store_blocks_adopted_total", "counter", "Blocks from the store used by requests.",
+             double(m.store_blocks_adopted));
+      metric(o, "kv_store_lookups_total", "counter", "Store lookups (one round trip each).", double(k.lookups));
+      metric(o, "kv_store_hits_total", "counter", "Keys found in the store.", double(k.hits));
+      metric(o, "kv_store_misses_total", "counter", "Keys not found (or not fetched: store down, deadline).", double(k.misses));
+      metric(o, "kv_store_blocks_read_total", "counter", "Values read from the store.", double(k.blocks_read));
+      metric(o, "kv_store_bytes_read_total", "counter", "Bytes of values read from the store.", double(k.bytes_read));
+      metric(o, "kv_store_blocks_written_total", "counter", "Blocks written to the store.", double(k.blocks_written));
+      metric(o, "kv_store_bytes_written_total", "counter", "Bytes written to the store.", double(k.bytes_written));
+      metric(o, "kv_store_errors_total", "counter", "Failed store connections, commands and deadlines.", double(k.errors));
+      metric(o, "kv_store_dropped_writes_total", "counter", "Block writes dropped (queue full, store down).",
+             double(k.dropped_writes));
+      metric(o, "kv_store_invalid_values_total", "counter", "Values ignored (header, checksum, fingerprint, tokens).",
+             double(k.invalid_values));
+      metric(o, "kv_store_write_queue", "gauge", "Block writes waiting for the writer.", double(k.queued));
+      metric(o, "kv_store_lookup_seconds_total", "counter", "Time spent in store lookups.", k.lookup_seconds);
+      metric(o, "kv_store_lookup_seconds_max", "gauge", "The longest store lookup.", k.lookup_seconds_max);
+    }
     res.set_content(o.str(), "text/plain; version=0.0.4");
   });
 }

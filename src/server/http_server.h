@@ -56,6 +56,7 @@ struct HttpOptions {
   size_t max_buffered = 0;            // request bytes held by all connections being read (0: 4 x max_body)
   int send_buffer_bytes = 0;          // SO_SNDBUF of each connection (0: the system's, autotuned)
   std::string model_id;          // the name /v1/models reports
+  std::shared_ptr<kvstore::KvStore> kv_store;  // its state on /health (the engine uses it)
   ChatTemplate chat_template;
 };
 

@@ -1,6 +1,7 @@
 // `turbokv serve -m MODEL [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX]
 // [-b N] [--kv-budget SIZE] [cache flags] [--api-key KEY] [--chat-template NAME]
-// [--slot-save-path DIR] [-t THREADS]`: an OpenAI-compatible server
+// [--slot-save-path DIR] [-t THREADS] [--kv-store redis://[:PASSWORD@]HOST:PORT[/DB]
+// [--kv-store-prefix NAME] [--kv-store-ttl SECONDS]]`: an OpenAI-compatible server
 // (server/http_server.h) over a paged, compressed KV cache shared by
 // sequences within a memory budget (server/engine.h). Stops cleanly on
 // SIGINT/SIGTERM.
@@ -20,6 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "model/model.h"
+#include "kvstore/kv_store.h"
 #include "server/engine.h"
 #include "server/http_server.h"
 #include "tools/kv_flags.h"
@@ -58,6 +60,8 @@ void register_serve(CLI::App& app) {
   struct Opt {
     std::string model, host = "127.0.0.1", api_key, chat_template, slot_path, budget, alias;
     std::string api_key_file, max_body = "16MiB";
+    std::string kv_store, kv_store_prefix = "turbokv";
+    int kv_store_ttl = 0, kv_store_deadline = 1000, kv_store_queue = 64;
     int port = 8080, np = 4, ctx = 0, batch = 512, threads = 0, queue = 64, step = 1024, block = 256;
     int timeout = 30, idle_timeout = 10, max_conns = 512, max_conns_client = 128, max_headers = 100, workers = 0;
     CacheFlags cache{"tq4", "tq4"};
@@ -97,6 +101,17 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--chat-template", o->chat_template, "chatml, llama3, llama2, mistral, gemma, phi3 or zephyr (default: from the model)");
   cmd->add_option("--slot-save-path", o->slot_path, "directory for POST /slots/ID?action=save|restore");
   cmd->add_option("-a,--alias", o->alias, "model name reported by /v1/models");
+  cmd->add_option("--kv-store", o->kv_store,
+                  "share compressed KV blocks with other replicas through Redis: redis://[:PASSWORD@]HOST:PORT[/DB] "
+                  "(or $TURBOKV_KV_STORE, which keeps the password out of the process list)");
+  cmd->add_option("--kv-store-prefix", o->kv_store_prefix, "namespace of this deployment's keys in the store (default turbokv)");
+  cmd->add_option("--kv-store-ttl", o->kv_store_ttl, "seconds a stored block lives (default 0: until Redis evicts it)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--kv-store-deadline", o->kv_store_deadline,
+                  "milliseconds a store lookup may take before the prompt is evaluated instead (default 1000)")
+      ->check(CLI::Range(1, 600000));
+  cmd->add_option("--kv-store-queue", o->kv_store_queue, "block writes that may wait for the store; more are dropped (default 64)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->callback([o]() {
     auto fail = [](const std::string& m) { fail_command("serve", m); };
     // SIGINT/SIGTERM go to one waiting thread (below), not to whichever
@@ -181,6 +196,21 @@ void register_serve(CLI::App& app) {
     } else {
       ho.chat_template = server::detect_chat_template(model.file().get_string_or("tokenizer.chat_template", ""));
     }
+    std::string store_url = o->kv_store;
+    if (store_url.empty())
+      if (const char* env = std::getenv("TURBOKV_KV_STORE"); env && *env) store_url = env;
+    if (!store_url.empty()) {
+      kvstore::KvStoreOptions so;
+      so.url = store_url;
+      so.prefix = o->kv_store_prefix;
+      so.ttl_seconds = o->kv_store_ttl;
+      so.lookup_deadline_ms = o->kv_store_deadline;
+      so.queue_blocks = o->kv_store_queue;
+      auto st = kvstore::KvStore::open(so);
+      if (!st) fail(st.error());
+      eo.store = std::move(*st);
+      ho.kv_store = eo.store;
+    }
     auto engine = server::Engine::create(model, co, eo);
     if (!engine) fail(engine.error());
     server::HttpServer http(model, **engine, ho);
@@ -201,6 +231,9 @@ void register_serve(CLI::App& app) {
                  ho.chat_template.note.empty() ? "" : " - warning: ", ho.chat_template.note.c_str());
     std::fprintf(stderr, "listening on http://%s:%d%s\n", o->host.c_str(), *port,
                  ho.api_key.empty() ? "" : " (API key required)");
+    if (eo.store)
+      std::fprintf(stderr, "kv store: %s, keys %s:kv:*, %s\n", kvstore::redact_store_url(store_url).c_str(),
+                   o->kv_store_prefix.c_str(), eo.store->state().c_str());
     std::fflush(stderr);
 
     std::thread sig([&] {
