@@ -360,11 +360,12 @@ constexpr int64_t kQ4Block = 18;  // f16 scale + 16 bytes of nibbles
 
 // One block pair of a Q4_0 row as the kernel's 64 unsigned codes (lane order
 // of DecodeActs) and the two weight scales spread to match: the pair's 36
-// bytes in one masked load (no fault past the row's end), then words moved
-// by vpermw: the nibble bytes of both blocks ([qa | qb | qa | qb], the high
-// half shifted by 4) and the scales ([ha x 4 | hb x 4] twice, converted by
-// vcvtph2ps). 7 uops where two 16-byte loads, inserts, scalar scale loads
-// and broadcasts took 15 (perf: the unpack held most of the kernel's samples).
+// bytes as two 32-byte loads (words 0-15 and 2-17; a masked 36-byte load ran
+// the one-thread Q4_0 decode 2x slower on this AMD EPYC), then words moved by
+// vpermt2w / vpermw: the nibble bytes of both blocks ([qa | qb | qa | qb],
+// the high half shifted by 4) and the scales ([ha x 4 | hb x 4] twice,
+// converted by vcvtph2ps), where 16-byte loads, inserts, scalar scale loads
+// and broadcasts took twice the uops.
 struct PairIdx {
   alignas(64) int16_t codes[32];
   alignas(64) int16_t scales[32];
@@ -372,7 +373,8 @@ struct PairIdx {
   PairIdx() {
     for (int k = 0; k < 32; ++k) {
       const int i = k % 16;  // word i of [qa | qb]: qa = words 1..8 of the pair, qb = words 10..17
-      codes[k] = static_cast<int16_t>(i < 8 ? 1 + i : 10 + (i - 8));
+      const int word = i < 8 ? 1 + i : 10 + (i - 8);
+      codes[k] = static_cast<int16_t>(word < 16 ? word : 32 + word - 2);  // words 16, 17: the second load's 14, 15
       scales[k] = static_cast<int16_t>((k / 4) % 2 == 0 ? 0 : 9);  // lanes 0-3, 8-11: ha (word 0); 4-7, 12-15: hb (word 9)
       shift[k] = static_cast<int16_t>(k < 16 ? 0 : 4);
     }
@@ -381,10 +383,11 @@ struct PairIdx {
 const PairIdx kPairIdx;
 
 TKV_VNNI_ATTR inline void unpack_pair(const uint8_t* pa, __m512i& w, __m512& hs) {
-  const __m512i raw = _mm512_maskz_loadu_epi8((__mmask64{1} << 36) - 1, pa);
-  const __m512i t = _mm512_permutexvar_epi16(_mm512_load_si512(kPairIdx.codes), raw);
+  const __m512i a = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa)));
+  const __m512i b = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 4)));
+  const __m512i t = _mm512_permutex2var_epi16(a, _mm512_load_si512(kPairIdx.codes), b);
   w = _mm512_and_si512(_mm512_srlv_epi16(t, _mm512_load_si512(kPairIdx.shift)), _mm512_set1_epi8(0x0F));
-  hs = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(kPairIdx.scales), raw)));
+  hs = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(kPairIdx.scales), a)));
 }
 
 // NR rows x NT tokens: qp_all, sc_all are the tokens' activations
@@ -473,20 +476,8 @@ bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) 
 #ifdef TKV_VNNI
   const DecodeActs a = decode_acts(x, w.cols);
   const int64_t nb = w.cols / 32;
-  // Rows in fours (the last 1-3 alone): the token's codes and spread scales
-  // are loaded and permuted once for 4 rows and the reduction's fixed cost is
-  // shared (perf: the per-row reduction and call were 15 % of the kernel on
-  // 2048-wide rows). Each row's lanes do decode_row's operations, so the bits
-  // are decode_row's.
-  const DecodeActs* ap = &a;
-  const int64_t quads = w.rows / 4;
 #pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
-  for (int64_t g = 0; g < quads + w.rows % 4; ++g) {
-    if (g < quads)
-      decode_rows_tokens<4, 1>(w.data + 4 * g * w.row_bytes, w.row_bytes, nb, a.qp.data(), a.sc.data(), &ap, y + 4 * g, 1);
-    else
-      y[4 * quads + (g - quads)] = decode_row(w.data + (4 * quads + (g - quads)) * w.row_bytes, nb, a);
-  }
+  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.data + r * w.row_bytes, nb, a);
   return true;
 #else
   return false;
