@@ -10,18 +10,24 @@
 // Per row and super-block b (AVX512-VNNI): the 4-bit codes (plus Q5_K's
 // fifth bit, Q6_K's two high bits) are unpacked into 64-byte vectors of
 // unsigned codes whose order the activations were permuted to match once per
-// token; vpdpbusd gives 16 dword lanes of 4-product sums, each lane inside
-// one sub-block, multiplied by that sub-block's integer scale (vpmulld) and
-// summed over the super-block; then one float step per super-block
+// token; vpmaddubsw sums code x activation products in pairs (words), and
+// vpdpwssd multiplies each pair by its sub-block's integer scale (spread to
+// words by vpermw) and adds pairs into 16 dword lanes, each inside one
+// sub-block (llama.cpp's maddubs + madd, with the add fused); then one float
+// step per super-block
 //   f += float(isum_b) * (d_b * dx_b)   (lane-wise, reduced once per row)
-// and the mins (Q4_K/Q5_K) or the -32 (Q6_K) as an integer per super-block:
-//   off += float(Σ_j m_j Σq_j) * (dmin_b * dx_b).
+// and the mins (Q4_K/Q5_K, one vpmaddwd of 8 mins by 8 Σq) or the -32
+// (Q6_K, folded into isum) as integers per super-block:
+//   off += float(Σ_j m_j Σq_j) * (dmin_b * dx_b)   (4 lanes).
+// The scalar specification is decode_kquants_ref (float64 from the same
+// integers); the kernel differs from it by its f32 rounding only.
 // Each (row, token) does exactly these operations whatever rows and tokens
 // share the call, so a token's bits do not depend on the group
 // (matmul_tokens), nor on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -37,7 +43,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #define TKV_KQ_VNNI 1
-#define TKV_KQ_ATTR __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+#define TKV_KQ_ATTR __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
 #endif
 
 namespace tkv {
@@ -45,21 +51,37 @@ namespace {
 
 constexpr uint32_t kQ4K = 12, kQ5K = 13, kQ6K = 14;
 
-float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-
 // One token's activations per block of 256: d = max|x| / 127, q = round(x / d)
-// (half to even), Σq per 32 (Q4_K/Q5_K mins) and per 16 (Q6_K), and the codes
-// permuted for Q4_K/Q5_K: per 64 values [sub-block 2p | sub-block 2p + 2]
-// with [2p + 1 | 2p + 3] next, matching low and high nibbles of 64 bytes.
+// (half to even), Σq per 32 (Q4_K/Q5_K mins) and per 16 (Q6_K) as int16
+// (|Σq| <= 32 * 127), and the codes permuted for Q4_K/Q5_K: per 64 values
+// [sub-block 2p | sub-block 2p + 2] with [2p + 1 | 2p + 3] next, matching
+// low and high nibbles of 64 bytes.
 struct KActs {
   std::vector<int8_t> q, qp;
   std::vector<float> d;
-  std::vector<int32_t> s32, s16;
+  std::vector<int16_t> s32, s16;
 };
+
+#ifdef TKV_KQ_VNNI
+// quantize_block_q8 on 256 values with AVX-512, bit for bit: the same amax
+// (NaN-free order of max), the same d and 1 / d, the product rounded half to
+// even (the default rounding mode, as nearbyint) and clamped as a float
+// before the conversion (a NaN becomes -127 as there). The scalar loop with
+// a nearbyint call per value was 4 % of a one-thread Q4_K token.
+TKV_KQ_ATTR void quantize_256(const float* x, int8_t* q, float* d) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  __m512 amax = _mm512_setzero_ps();
+  for (int i = 0; i < 256; i += 16) amax = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), amax);
+  const float db = _mm512_reduce_max_ps(amax) / 127.0f, id = recip_or_zero(db);
+  const __m512 vid = _mm512_set1_ps(id), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+  for (int i = 0; i < 256; i += 16) {
+    const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 c = _mm512_min_ps(hi, _mm512_max_ps(r, lo));  // max(NaN, lo) = lo
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(c)));
+  }
+  *d = db;
+}
+#endif
 
 // permute: Q4_K/Q5_K's order (Q6_K reads the codes in their own order).
 KActs k_acts(const float* x, int64_t cols, bool permute) {
@@ -69,13 +91,19 @@ KActs k_acts(const float* x, int64_t cols, bool permute) {
   a.d.resize(nb);
   a.s32.resize(cols / 32);
   a.s16.resize(cols / 16);
-  for (int64_t b = 0; b < nb; ++b) quantize_block_q8(x + b * 256, 256, &a.q[b * 256], &a.d[b]);
+  for (int64_t b = 0; b < nb; ++b) {
+#ifdef TKV_KQ_VNNI
+    quantize_256(x + b * 256, &a.q[b * 256], &a.d[b]);
+#else
+    quantize_block_q8(x + b * 256, 256, &a.q[b * 256], &a.d[b]);
+#endif
+  }
   for (int64_t i = 0; i < cols / 16; ++i) {
     int32_t s = 0;
     for (int k = 0; k < 16; ++k) s += a.q[i * 16 + k];
-    a.s16[i] = s;
+    a.s16[i] = static_cast<int16_t>(s);
   }
-  for (int64_t i = 0; i < cols / 32; ++i) a.s32[i] = a.s16[2 * i] + a.s16[2 * i + 1];
+  for (int64_t i = 0; i < cols / 32; ++i) a.s32[i] = static_cast<int16_t>(a.s16[2 * i] + a.s16[2 * i + 1]);
   if (!permute) return a;
   a.qp.resize(cols);
   // Q4_K/Q5_K order: for each half h of the block (128 values, sub-blocks
@@ -83,55 +111,74 @@ KActs k_acts(const float* x, int64_t cols, bool permute) {
   for (int64_t b = 0; b < nb; ++b)
     for (int h = 0; h < 2; ++h)
       for (int v = 0; v < 2; ++v)
-        for (int k = 0; k < 64; ++k) {
-          const int sub = 4 * h + v + (k >= 32 ? 2 : 0);
-          a.qp[b * 256 + h * 128 + v * 64 + k] = a.q[b * 256 + sub * 32 + k % 32];
+        for (int half = 0; half < 2; ++half) {
+          const int sub = 4 * h + v + 2 * half;
+          std::memcpy(&a.qp[b * 256 + h * 128 + v * 64 + half * 32], &a.q[b * 256 + sub * 32], 32);
         }
   return a;
 }
 
 #ifdef TKV_KQ_VNNI
-// Shuffle indices spreading sub-block scales over dword lanes: Q4_K/Q5_K's
-// [4h | 4h + 2] and [4h + 1 | 4h + 3], 8 lanes each, for h = 0, 1.
-alignas(16) const char kSpread[4][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2},
-                                         {1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3},
-                                         {4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6},
-                                         {5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7}};
-// Q6_K's 16 scales, 4 lanes each, for the 4 vectors of a super-block.
-alignas(16) const char kSpread6[4][16] = {{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3},
-                                          {4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7},
-                                          {8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11},
-                                          {12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15}};
+// Word indices spreading sub-block scales (16-bit, in the low 128 bits) over
+// the 32 words of a vector of pair sums: Q4_K/Q5_K's [4h | 4h + 2] and
+// [4h + 1 | 4h + 3], 16 words each, for h = 0, 1; Q6_K's 16 scales, 8 words
+// (16 values) each, 4 per vector, for the 4 vectors of a super-block.
+struct SpreadIdx {
+  alignas(64) int16_t k4[4][32];
+  alignas(64) int16_t k6[4][32];
+  SpreadIdx() {
+    for (int v = 0; v < 4; ++v)
+      for (int w = 0; w < 32; ++w) {
+        k4[v][w] = static_cast<int16_t>(4 * (v / 2) + v % 2 + (w >= 16 ? 2 : 0));
+        k6[v][w] = static_cast<int16_t>(4 * v + w / 8);
+      }
+  }
+};
+const SpreadIdx kIdx;
 
-// Q4_K and Q5_K: 144 / 176 bytes per super-block.
+// The sub-block scales (bytes 0-7) and mins (bytes 0-7) of a Q4_K/Q5_K
+// super-block from its 12 packed bytes k (scale_min_k4): j < 4: sc = k[j] & 63,
+// m = k[j + 4] & 63; j >= 4: sc = (k[j + 4] & 15) | (k[j - 4] >> 6) << 4,
+// m = (k[j + 4] >> 4) | (k[j] >> 6) << 4. In registers (bytes built in memory
+// and loaded back stalled store forwarding; scale_min_k4 called per
+// sub-block for the mins was 30 % of a one-thread Q4_K decode).
+TKV_KQ_ATTR inline void scales_mins_k4(const uint8_t* p, __m128i& sc8, __m128i& mn8) {
+  const __m128i k = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));  // 12 bytes used
+  const __m128i m63 = _mm_set1_epi8(63), m15 = _mm_set1_epi8(15), m3 = _mm_set1_epi8(3);
+  const __m128i k0_3 = _mm_shuffle_epi8(k, _mm_setr_epi8(0, 1, 2, 3, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+  const __m128i k4_7 = _mm_shuffle_epi8(k, _mm_setr_epi8(4, 5, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+  const __m128i hi0 = _mm_shuffle_epi8(k, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, -1, -1, -1, -1));
+  const __m128i hi4 = _mm_shuffle_epi8(k, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1));
+  const __m128i k8 = _mm_shuffle_epi8(k, _mm_setr_epi8(-1, -1, -1, -1, 8, 9, 10, 11, -1, -1, -1, -1, -1, -1, -1, -1));
+  // Shifts are per 16 bits; each byte is masked after its shift, and bytes
+  // 3 and 4 never share a word, so no bit crosses into a used byte.
+  sc8 = _mm_or_si128(_mm_or_si128(_mm_and_si128(k0_3, m63), _mm_and_si128(k8, m15)),
+                     _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hi0, 6), m3), 4));
+  mn8 = _mm_or_si128(_mm_or_si128(_mm_and_si128(k4_7, m63), _mm_and_si128(_mm_srli_epi16(k8, 4), m15)),
+                     _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hi4, 6), m3), 4));
+}
+
+// Q4_K and Q5_K: 144 / 176 bytes per super-block. Per 64 codes: vpmaddubsw
+// (unsigned codes <= 31 times activations |q| <= 127: pair sums <= 7874, no
+// saturation) then vpdpwssd with the sub-block scales spread to words, so
+// each dword lane gains sc * (4 products) exactly: 2 operations where
+// vpdpbusd + vpmulld + vpaddd took 4 uops. The mins: Σ_j m_j Σq_j by one
+// vpmaddwd per super-block, kept in 4 float lanes.
 template <bool kQ5>
 TKV_KQ_ATTR float row_q45k(const uint8_t* row, int64_t nb, const KActs& a) {
   constexpr int64_t kBytes = kQ5 ? 176 : 144;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i i0 = _mm512_load_si512(kIdx.k4[0]), i1 = _mm512_load_si512(kIdx.k4[1]);
+  const __m512i i2 = _mm512_load_si512(kIdx.k4[2]), i3 = _mm512_load_si512(kIdx.k4[3]);
   __m512 f = _mm512_setzero_ps();
-  float off = 0.0f;
+  __m128 off = _mm_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + b * kBytes;
     const uint8_t* qs = blk + (kQ5 ? 48 : 16);
-    // The 8 six-bit scales as bytes, unpacked in a register (bytes built in
-    // memory and loaded back stalled store forwarding: 27 against 42
-    // GFLOP/s), then spread to the lanes by shuffles; the mins stay scalar.
-    const __m128i k = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));  // 12 bytes used
-    const __m128i lo6 = _mm_and_si128(k, _mm_set1_epi8(63));                          // sc0..3 in bytes 0-3
-    const __m128i s47 = _mm_or_si128(
-        _mm_and_si128(_mm_shuffle_epi8(k, _mm_setr_epi8(-1, -1, -1, -1, 8, 9, 10, 11, -1, -1, -1, -1, -1, -1, -1, -1)),
-                      _mm_set1_epi8(0x0F)),
-        _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(_mm_shuffle_epi8(k, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1,
-                                                                                         -1, -1, -1, -1, -1, -1)),
-                                                    6),
-                                     _mm_set1_epi8(3)),
-                       4));  // sc4..7 in bytes 4-7
-    const __m128i sc8 = _mm_blend_epi16(lo6, s47, 0x0C);
-    int mn[8];
-    for (int j = 0; j < 8; ++j) {
-      int unused;
-      scale_min_k4(j, blk + 4, unused, mn[j]);
-    }
+    __m128i sc8, mn8;
+    scales_mins_k4(blk + 4, sc8, mn8);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sc8));  // words 0-7
+    const __m512i sidx[4] = {i0, i1, i2, i3};
     __m512i isum = _mm512_setzero_si512();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {  // sub-blocks 4h..4h+3: 64 bytes of nibbles
@@ -150,30 +197,40 @@ TKV_KQ_ATTR float row_q45k(const uint8_t* row, int64_t nb, const KActs& a) {
         hi = _mm512_or_si512(hi, _mm512_slli_epi16(bhi, 4));
       }
       const int8_t* xq = a.qp.data() + b * 256 + h * 128;
-      const __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xq));
-      const __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_loadu_si512(xq + 64));
-      const __m512i slo = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(sc8, _mm_load_si128(reinterpret_cast<const __m128i*>(kSpread[2 * h]))));
-      const __m512i shi = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(sc8, _mm_load_si128(reinterpret_cast<const __m128i*>(kSpread[2 * h + 1]))));
-      isum = _mm512_add_epi32(isum, _mm512_add_epi32(_mm512_mullo_epi32(dlo, slo), _mm512_mullo_epi32(dhi, shi)));
+      const __m512i plo = _mm512_maddubs_epi16(lo, _mm512_loadu_si512(xq));
+      const __m512i phi = _mm512_maddubs_epi16(hi, _mm512_loadu_si512(xq + 64));
+      isum = _mm512_dpwssd_epi32(isum, plo, _mm512_permutexvar_epi16(sidx[2 * h], sc16));
+      isum = _mm512_dpwssd_epi32(isum, phi, _mm512_permutexvar_epi16(sidx[2 * h + 1], sc16));
     }
-    int32_t msum = 0;
-    for (int j = 0; j < 8; ++j) msum += mn[j] * a.s32[b * 8 + j];
-    const float dx = a.d[b];
-    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(half_at(blk) * dx), f);
-    off = std::fma(static_cast<float>(msum), half_at(blk + 2) * dx, off);
+    // [d, dmin] * dx in lanes 0, 1 (vcvtph2ps: exact, as f16_to_f32).
+    uint32_t dd;
+    std::memcpy(&dd, blk, 4);
+    const __m128 sd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd))), _mm_set1_ps(a.d[b]));
+    const __m128i msum = _mm_madd_epi16(_mm_cvtepu8_epi16(mn8),
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.s32.data() + b * 8)));
+    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_broadcastss_ps(sd), f);
+    off = _mm_fmadd_ps(_mm_cvtepi32_ps(msum), _mm_shuffle_ps(sd, sd, 0x55), off);
   }
-  return _mm512_reduce_add_ps(f) - off;
+  const __m128 o2 = _mm_add_ps(off, _mm_movehl_ps(off, off));
+  return _mm512_reduce_add_ps(f) - _mm_cvtss_f32(_mm_add_ss(o2, _mm_movehdup_ps(o2)));
 }
 
 // Q6_K: 210 bytes per super-block; codes in natural order, 16 per scale.
+// vpmaddubsw on codes <= 63 (pair sums <= 16002) and vpdpwssd with the signed
+// scales; the codes' offset 32 as the integer 32 Σ_i sc_i Σq_i (one vpmaddwd
+// over the 16 scales), subtracted in the dword lanes: exact.
 TKV_KQ_ATTR float row_q6k(const uint8_t* row, int64_t nb, const KActs& a) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+  const __m512i i0 = _mm512_load_si512(kIdx.k6[0]), i1 = _mm512_load_si512(kIdx.k6[1]);
+  const __m512i i2 = _mm512_load_si512(kIdx.k6[2]), i3 = _mm512_load_si512(kIdx.k6[3]);
   __m512 f = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + b * 210;
-    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
-    const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
-    __m512i isum = _mm512_setzero_si512();
+    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+    const __m512i sc16 = _mm512_castsi256_si512(sc);
+    const __m512i sidx[4] = {i0, i1, i2, i3};
+    const __m256i osum = _mm256_madd_epi16(sc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s16.data() + b * 16)));
+    __m512i isum = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(osum, 5)));
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {  // 128 values: ql[64h..], qh[32h..], scales 8h..8h+7
       const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
@@ -185,18 +242,15 @@ TKV_KQ_ATTR float row_q6k(const uint8_t* row, int64_t nb, const KActs& a) {
       const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
                                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh2, 4), m3), 4));
       const int8_t* xq = a.q.data() + b * 256 + h * 128;
-      const __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, _mm512_loadu_si512(xq));
-      const __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q1, _mm512_loadu_si512(xq + 64));
-      // Lane l covers values 4l..4l+3: scale index l / 4 (+ 4 for the second vector).
-      const __m512i s0 = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc16, _mm_load_si128(reinterpret_cast<const __m128i*>(kSpread6[2 * h]))));
-      const __m512i s1 = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc16, _mm_load_si128(reinterpret_cast<const __m128i*>(kSpread6[2 * h + 1]))));
-      isum = _mm512_add_epi32(isum, _mm512_add_epi32(_mm512_mullo_epi32(d0, s0), _mm512_mullo_epi32(d1, s1)));
+      const __m512i p0 = _mm512_maddubs_epi16(q0, _mm512_loadu_si512(xq));
+      const __m512i p1 = _mm512_maddubs_epi16(q1, _mm512_loadu_si512(xq + 64));
+      isum = _mm512_dpwssd_epi32(isum, p0, _mm512_permutexvar_epi16(sidx[2 * h], sc16));
+      isum = _mm512_dpwssd_epi32(isum, p1, _mm512_permutexvar_epi16(sidx[2 * h + 1], sc16));
     }
-    int32_t osum = 0;  // the codes' offset 32, as an integer: Σ_i sc_i Σq_i
-    for (int i = 0; i < 16; ++i) osum += sc[i] * a.s16[b * 16 + i];
-    // isum - 32 osum in one lane keeps the step exact and the same for every row.
-    isum = _mm512_sub_epi32(isum, _mm512_maskz_set1_epi32(1, 32 * osum));
-    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(half_at(blk + 208) * a.d[b]), f);
+    uint16_t hd;
+    std::memcpy(&hd, blk + 208, 2);
+    const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(hd)));
+    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * a.d[b]), f);
   }
   return _mm512_reduce_add_ps(f);
 }
@@ -209,6 +263,60 @@ float decode_row(uint32_t type, const uint8_t* row, int64_t nb, const KActs& a) 
 #endif
 
 }  // namespace
+
+void decode_kquants_ref(const Matrix& w, const float* x, int n_tok, double* y, double* mag) {
+  const int64_t nb = w.cols / 256;
+  std::vector<int8_t> q(w.cols);
+  std::vector<float> dx(nb);
+  for (int t = 0; t < n_tok; ++t) {
+    for (int64_t b = 0; b < nb; ++b) quantize_block_q8(x + t * w.cols + b * 256, 256, &q[b * 256], &dx[b]);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      double f = 0, m = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = w.data + r * w.row_bytes + b * weight_block_bytes(w.type);
+        const int8_t* xq = &q[b * 256];
+        int64_t isum = 0, iabs = 0, msum = 0, mabs = 0;
+        double d = 0, dmin = 0;
+        if (w.type == kQ6K) {  // ql[128], qh[64], int8 scales[16] per 16 values, f16 d; code = 6 bits - 32
+          const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+          for (int c = 0; c < 256; ++c) {
+            const int n = c / 128, v = c % 128, l = v % 32, part = v / 32;  // part 0..3: ql nibble and qh bit pair
+            const uint8_t ql = blk[64 * n + l + (part & 1) * 32], qh = blk[128 + 32 * n + l];
+            const int u = ((part < 2 ? ql & 15 : ql >> 4) | (((qh >> (2 * part)) & 3) << 4)) - 32;
+            const int s = sc[c / 16];
+            isum += int64_t(s) * u * xq[c];
+            iabs += int64_t(std::abs(s)) * std::abs(u) * std::abs(xq[c]);
+          }
+          d = f16_to_f32(static_cast<uint16_t>(blk[208] | blk[209] << 8));
+        } else {  // Q4_K / Q5_K: f16 d, dmin, 12 bytes of 6-bit scales and mins, [Q5_K: qh[32]], qs[128]
+          const bool q5 = w.type == kQ5K;
+          const uint8_t* qs = blk + (q5 ? 48 : 16);
+          for (int j = 0; j < 8; ++j) {
+            int sc, mn;
+            scale_min_k4(j, blk + 4, sc, mn);
+            int32_t sq = 0;
+            for (int l = 0; l < 32; ++l) {
+              int u = (qs[(j / 2) * 32 + l] >> (4 * (j % 2))) & 15;
+              if (q5) u |= ((blk[16 + l] >> j) & 1) << 4;
+              const int xv = xq[j * 32 + l];
+              isum += int64_t(sc) * u * xv;
+              iabs += int64_t(sc) * u * std::abs(xv);
+              sq += xv;
+            }
+            msum += int64_t(mn) * sq;
+            mabs += int64_t(mn) * std::abs(sq);
+          }
+          d = f16_to_f32(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+          dmin = f16_to_f32(static_cast<uint16_t>(blk[2] | blk[3] << 8));
+        }
+        f += (double(isum) * d - double(msum) * dmin) * dx[b];
+        m += (double(iabs) * std::fabs(d) + double(mabs) * std::fabs(dmin)) * dx[b];
+      }
+      y[int64_t(t) * w.rows + r] = f;
+      if (mag) mag[int64_t(t) * w.rows + r] = m;
+    }
+  }
+}
 
 bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   if ((w.type != kQ4K && w.type != kQ5K && w.type != kQ6K) || w.cols % 256 != 0 || n_tok < 1 || !vnni_available())

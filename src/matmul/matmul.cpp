@@ -68,6 +68,45 @@ void RowDots(uint32_t type, const uint8_t* row, int64_t cols, const float* x, in
     out[0] = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
     return;
   }
+  if (n_tok == 1 && (type == 0 || type == 1 || type == 30)) {
+    // Decode of a float row: four independent accumulators (one chain of
+    // FMAs waits 4 cycles per vector: 16 F16 weights per 4 cycles is ~21 GB/s
+    // at 2.6 GHz, below one core's share of the memory bandwidth); the tail
+    // and the reduction in a fixed order, so a token's bits depend on nothing
+    // else (matmul_tokens runs this per token too).
+    auto load_w = [&](int64_t c) {
+      if (type == 0) return hn::LoadU(df, reinterpret_cast<const float*>(row) + c);
+      if (type == 1) {
+        const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+        return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + c));
+      }
+      const hn::Rebind<hwy::bfloat16_t, decltype(df)> db;
+      return hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(row) + c));
+    };
+    auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+    int64_t c = 0;
+    for (; c + 4 * N <= cols; c += 4 * N) {
+      a0 = hn::MulAdd(load_w(c), hn::LoadU(df, x + c), a0);
+      a1 = hn::MulAdd(load_w(c + N), hn::LoadU(df, x + c + N), a1);
+      a2 = hn::MulAdd(load_w(c + 2 * N), hn::LoadU(df, x + c + 2 * N), a2);
+      a3 = hn::MulAdd(load_w(c + 3 * N), hn::LoadU(df, x + c + 3 * N), a3);
+    }
+    for (; c + N <= cols; c += N) a0 = hn::MulAdd(load_w(c), hn::LoadU(df, x + c), a0);
+    float tail = 0.0f;
+    for (; c < cols; ++c) {
+      float wv;
+      if (type == 0) {
+        std::memcpy(&wv, row + 4 * c, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * c, 2);
+        wv = type == 1 ? f16_to_f32(h) : bf16_to_f32(h);
+      }
+      tail += wv * x[c];
+    }
+    out[0] = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)))) + tail;
+    return;
+  }
   for (int t0 = 0; t0 < n_tok; t0 += kT) {
     const int nt = std::min(kT, n_tok - t0);
     decltype(hn::Zero(df)) acc[kT];
@@ -232,18 +271,29 @@ void matmul_tokens(const Matrix& w, const float* x, int n_tok, float* y, int thr
     if (matmul_int8_decode_tokens(w, x, n_tok, y, threads)) return;
   // The int8 core gives each token the bits it gives that token alone.
   if (core == MatmulCore::kAuto && int8_for_decode(w.type) && matmul_int8(w, x, n_tok, y, threads)) return;
-  const bool q_1tok = w.type == 8 || w.type == 2;  // RowDots has a one-token path for these
-  if (core == MatmulCore::kAuto && !q_1tok) {
-    // One token takes kRows here, and RowDots keeps one accumulator per
-    // token in the same order whatever the group: per token the same bits.
-    return matmul_rows(w, x, n_tok, y, threads);
-  }
-  if (core == MatmulCore::kAuto) {  // Q8_0/Q4_0 without the int8 kernel: the one-token dot per token, row read once
-#pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
-    for (int64_t r = 0; r < w.rows; ++r)
-      for (int t = 0; t < n_tok; ++t)
-        HWY_DYNAMIC_DISPATCH(RowDots)(w.type, w.data + r * w.row_bytes, w.cols, x + t * w.cols, 1, w.cols,
-                                      y + t * w.rows + r, w.rows);
+  if (core == MatmulCore::kAuto) {
+    // One token takes kRows here (matmul_rows), whose RowDots has a one-token
+    // path (float rows: four accumulators; Q8_0/Q4_0 without the int8 kernel:
+    // one chain per half block), so each token takes that path alone while
+    // the row is read from memory once (other block types: expanded to
+    // floats once, as matmul_rows does): per token the same bits.
+    const bool direct = w.type == 0 || w.type == 1 || w.type == 30 || w.type == 8 || w.type == 2;
+#pragma omp parallel num_threads(threads) if (w.rows * w.cols > 65536)
+    {
+      std::vector<float> buf(direct ? 0 : w.cols);
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < w.rows; ++r) {
+        const uint8_t* row = w.data + r * w.row_bytes;
+        uint32_t type = w.type;
+        if (!direct) {
+          unpack_f32(w.type, row, 0, w.cols, buf.data());
+          row = reinterpret_cast<const uint8_t*>(buf.data());
+          type = 0;
+        }
+        for (int t = 0; t < n_tok; ++t)
+          HWY_DYNAMIC_DISPATCH(RowDots)(type, row, w.cols, x + t * w.cols, 1, w.cols, y + t * w.rows + r, w.rows);
+      }
+    }
     return;
   }
   // A core forced for comparison (TKV_MATMUL): token by token.

@@ -21,6 +21,7 @@
 
 #include "matmul/matmul_tiled.h"
 #include "util/fp16.h"
+#include "util/simd_targets.h"
 
 #if defined(__x86_64__) && !defined(TKV_NO_VNNI)
 #include <immintrin.h>
@@ -83,7 +84,7 @@ void tile_bf16_n(int nt, const uint16_t* panel, int64_t pairs, const uint16_t* x
 bool bf16_dot_available() {
 #ifdef TKV_X86_BF16
   // Follows simd_force_target, like the int8 kernels.
-  const int64_t t = hwy::SupportedTargets();
+  const int64_t t = simd_supported_targets();
   return (t & (HWY_AVX3 | HWY_AVX3_DL)) != 0 && __builtin_cpu_supports("avx512bf16");
 #else
   return false;

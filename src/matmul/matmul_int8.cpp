@@ -29,6 +29,7 @@
 #include "matmul/matmul_tiled.h"
 #include "gguf/weight_blocks.h"
 #include "util/fp16.h"
+#include "util/simd_targets.h"
 
 #if defined(__x86_64__) && !defined(TKV_NO_VNNI)
 // GCC 12's avx512fintrin.h starts _mm512_cvtepi32_ps from `__m512 __Y = __Y;`
@@ -55,7 +56,7 @@ enum class Int8Kernel { kNone, kAvx2, kVnni };
 // target with its instructions, so tests reach both on one machine.
 Int8Kernel int8_kernel() {
 #ifdef TKV_X86_INT8
-  const int64_t t = hwy::SupportedTargets();
+  const int64_t t = simd_supported_targets();
   if ((t & (HWY_AVX3 | HWY_AVX3_DL)) != 0 && __builtin_cpu_supports("avx512vnni")) return Int8Kernel::kVnni;
   if ((t & (HWY_AVX2 | HWY_AVX3 | HWY_AVX3_DL)) != 0 && __builtin_cpu_supports("avx2") &&
       __builtin_cpu_supports("fma"))

@@ -10,6 +10,7 @@
 
 #include "gguf/weight_blocks.h"
 #include "util/fp16.h"
+#include "util/simd_targets.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "matmul/matmul_tiled.cpp"
@@ -358,20 +359,35 @@ GroupActs group_acts(const DecodeActs* const* a, int nt, int64_t nb) {
 constexpr int64_t kQ4Block = 18;  // f16 scale + 16 bytes of nibbles
 
 // One block pair of a Q4_0 row as the kernel's 64 unsigned codes (lane order
-// of DecodeActs) and the two weight scales spread to match.
+// of DecodeActs) and the two weight scales spread to match: the pair's 36
+// bytes as two 32-byte loads (words 0-15 and 2-17; a masked 36-byte load ran
+// the one-thread Q4_0 decode 2x slower on this AMD EPYC), then words moved by
+// vpermt2w / vpermw: the nibble bytes of both blocks ([qa | qb | qa | qb],
+// the high half shifted by 4) and the scales ([ha x 4 | hb x 4] twice,
+// converted by vcvtph2ps), where 16-byte loads, inserts, scalar scale loads
+// and broadcasts took twice the uops.
+struct PairIdx {
+  alignas(64) int16_t codes[32];
+  alignas(64) int16_t scales[32];
+  alignas(64) int16_t shift[32];
+  PairIdx() {
+    for (int k = 0; k < 32; ++k) {
+      const int i = k % 16;  // word i of [qa | qb]: qa = words 1..8 of the pair, qb = words 10..17
+      const int word = i < 8 ? 1 + i : 10 + (i - 8);
+      codes[k] = static_cast<int16_t>(word < 16 ? word : 32 + word - 2);  // words 16, 17: the second load's 14, 15
+      scales[k] = static_cast<int16_t>((k / 4) % 2 == 0 ? 0 : 9);  // lanes 0-3, 8-11: ha (word 0); 4-7, 12-15: hb (word 9)
+      shift[k] = static_cast<int16_t>(k < 16 ? 0 : 4);
+    }
+  }
+};
+const PairIdx kPairIdx;
+
 TKV_VNNI_ATTR inline void unpack_pair(const uint8_t* pa, __m512i& w, __m512& hs) {
-  const uint8_t* pb = pa + kQ4Block;
-  uint16_t ha, hb;
-  std::memcpy(&ha, pa, 2);
-  std::memcpy(&hb, pb, 2);
-  const __m256i t = _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pa + 2))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 2)), 1);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(t, m4)),
-                         _mm256_and_si256(_mm256_srli_epi16(t, 4), m4), 1);
-  hs = _mm512_cvtph_ps(_mm256_broadcastsi128_si256(
-      _mm_unpacklo_epi64(_mm_set1_epi16(static_cast<short>(ha)), _mm_set1_epi16(static_cast<short>(hb)))));
+  const __m512i a = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa)));
+  const __m512i b = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 4)));
+  const __m512i t = _mm512_permutex2var_epi16(a, _mm512_load_si512(kPairIdx.codes), b);
+  w = _mm512_and_si512(_mm512_srlv_epi16(t, _mm512_load_si512(kPairIdx.shift)), _mm512_set1_epi8(0x0F));
+  hs = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(kPairIdx.scales), a)));
 }
 
 // NR rows x NT tokens: qp_all, sc_all are the tokens' activations
@@ -446,7 +462,7 @@ bool vnni_available() {
 #ifdef TKV_VNNI
   // Follows simd_force_target: the kernels are AVX-512, so they run only while
   // dispatch may pick an AVX-512 target.
-  const int64_t t = hwy::SupportedTargets();
+  const int64_t t = simd_supported_targets();
   return (t & (HWY_AVX3 | HWY_AVX3_DL)) != 0 && __builtin_cpu_supports("avx512vnni");
 #else
   return false;

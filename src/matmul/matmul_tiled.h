@@ -44,6 +44,14 @@ bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads);
 // float step per super-block; each token's bits its own alone. False for
 // other types or without AVX512-VNNI.
 bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+// Its scalar specification, in float64 (cols a multiple of 256): per row,
+// token and super-block b the exact integers I_b = Σ_j sc_j Σ_{c in j} u_c q_c
+// (Q6_K: u_c - 32, signed scales) and M_b = Σ_j m_j Σ_{c in j} q_c (Q4_K/Q5_K
+// mins), y = Σ_b (I_b d_b - M_b dmin_b) dx_b with the activations quantized
+// per 256 by quantize_block_q8; mag (optional) = Σ_b (Σ|sc u q| |d_b| +
+// Σ_j m_j |Σq| |dmin_b|) dx_b, the size of what the kernel adds in f32, whose
+// rounding alone separates the two: |y_kernel - y| <= (2 nb + 16) 2^-24 mag.
+void decode_kquants_ref(const Matrix& w, const float* x, int n_tok, double* y, double* mag);
 // Q8_0 decode with rows in lanes (decode_q8_rows.cpp) for one token or a
 // group: 16 rows per vector, each block's int32 dots completed before one
 // scale step, so scales cost 3 operations per 512 weights per token; every

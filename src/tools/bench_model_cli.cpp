@@ -96,6 +96,11 @@ void register_bench_model(CLI::App& app) {
     std::printf("model %s: %.1f MiB of weights read per token (%s), %d layers, %d threads\n", path.c_str(), bytes / 1048576.0,
                 type.c_str(), c.n_layer, o->threads);
     std::printf("bandwidth: copy %.1f GB/s (read+write traffic), read-only %.1f GB/s\n", bw.copy_gbs, bw.read_gbs);
+    // The ceiling of decode at depth 0: the weights streamed once per token at
+    // the read-only (summing) bandwidth, which a weight-streaming kernel can
+    // reach and a copy's read+write figure can understate or overstate.
+    std::printf("decode ceiling: %.1f tokens/s at the read-only bandwidth (%.1f at copy)\n", bw.read_gbs * 1e9 / bytes,
+                bw.copy_gbs * 1e9 / bytes);
     std::printf("prefill pp%d: %.1f tokens/s\n", o->n_prompt, o->n_prompt / t_prompt);
     std::printf("decode tg%d: %.2f tokens/s (mean), best step %.1f ms -> %.1f GB/s of weights, %.0f%% of copy, %.0f%% of read-only\n",
                 o->n_gen, 1.0 / mean, best * 1e3, bytes / best / 1e9, 100.0 * bytes / best / 1e9 / bw.copy_gbs,

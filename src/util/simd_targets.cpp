@@ -1,9 +1,24 @@
 #include "util/simd_targets.h"
 
+#include <atomic>
+
 #include <hwy/highway.h>
 #include <hwy/targets.h>
 
 namespace tkv {
+
+namespace {
+std::atomic<int64_t> g_supported{0};  // 0: not known (Highway always reports at least one target)
+}  // namespace
+
+int64_t simd_supported_targets() {
+  int64_t t = g_supported.load(std::memory_order_relaxed);
+  if (t == 0) {
+    t = hwy::SupportedTargets();
+    g_supported.store(t, std::memory_order_relaxed);
+  }
+  return t;
+}
 
 std::vector<SimdTarget> simd_targets() {
   std::vector<SimdTarget> out;
@@ -25,6 +40,7 @@ void simd_force_target(int64_t bit) {
     hwy::SetSupportedTargetsForTest(bit);
   }
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  g_supported.store(hwy::SupportedTargets(), std::memory_order_relaxed);
 }
 
 }  // namespace tkv

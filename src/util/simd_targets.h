@@ -18,5 +18,10 @@ std::vector<SimdTarget> simd_targets();
 std::string simd_current_target();
 // Restrict dispatch to one target (0 = undo and use the best one).
 void simd_force_target(int64_t bit);
+// hwy::SupportedTargets(), remembered until the next simd_force_target:
+// Highway 1.0.3 runs CPUID on every call, and CPUID traps to the hypervisor
+// in a VM (perf: 3.5 % of a one-thread Q4_K decode, ~20 us a call, from the
+// kernels' availability checks once per matrix product).
+int64_t simd_supported_targets();
 
 }  // namespace tkv

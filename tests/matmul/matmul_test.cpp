@@ -289,6 +289,49 @@ TEST(Matmul, Int8DecodeWithinTheActivationQuantizationBound) {
   }
 }
 
+// The K-quant decode kernels (decode_kquants: Q4_K, Q5_K, Q6_K) against
+// their scalar specification decode_kquants_ref (float64 from the same exact
+// integers), which they may differ from by their f32 rounding only: (2 nb +
+// 16) 2^-24 of the magnitude the ref reports. Rows odd and around the thread
+// split, 1..22 super-blocks, one token and a group; then the packed scale and
+// min bytes, Q5_K's high bits and Q6_K's signed scales randomized over their
+// whole ranges (every 6-bit scale and min, Q6_K's -128). The ref itself is
+// within the activation-quantization bound of the float64 product.
+TEST(Matmul, KQuantDecodeMatchesItsScalarSpecWithinF32Rounding) {
+  if (!vnni_available()) GTEST_SKIP() << "no AVX512-VNNI on this CPU: decode keeps the row core";
+  uint64_t seed = 1300;
+  for (const auto& t : kTypes) {
+    if (t.id != 12 && t.id != 13 && t.id != 14) continue;
+    const int bb = weight_block_bytes(t.id);
+    for (int64_t rows : {1, 3, 17, 64})
+      for (int64_t cols : {256, 768, 2048, 5632})
+        for (int n_tok : {1, 3}) {
+          TestMatrix tm = make_matrix(t, rows, cols, seed++);
+          const auto x = make_acts(n_tok, cols, seed++);
+          const size_t n = static_cast<size_t>(n_tok * rows);
+          std::vector<double> ref(n), mag(n);
+          decode_kquants_ref(tm.m, x.data(), n_tok, ref.data(), mag.data());
+          const std::vector<float> ref_f(ref.begin(), ref.end());
+          EXPECT_LE(worst_ratio(tm, x, n_tok, ref_f, true, false, 256), 1.0) << t.name << " " << rows << "x" << cols;
+          Rng rng(seed++);
+          for (size_t i = 0; i < tm.bytes.size(); ++i) {
+            const int o = static_cast<int>(i % bb);  // rows are whole super-blocks
+            const bool packed = t.id == 14 ? o >= 192 && o < 208 : o >= 4 && o < 16;
+            const bool high = t.id == 13 && o >= 16 && o < 48;
+            if ((packed || high) && rng.below(2) == 0) tm.bytes[i] = static_cast<uint8_t>(rng.below(256));
+          }
+          decode_kquants_ref(tm.m, x.data(), n_tok, ref.data(), mag.data());
+          std::vector<float> y(n, -1.0f);
+          ASSERT_TRUE(decode_kquants(tm.m, x.data(), n_tok, y.data(), 2)) << t.name;
+          const double tol = (2.0 * (cols / 256) + 16) * std::ldexp(1.0, -24);
+          for (size_t i = 0; i < n; ++i)
+            ASSERT_LE(std::fabs(double(y[i]) - ref[i]), tol * mag[i] + 1e-30)
+                << t.name << " " << rows << "x" << cols << " tokens " << n_tok << " output " << i << ": " << y[i]
+                << " against " << ref[i];
+        }
+  }
+}
+
 // The Q8_0 decode kernel (rows in lanes) against its scalar specification,
 // bit for bit: row counts around the 16 lanes, block counts odd and even,
 // groups of 1..8 tokens and more than one group; codes over the full int8
