@@ -106,10 +106,13 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
       vocab.types.push_back(ty && ty->raw && ty->count == t->count ? static_cast<int32_t>(ty->inum(i)) : 1);
     }
     tok_model = vocab_file->get_string_or("tokenizer.ggml.model", "llama");
-    // A byte-level BPE vocabulary needs its merges and pre-tokenizer name too.
-    if (const gguf::Value* m = vocab_file->find("tokenizer.ggml.merges"); m && m->elem == gguf::Type::kString)
-      for (auto s : m->strings) merges.emplace_back(s);
-    pre = vocab_file->get_string_or("tokenizer.ggml.pre", "");
+    // A byte-level BPE vocabulary needs its merges and pre-tokenizer name too
+    // (a SentencePiece one's files stay as they were: no pre-tokenizer key).
+    if (tok_model == "gpt2") {
+      if (const gguf::Value* m = vocab_file->find("tokenizer.ggml.merges"); m && m->elem == gguf::Type::kString)
+        for (auto s : m->strings) merges.emplace_back(s);
+      pre = vocab_file->get_string_or("tokenizer.ggml.pre", "");
+    }
     for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", &bos}, std::pair{"tokenizer.ggml.eos_token_id", &eos},
                            std::pair{"tokenizer.ggml.unknown_token_id", &unk}})
       if (vocab_file->find(key))
