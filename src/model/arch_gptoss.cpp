@@ -7,8 +7,8 @@
 // each expert's three products, llama.cpp's SOFTMAX_WEIGHT gating (the top k
 // by router logit, weights a softmax over those k) and its clamped SwiGLU
 // (alpha 1.702, limit 7, both fixed in llama.cpp, not keys). Experts are
-// MXFP4 in the released files. Not here yet: the o200k-harmony tokenizer's
-// checks and the harmony chat template.
+// MXFP4 in the released files. The harmony chat template is the server's
+// (text/chat_template.h).
 #include <cmath>
 #include <tuple>
 

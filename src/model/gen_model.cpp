@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "model/arch.h"
@@ -84,9 +85,16 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
                 (o.arch == "qwen35moe" && shared_ffn % blk)))
     return Status::Error("gen-model: " + o.type + " needs dim, ffn, heads*head_dim (and the DeltaNet value dims) to be "
                          "multiples of " + std::to_string(blk));
+  if (o.harmony_vocab && (!gptoss || !vocab_file))
+    return Status::Error("gen-model: --harmony-vocab is for --arch gpt-oss with --vocab-from a byte-level BPE (gpt2) "
+                         "vocabulary");
   Vocab vocab;
   gguf::Writer w;
-  std::string tok_model = "llama";
+  std::string tok_model = "llama", pre;
+  std::vector<std::string> merges;
+  uint32_t bos = 1, eos = 2, unk = 0;
+  bool add_bos = true;
+  std::string chat_template;
   if (vocab_file) {
     const gguf::Value* t = vocab_file->find("tokenizer.ggml.tokens");
     if (!t || t->elem != gguf::Type::kString) return Status::Error(vocab_file->path() + ": no tokenizer.ggml.tokens");
@@ -98,8 +106,57 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
       vocab.types.push_back(ty && ty->raw && ty->count == t->count ? static_cast<int32_t>(ty->inum(i)) : 1);
     }
     tok_model = vocab_file->get_string_or("tokenizer.ggml.model", "llama");
+    // A byte-level BPE vocabulary needs its merges and pre-tokenizer name too
+    // (a SentencePiece one's files stay as they were: no pre-tokenizer key).
+    if (tok_model == "gpt2") {
+      if (const gguf::Value* m = vocab_file->find("tokenizer.ggml.merges"); m && m->elem == gguf::Type::kString)
+        for (auto s : m->strings) merges.emplace_back(s);
+      pre = vocab_file->get_string_or("tokenizer.ggml.pre", "");
+    }
+    for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", &bos}, std::pair{"tokenizer.ggml.eos_token_id", &eos},
+                           std::pair{"tokenizer.ggml.unknown_token_id", &unk}})
+      if (vocab_file->find(key))
+        if (auto u = vocab_file->get_uint(key); u) *id = static_cast<uint32_t>(*u);
+    if (const gguf::Value* b = vocab_file->find("tokenizer.ggml.add_bos_token")) add_bos = b->u != 0;
   } else {
     vocab = synthetic_vocab(std::max(o.vocab, 300));
+  }
+  if (o.harmony_vocab) {
+    if (tok_model != "gpt2" || merges.empty())
+      return Status::Error("gen-model: --harmony-vocab needs --vocab-from a byte-level BPE (gpt2) vocabulary with "
+                           "merges; " + vocab_file->path() + " has tokenizer.ggml.model '" + tok_model + "'");
+    // gpt-oss's o200k_harmony conventions (its special tokens, the gpt-4o
+    // pre-tokenizer, BOS <|startoftext|>, EOS <|return|>, no automatic BOS)
+    // on a smaller byte-level vocabulary: the specials are appended as control
+    // tokens unless the vocabulary has them already.
+    auto find_or_add = [&](const std::string& text) {
+      for (size_t i = 0; i < vocab.tokens.size(); ++i)
+        if (vocab.tokens[i] == text) {
+          vocab.types[i] = 3;
+          return static_cast<uint32_t>(i);
+        }
+      vocab.tokens.push_back(text);
+      vocab.scores.push_back(0.0f);
+      vocab.types.push_back(3);  // control
+      return static_cast<uint32_t>(vocab.tokens.size() - 1);
+    };
+    bos = find_or_add("<|startoftext|>");
+    find_or_add("<|endoftext|>");
+    eos = find_or_add("<|return|>");
+    for (const char* t : {"<|constrain|>", "<|channel|>", "<|start|>", "<|end|>", "<|message|>", "<|call|>",
+                          "<|endofprompt|>"})
+      find_or_add(t);
+    unk = bos;
+    add_bos = false;
+    pre = "gpt-4o";
+    // Our own short template with harmony's markers (a system message becomes
+    // the developer's instructions, earlier assistant turns their final
+    // channel), enough for an engine to recognise the format.
+    chat_template =
+        "{%- for m in messages -%}{%- if m.role == 'user' -%}<|start|>user<|message|>{{ m.content }}<|end|>"
+        "{%- elif m.role == 'assistant' -%}<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>"
+        "{%- elif loop.first -%}<|start|>developer<|message|># Instructions\n\n{{ m.content }}\n\n<|end|>"
+        "{%- endif -%}{%- endfor -%}{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}";
   }
   const int V = static_cast<int>(vocab.tokens.size());
   const std::string a = o.arch;
@@ -159,10 +216,13 @@ Status generate_model(const GenModelOptions& o, const gguf::File* vocab_file, co
   w.add_string_array("tokenizer.ggml.tokens", vocab.tokens);
   w.add_f32_array("tokenizer.ggml.scores", vocab.scores);
   w.add_i32_array("tokenizer.ggml.token_type", vocab.types);
-  w.add_u32("tokenizer.ggml.bos_token_id", 1);
-  w.add_u32("tokenizer.ggml.eos_token_id", 2);
-  w.add_u32("tokenizer.ggml.unknown_token_id", 0);
-  w.add_bool("tokenizer.ggml.add_bos_token", true);
+  if (!merges.empty()) w.add_string_array("tokenizer.ggml.merges", merges);
+  if (!pre.empty()) w.add_string("tokenizer.ggml.pre", pre);
+  w.add_u32("tokenizer.ggml.bos_token_id", bos);
+  w.add_u32("tokenizer.ggml.eos_token_id", eos);
+  w.add_u32("tokenizer.ggml.unknown_token_id", unk);
+  w.add_bool("tokenizer.ggml.add_bos_token", add_bos);
+  if (!chat_template.empty()) w.add_string("tokenizer.chat_template", chat_template);
 
   Rng rng(o.seed);
   // Large models draw from a pool of Gaussians at random offsets (a 1 GB model

@@ -38,6 +38,10 @@ struct GenModelOptions {
   int window = 16, swa_period = 6;  // gemma3: sliding window, every period-th layer global
   // qwen35: Gated DeltaNet key heads, value heads, head dim (state size), conv
   // width; one layer in full_attn_interval has full attention.
+  // gpt-oss: give the copied byte-level BPE vocabulary o200k_harmony's special
+  // tokens and conventions (pre-tokenizer gpt-4o, BOS/EOS, a chat template
+  // with harmony's markers).
+  bool harmony_vocab = false;
   int ssm_groups = 2, ssm_v_heads = 4, ssm_state = 16, ssm_conv = 4, full_attn_interval = 4;
 };
 

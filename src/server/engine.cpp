@@ -301,6 +301,7 @@ bool Engine::admit_locked(const std::shared_ptr<Task>& t) {
   slot->tokens = r.prompt;
   slot->sampler = std::make_unique<Sampler>(r.sampling);
   slot->stream = std::make_unique<TextStream>(r.stop);
+  slot->harmony = r.harmony ? std::make_unique<HarmonyFilter>(r.harmony_ids) : nullptr;
   slot->prompt_done = shared;
   slot->generated = 0;
   slot->reserve_tokens = want;
@@ -342,6 +343,7 @@ void Engine::finish(Slot& s, const std::string& reason, const std::string& error
   s.task.reset();
   s.sampler.reset();
   s.stream.reset();
+  s.harmony.reset();
 }
 
 void Engine::emit(Slot& s, int32_t token) {
@@ -350,7 +352,9 @@ void Engine::emit(Slot& s, int32_t token) {
   ++s.generated;
   ++m_.generated;
   const Tokenizer& tok = model_.tokenizer();
-  const std::string text = s.stream->push(tok.is_control(token) ? std::string() : tok.piece(token));
+  std::string piece = tok.is_control(token) ? std::string() : tok.piece(token);
+  if (s.harmony) piece = s.harmony->push(token, piece);
+  const std::string text = s.stream->push(piece);
   if (!text.empty()) {
     {
       std::lock_guard<std::mutex> g(s.task->mu);

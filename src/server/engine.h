@@ -32,6 +32,7 @@
 #include "kvstore/kv_store.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "text/chat_template.h"
 #include "text/text_stream.h"
 #include "util/status.h"
 
@@ -60,6 +61,10 @@ struct GenRequest {
   int max_tokens = -1;  // -1: until the context is full
   std::vector<std::string> stop;
   std::vector<int32_t> end_tokens;  // end of generation (EOS, end of turn): not part of the text
+  // Harmony (gpt-oss) replies: only the final channel's text reaches the
+  // client (HarmonyFilter, before stop strings are looked for).
+  bool harmony = false;
+  HarmonyFilter::Ids harmony_ids;
   int slot = -1;                    // a slot asked for (-1: any)
 };
 
@@ -155,6 +160,7 @@ class Engine {
     std::vector<int32_t> tokens;     // tokens in the cache, then the next token to feed
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<TextStream> stream;
+    std::unique_ptr<HarmonyFilter> harmony;  // harmony requests
     int prompt_done = 0;             // prompt tokens in the cache
     int generated = 0;
     int reserve_tokens = 0;

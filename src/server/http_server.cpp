@@ -684,7 +684,8 @@ void HttpServer::routes() {
       };
       GenRequest g;
       if (chat) {
-        if (Status v = validate_chat(cr.messages); !v.ok()) return send_error(res, 400, v.message(), "messages");
+        if (Status v = validate_chat(opt_.chat_template, cr.messages); !v.ok())
+          return send_error(res, 400, v.message(), "messages");
         const std::string bos = tok.bos() >= 0 ? tok.piece(tok.bos()) : "", eos = tok.eos() >= 0 ? tok.piece(tok.eos()) : "";
         size_t bytes = 0;
         for (const ChatMessage& m : cr.messages) bytes += m.content.size();
@@ -696,6 +697,15 @@ void HttpServer::routes() {
         for (const std::string& t : end_of_turn_texts(opt_.chat_template)) {
           const auto ids = tok.encode(t, false, true);
           if (ids.size() == 1 && tok.is_control(ids[0])) g.end_tokens.push_back(ids[0]);
+        }
+        if (opt_.chat_template.format == ChatFormat::kHarmony) {
+          g.harmony = true;
+          auto id = [&](const char* text) {
+            const auto ids = tok.encode(text, false, true);
+            return ids.size() == 1 ? ids[0] : -1;
+          };
+          g.harmony_ids = {id("<|start|>"), id("<|end|>"), id("<|message|>"), id("<|channel|>"),
+                           id("<|return|>"), id("<|call|>"), id("<|constrain|>")};
         }
       } else if (cr.prompt_is_tokens) {
         g.prompt = std::move(cr.prompt_tokens);

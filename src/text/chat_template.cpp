@@ -1,5 +1,6 @@
 #include "text/chat_template.h"
 
+#include <ctime>
 #include <string_view>
 
 namespace tkv::server {
@@ -12,13 +13,13 @@ struct Family {
 constexpr Family kFamilies[] = {
     {ChatFormat::kChatML, "chatml"}, {ChatFormat::kLlama3, "llama3"}, {ChatFormat::kLlama2, "llama2"},
     {ChatFormat::kMistral, "mistral"}, {ChatFormat::kGemma, "gemma"}, {ChatFormat::kPhi3, "phi3"},
-    {ChatFormat::kZephyr, "zephyr"},
+    {ChatFormat::kZephyr, "zephyr"}, {ChatFormat::kHarmony, "harmony"},
 };
 
 ChatTemplate make(ChatFormat f) {
   for (const auto& fam : kFamilies)
-    if (fam.format == f) return ChatTemplate{f, fam.name, false, ""};
-  return ChatTemplate{ChatFormat::kChatML, "chatml", false, ""};
+    if (fam.format == f) return ChatTemplate{f, fam.name, false, "", ""};
+  return ChatTemplate{ChatFormat::kChatML, "chatml", false, "", ""};
 }
 
 bool has(const std::string& s, std::string_view needle) { return s.find(needle) != std::string::npos; }
@@ -108,7 +109,92 @@ std::string render_gemma(const std::vector<ChatMessage>& msgs, const std::string
   return out;
 }
 
+// gpt-oss's harmony format, as OpenAI's gpt-oss chat template renders a
+// conversation without tools (see render_chat in the header).
+std::string render_harmony(const ChatTemplate& t, const std::vector<ChatMessage>& msgs, bool add_gen) {
+  std::string date = t.date;
+  if (date.empty()) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    char buf[16];
+    std::strftime(buf, sizeof(buf), "%Y-%m-%d", &tm);
+    date = buf;
+  }
+  std::string out =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\nCurrent date: " + date +
+      "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every "
+      "message.<|end|>";
+  size_t first = 0;
+  if (!msgs.empty() && (msgs[0].role == "system" || msgs[0].role == "developer")) {
+    if (!msgs[0].content.empty())
+      out += "<|start|>developer<|message|># Instructions\n\n" + msgs[0].content + "\n\n<|end|>";
+    first = 1;
+  }
+  for (size_t i = first; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (m.role == "user") {
+      out += "<|start|>user<|message|>" + m.content + "<|end|>";
+    } else if (m.role == "assistant") {
+      const bool last = i + 1 == msgs.size() && !add_gen;
+      out += "<|start|>assistant<|channel|>final<|message|>" + m.content + (last ? "<|return|>" : "<|end|>");
+    }
+  }
+  if (add_gen) out += "<|start|>assistant";
+  return out;
+}
+
 }  // namespace
+
+std::string harmony_channel(const std::string& after_channel) {
+  const size_t b = after_channel.find_first_not_of(" \t\n");
+  if (b == std::string::npos) return "";
+  const size_t e = after_channel.find_first_of(" \t\n<", b);
+  return after_channel.substr(b, e == std::string::npos ? std::string::npos : e - b);
+}
+
+std::string HarmonyFilter::push(int32_t token, const std::string& text) {
+  if (token == ids_.channel) {  // a header names its channel next (also one that skipped <|end|>)
+    state_ = State::kHeader;
+    header_.clear();
+    have_channel_ = true;
+    final_ = false;
+    return "";
+  }
+  if (token == ids_.message) {
+    if (state_ == State::kHeader || state_ == State::kFirst) {
+      // No channel named: the message is shown (a model that drops the
+      // channel still answers).
+      final_ = !have_channel_ || harmony_channel(header_) == "final";
+      state_ = State::kContent;
+    }
+    return "";
+  }
+  if (token == ids_.end) {
+    state_ = State::kBetween;
+    final_ = false;
+    return "";
+  }
+  if (token == ids_.start) {  // the role ("assistant") and a header follow
+    state_ = State::kHeader;
+    header_.clear();
+    have_channel_ = false;
+    final_ = false;
+    return "";
+  }
+  if (token == ids_.constrain || token == ids_.ret || token == ids_.call) return "";
+  switch (state_) {
+    case State::kFirst:  // text where a header belongs: not harmony; shown
+      state_ = State::kContent;
+      final_ = true;
+      return text;
+    case State::kHeader: header_ += text; return "";
+    case State::kContent: return final_ ? text : "";
+    case State::kBetween: return "";
+  }
+  return "";
+}
 
 const std::vector<std::string>& chat_template_names() {
   static const std::vector<std::string> names = [] {
@@ -127,9 +213,12 @@ Expected<ChatTemplate> chat_template_named(const std::string& name) {
   return Status::Error("unknown chat template '" + name + "' (known: " + known + ")");
 }
 
-ChatTemplate detect_chat_template(const std::string& jinja) {
+ChatTemplate detect_chat_template(const std::string& jinja, const std::string& architecture) {
   // Order matters: Phi-3's template also mentions eos_token, so <|end|> is
-  // checked before Zephyr's </s>/eos_token; [INST] splits on <<SYS>>.
+  // checked before Zephyr's </s>/eos_token; [INST] splits on <<SYS>>;
+  // harmony's <|start|> and <|channel|> (llama.cpp's test) before Phi-3's <|end|>.
+  if (has(jinja, "<|start|>") && has(jinja, "<|channel|>")) return make(ChatFormat::kHarmony);
+  if (jinja.empty() && architecture == "gpt-oss") return make(ChatFormat::kHarmony);
   if (has(jinja, "<|im_start|>")) return make(ChatFormat::kChatML);
   if (has(jinja, "<|start_header_id|>")) return make(ChatFormat::kLlama3);
   if (has(jinja, "[INST]")) return make(has(jinja, "<<SYS>>") ? ChatFormat::kLlama2 : ChatFormat::kMistral);
@@ -145,11 +234,14 @@ ChatTemplate detect_chat_template(const std::string& jinja) {
   return t;
 }
 
-Status validate_chat(const std::vector<ChatMessage>& msgs) {
+Status validate_chat(const std::vector<ChatMessage>& msgs) { return validate_chat(ChatTemplate{}, msgs); }
+
+Status validate_chat(const ChatTemplate& t, const std::vector<ChatMessage>& msgs) {
   if (msgs.empty()) return Status::Error("'messages' must be a non-empty array");
   for (size_t i = 0; i < msgs.size(); ++i) {
     const std::string& r = msgs[i].role;
     if (r == "system" || r == "user" || r == "assistant") continue;
+    if (r == "developer" && i == 0 && t.format == ChatFormat::kHarmony) continue;
     const std::string field = "'messages[" + std::to_string(i) + "].role'";
     if (r == "tool" || r == "function" || r == "developer")
       return Status::Error(field + " '" + r + "' is not supported (use system, user or assistant)");
@@ -177,6 +269,7 @@ std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& m
     }
     case ChatFormat::kZephyr:
       return render_tagged(msgs, "<|", "|>\n", eos_text + "\n", false, "<|assistant|>\n", add_generation_prompt);
+    case ChatFormat::kHarmony: return render_harmony(t, msgs, add_generation_prompt);
   }
   return {};
 }
@@ -192,6 +285,7 @@ std::vector<std::string> end_of_turn_texts(const ChatTemplate& t) {
     case ChatFormat::kLlama3: return {"<|eot_id|>"};
     case ChatFormat::kGemma: return {"<end_of_turn>"};
     case ChatFormat::kPhi3: return {"<|end|>"};
+    case ChatFormat::kHarmony: return {"<|return|>", "<|call|>"};
     case ChatFormat::kLlama2:
     case ChatFormat::kMistral:
     case ChatFormat::kZephyr: return {"</s>"};

@@ -41,6 +41,8 @@ void register_gen_model(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "trained context to record")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--type", o->type, "weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4");
   cmd->add_option("--vocab-from", *vocab, "copy the tokenizer of this GGUF file");
+  cmd->add_flag("--harmony-vocab", o->harmony_vocab,
+               "gpt-oss: add o200k_harmony's special tokens and conventions to the --vocab-from BPE vocabulary");
   cmd->add_option("--vocab", o->vocab, "synthetic vocabulary size when no --vocab-from");
   cmd->add_option("--seed", o->seed, "random seed");
   cmd->add_option("--rope-orig-ctx", o->rope_orig_ctx,

@@ -98,7 +98,7 @@ void register_serve(CLI::App& app) {
                   "open connections from one client address (default 128); more get 503")->check(CLI::Range(1, 100000));
   cmd->add_option("--http-threads", o->workers, "request handler threads (default 0: slots + queue + 8)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--chat-template", o->chat_template, "chatml, llama3, llama2, mistral, gemma, phi3 or zephyr (default: from the model)");
+  cmd->add_option("--chat-template", o->chat_template, "chatml, llama3, llama2, mistral, gemma, phi3, zephyr or harmony (default: from the model)");
   cmd->add_option("--slot-save-path", o->slot_path, "directory for POST /slots/ID?action=save|restore");
   cmd->add_option("-a,--alias", o->alias, "model name reported by /v1/models");
   cmd->add_option("--kv-store", o->kv_store,
@@ -194,7 +194,18 @@ void register_serve(CLI::App& app) {
       if (!t) fail("--chat-template: " + t.error());
       ho.chat_template = *t;
     } else {
-      ho.chat_template = server::detect_chat_template(model.file().get_string_or("tokenizer.chat_template", ""));
+      ho.chat_template = server::detect_chat_template(model.file().get_string_or("tokenizer.chat_template", ""),
+                                                      model.file().get_string_or("general.architecture", ""));
+    }
+    if (ho.chat_template.format == server::ChatFormat::kHarmony) {
+      // Harmony's markers must be single control tokens, or the prompt and
+      // the final-channel filter would be plain text.
+      for (const char* t : {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>"}) {
+        const auto ids = model.tokenizer().encode(t, false, true);
+        if (ids.size() != 1 || !model.tokenizer().is_control(ids[0]))
+          fail(std::string("chat template harmony: the vocabulary has no control token ") + t +
+               " (gpt-oss's o200k_harmony tokens)");
+      }
     }
     std::string store_url = o->kv_store;
     if (store_url.empty())

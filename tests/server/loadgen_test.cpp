@@ -12,10 +12,15 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <map>
+#include <cmath>
 #include <filesystem>
 #include <random>
 #include <sstream>
@@ -23,7 +28,14 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "gguf_edit.h"
+#include "model/gen_model.h"
+#include "model/model.h"
+#include "model/tokenizer_gguf.h"
 #include "test_cli.h"
+#include "text/chat_template.h"
 #include "shared_data.h"
 
 extern char** environ;
@@ -55,12 +67,12 @@ class LoadgenTest : public Cli {
   // Starts `turbokv serve` on a free port of 18100..18199 (a port in use makes
   // the server exit with "cannot listen", and the next one is tried) and
   // returns once it has bound its port and answers /health.
-  void start_server(const std::vector<std::string>& flags) {
+  void start_server(const std::vector<std::string>& flags, const std::string& model = kModel) {
     std::mt19937 rng(std::random_device{}());
     const int first = 18100 + static_cast<int>(rng() % 100);
     for (int k = 0; k < 100; ++k) {
       port_ = 18100 + (first - 18100 + k) % 100;
-      std::vector<std::string> args = {TKV_BINARY, "serve", "-m", kModel, "--port", std::to_string(port_)};
+      std::vector<std::string> args = {TKV_BINARY, "serve", "-m", model, "--port", std::to_string(port_)};
       args.insert(args.end(), flags.begin(), flags.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
@@ -288,5 +300,196 @@ TEST_F(LoadgenTest, ApiKeyFromFileOrEnvironment) {
   EXPECT_NE(r.err.find("--api-key-file"), std::string::npos) << r.err;
 }
 
+
+// ------------------------------------------------------------ gpt-oss, harmony
+
+const std::string kGpt2Vocab = std::string(TKV_SHARED_DIR) + "/data/tokenizer/ggml-vocab-gpt-2.gguf";
+
+// A gpt-oss file with o200k_harmony's special tokens (gen-model --harmony-vocab
+// on GPT-2's byte-level vocabulary) whose replies follow a script, as a
+// trained gpt-oss writes them: the embedding and output rows of a few tokens
+// are set so that each of them (its embedding, 100 times a unit vector,
+// outweighs what the random layers add) is followed by the next token of
+//   "istant" <|channel|> {analysis | final} <|message|> " Hello" <|end|>
+//   <|start|> "ass" "istant" <|channel|> ...
+// with analysis and final equally likely after <|channel|> (equal output
+// rows): sampled with a seed, some messages are analysis, some final.
+void write_harmony_model(const std::string& out) {
+  auto v = gguf::File::open(kGpt2Vocab);
+  ASSERT_TRUE(v.ok()) << v.error();
+  GenModelOptions o;
+  o.arch = "gpt-oss";
+  o.harmony_vocab = true;
+  o.layers = 2;
+  o.dim = 64;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.head_dim = 16;
+  o.ffn = 64;
+  o.experts = 4;
+  o.experts_used = 2;
+  o.window = 16;
+  o.type = "F32";
+  o.seed = 3;
+  const std::string plain = out + ".plain.gguf";
+  ASSERT_TRUE(generate_model(o, v->get(), plain).ok());
+  auto f = gguf::File::open(plain);
+  ASSERT_TRUE(f.ok()) << f.error();
+  auto tok = tokenizer_from_gguf(**f);
+  ASSERT_TRUE(tok.ok()) << tok.error();
+  auto id = [&](const char* t) {
+    const auto ids = tok->encode(t, false, true);
+    EXPECT_EQ(ids.size(), 1u) << t;
+    return ids.empty() ? 0 : ids[0];
+  };
+  const int32_t channel = id("<|channel|>"), analysis = id("analysis"), final_ = id("final"), message = id("<|message|>"),
+                hello = id(" Hello"), end = id("<|end|>"), start = id("<|start|>"), ass = id("ass"), istant = id("istant");
+  // (token, the tokens that may follow it)
+  const std::vector<std::pair<int32_t, std::vector<int32_t>>> next = {
+      {istant, {channel}}, {channel, {analysis, final_}}, {analysis, {message}}, {final_, {message}},
+      {message, {hello}},  {hello, {end}},                {end, {start}},        {start, {ass}},
+      {ass, {istant}}};
+  const size_t E = 64;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g;
+  std::map<int32_t, std::vector<float>> unit;
+  for (const auto& [t, after] : next) {
+    std::vector<float> u(E);
+    float n2 = 0;
+    for (float& x : u) n2 += (x = g(rng)) * x;
+    for (float& x : u) x /= std::sqrt(n2);
+    unit[t] = u;
+  }
+  std::map<int32_t, std::vector<float>> out_rows;  // Σ over the tokens it follows of 10 u
+  for (const auto& [t, after] : next)
+    for (int32_t a : after) {
+      auto& r = out_rows[a];
+      r.resize(E, 0.0f);
+      for (size_t c = 0; c < E; ++c) r[c] += 10.0f * unit[t][c];
+    }
+  gguf::Writer w;
+  std::map<std::string, const gguf::Tensor*> kept;
+  ASSERT_NO_FATAL_FAILURE(copy_gguf(**f, w, {}, [&](const gguf::Tensor& t) {
+    if (t.name != "output.weight" && t.name != "token_embd.weight") return true;
+    kept[t.name] = &t;
+    return false;
+  }));
+  for (const auto& [name, t] : kept) {
+    ASSERT_TRUE(t->type == 0 && t->dims.size() == 2 && t->dims[0] == E) << name;
+    std::vector<float> rows(t->n_bytes / 4);
+    std::memcpy(rows.data(), t->data, t->n_bytes);
+    if (name == "token_embd.weight") {
+      for (const auto& [tk, u] : unit)
+        for (size_t c = 0; c < E; ++c) rows[size_t(tk) * E + c] = 100.0f * u[c];
+    } else {
+      for (const auto& [tk, r] : out_rows) std::copy(r.begin(), r.end(), rows.begin() + size_t(tk) * E);
+    }
+    ASSERT_TRUE(w.add_tensor(name, t->dims, 0, rows.data(), t->n_bytes).ok());
+  }
+  ASSERT_EQ(kept.size(), 2u);
+  ASSERT_TRUE(w.write(out).ok());
+  std::remove(plain.c_str());
+}
+
+// The prompt gpt-oss's template writes for [system "Be brief.", user "Hello"].
+std::string harmony_prompt() {
+  char today[16];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(today, sizeof(today), "%Y-%m-%d", &tm);
+  return std::string("<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+                     "Knowledge cutoff: 2024-06\nCurrent date: ") +
+         today +
+         "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for "
+         "every message.<|end|><|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|>"
+         "<|start|>user<|message|>Hello<|end|><|start|>assistant";
+}
+
+// The server on a gpt-oss file: the harmony template is detected (from the
+// file's template) and applied (the prompt has as many tokens as gpt-oss's),
+// and the client receives only the final channel's text, streamed and not:
+// the scripted reply (write_harmony_model) holds 8 messages, each "<|channel|>
+// analysis|final <|message|> Hello"; the client sees " Hello" once per final
+// message and nothing else (no analysis, header, role or special token).
+TEST_F(LoadgenTest, GptOssChatIsHarmonyAndShowsOnlyTheFinalChannel) {
+  TKV_NEED_SHARED(kGpt2Vocab);
+  const std::string model = path("gpt-oss-harmony.gguf");
+  ASSERT_NO_FATAL_FAILURE(write_harmony_model(model));
+  ASSERT_NO_FATAL_FAILURE(start_server(
+      {"-np", "2", "-c", "512", "--kv-budget", "16MiB", "-t", "1", "--cache-type-k", "f16", "--cache-type-v", "f16"},
+      model));
+  httplib::Client cli("127.0.0.1", port_);
+  auto props = cli.Get("/props");
+  ASSERT_TRUE(props && props->status == 200);
+  const auto pj = nlohmann::json::parse(props->body);
+  EXPECT_EQ(pj["chat_template"], "harmony") << props->body;
+  EXPECT_EQ(pj["chat_template_fallback"], false) << props->body;
+
+  const int max_tokens = 64;  // 8 messages of 8 tokens
+  nlohmann::json req = {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello"}}}},
+                        {"max_tokens", max_tokens}, {"temperature", 1}, {"seed", 5}};
+  auto r = cli.Post("/v1/chat/completions", req.dump(), "application/json");
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+  const auto rj = nlohmann::json::parse(r->body);
+  const std::string content = rj["choices"][0]["message"]["content"];
+  EXPECT_EQ(rj["choices"][0]["finish_reason"], "length") << r->body;
+  EXPECT_EQ(rj["usage"]["completion_tokens"], max_tokens) << r->body;
+
+  auto f = gguf::File::open(model);
+  ASSERT_TRUE(f.ok()) << f.error();
+  auto tok = tokenizer_from_gguf(**f);
+  ASSERT_TRUE(tok.ok()) << tok.error();
+  EXPECT_EQ(rj["usage"]["prompt_tokens"], tok->encode(harmony_prompt(), true, true).size())
+      << "the prompt is not gpt-oss's harmony prompt";
+
+  // " Hello" k times, 0 < k < 8: some messages were final, some analysis.
+  int k = 0;
+  for (size_t at = 0; content.compare(at, 6, " Hello") == 0; at += 6) ++k;
+  EXPECT_EQ(content, [&] { std::string s; for (int i = 0; i < k; ++i) s += " Hello"; return s; }()) << content;
+  EXPECT_GT(k, 0) << content;
+  EXPECT_LT(k, 8) << content;
+
+  // Streamed with the same seed: the deltas concatenate to the same text.
+  req["stream"] = true;
+  auto s = cli.Post("/v1/chat/completions", req.dump(), "application/json");
+  ASSERT_TRUE(s && s->status == 200);
+  std::string streamed;
+  for (size_t pos = 0; (pos = s->body.find("data: ", pos)) != std::string::npos; pos += 6) {
+    const size_t end = s->body.find("\n\n", pos);
+    const std::string data = s->body.substr(pos + 6, end - pos - 6);
+    if (data == "[DONE]") break;
+    const auto j = nlohmann::json::parse(data);
+    const auto& d = j["choices"][0]["delta"];
+    if (d.contains("content") && d["content"].is_string()) streamed += d["content"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, content);
+  EXPECT_EQ(stop_server(), 0);
+}
+
+// A short load test on the gpt-oss file: concurrent clients, chat and plain
+// completions, streamed and not, every response checked; no errors.
+TEST_F(LoadgenTest, GptOssHarmonyServerStaysConsistentUnderLoad) {
+  TKV_NEED_SHARED(kGpt2Vocab);
+  const std::string model = path("gpt-oss-harmony.gguf");
+  ASSERT_NO_FATAL_FAILURE(write_harmony_model(model));
+  ASSERT_NO_FATAL_FAILURE(start_server({"-np", "3", "-c", "512", "--kv-budget", "16MiB", "-t", "1"}, model));
+  const CliResult r = run("loadgen --url http://127.0.0.1:" + std::to_string(port_) +
+                          " --clients 6 --requests 4 --max-tokens 12 --chat-fraction 0.75 --seed 3");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("requests: 24, errors: 0,"), std::string::npos) << r.out << r.err;
+  const int status = stop_server();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n" << slurp(path("server.log"));
+}
+
+// A harmony template on a vocabulary without its tokens is refused by name,
+// before the server listens (an address it cannot listen on ends it at once
+// if the check is missing).
+TEST_F(LoadgenTest, GptOssHarmonyOnAVocabularyWithoutItsTokensIsRefused) {
+  TKV_NEED_SHARED(kModel);
+  const CliResult r = run("serve -m " + kModel + " --chat-template harmony --host 192.0.2.1 --port 18099");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("no control token <|start|>"), std::string::npos) << r.err;
+}
 }  // namespace
 }  // namespace tkv

@@ -6,6 +6,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -471,7 +472,7 @@ TEST(ChatTemplate, NamedTemplates) {
   const std::vector<std::pair<std::string, ChatFormat>> all = {
       {"chatml", ChatFormat::kChatML}, {"llama3", ChatFormat::kLlama3}, {"llama2", ChatFormat::kLlama2},
       {"mistral", ChatFormat::kMistral}, {"gemma", ChatFormat::kGemma}, {"phi3", ChatFormat::kPhi3},
-      {"zephyr", ChatFormat::kZephyr}};
+      {"zephyr", ChatFormat::kZephyr}, {"harmony", ChatFormat::kHarmony}};
   for (const auto& [n, f] : all) {
     auto t = chat_template_named(n);
     ASSERT_TRUE(t.ok()) << n;
@@ -543,6 +544,90 @@ TEST(ChatTemplate, Zephyr) {
             "<|system|>\nS</s>\n<|user|>\nU1</s>\n<|assistant|>\nA1</s>\n<|user|>\nU2</s>\n<|assistant|>\n");
 }
 
+// gpt-oss's harmony format, as OpenAI's gpt-oss template renders a
+// conversation without tools: its own system message (with the date), the
+// first system message as the developer's "# Instructions", earlier
+// assistant turns on the final channel, "<|start|>assistant" to generate.
+TEST(ChatTemplate, HarmonyAsGptOssRendersIt) {
+  ChatTemplate t = named("harmony");
+  t.date = "2026-12-02";
+  const std::string sys =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+      "Knowledge cutoff: 2024-06\nCurrent date: 2026-12-02\n\nReasoning: medium\n\n"
+      "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>";
+  EXPECT_EQ(render_chat(t, kConversation, "<|startoftext|>", "<|return|>"),
+            sys + "<|start|>developer<|message|># Instructions\n\nS\n\n<|end|>"
+                  "<|start|>user<|message|>U1<|end|>"
+                  "<|start|>assistant<|channel|>final<|message|>A1<|end|>"
+                  "<|start|>user<|message|>U2<|end|><|start|>assistant");
+  // No system message: no developer message; content is not trimmed.
+  EXPECT_EQ(render_chat(t, {{"user", " hi "}}, "", ""), sys + "<|start|>user<|message|> hi <|end|><|start|>assistant");
+  // A "developer" first message is the same; an empty one writes nothing; a
+  // later system message is dropped, as the template drops it.
+  EXPECT_EQ(render_chat(t, {{"developer", "D"}, {"user", "U"}, {"system", "late"}}, "", ""),
+            sys + "<|start|>developer<|message|># Instructions\n\nD\n\n<|end|><|start|>user<|message|>U<|end|>"
+                  "<|start|>assistant");
+  EXPECT_EQ(render_chat(t, {{"system", ""}, {"user", "U"}}, "", ""),
+            sys + "<|start|>user<|message|>U<|end|><|start|>assistant");
+  // Without a generation prompt a last assistant turn ends with <|return|>.
+  EXPECT_EQ(render_chat(t, {{"user", "U"}, {"assistant", "A"}}, "", "", false),
+            sys + "<|start|>user<|message|>U<|end|><|start|>assistant<|channel|>final<|message|>A<|return|>");
+  // Today's date when none is set.
+  char today[16];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(today, sizeof(today), "%Y-%m-%d", &tm);
+  EXPECT_NE(render_chat(named("harmony"), {{"user", "U"}}, "", "").find(std::string("Current date: ") + today),
+            std::string::npos);
+}
+
+// The generated tokens of a harmony reply, ids standing for the specials.
+constexpr int32_t kStart = 1, kEnd = 2, kMessage = 3, kChannel = 4, kReturn = 5, kCall = 6, kConstrain = 7;
+struct HTok {
+  int32_t id;
+  std::string text;
+};
+std::string harmony_shown(const std::vector<HTok>& toks) {
+  HarmonyFilter f({kStart, kEnd, kMessage, kChannel, kReturn, kCall, kConstrain});
+  std::string out;
+  for (const HTok& t : toks) out += f.push(t.id, t.text);
+  return out;
+}
+HTok hw(const std::string& s) { return {100, s}; }
+HTok hs(int32_t id) { return {id, "<special>"}; }
+
+TEST(ChatTemplate, HarmonyFilterShowsTheFinalChannelOnly) {
+  // analysis, then the final answer: only the answer.
+  EXPECT_EQ(harmony_shown({hs(kChannel), hw("analysis"), hs(kMessage), hw("Let me"), hw(" think."), hs(kEnd),
+                           hs(kStart), hw("assistant"), hs(kChannel), hw("final"), hs(kMessage), hw("The answer"),
+                           hw(" is 4."), hs(kReturn)}),
+            "The answer is 4.");
+  // The channel name split over tokens, a commentary (tool) message with a
+  // constraint, then final; a header " to=" before the channel.
+  EXPECT_EQ(harmony_shown({hs(kChannel), hw("ana"), hw("lysis"), hs(kMessage), hw("x"), hs(kEnd), hs(kStart),
+                           hw("assistant"), hw(" to=functions.f"), hs(kChannel), hw("commentary "), hs(kConstrain),
+                           hw("json"), hs(kMessage), hw("{}"), hs(kEnd), hs(kStart), hw("assistant"), hs(kChannel),
+                           hw("fin"), hw("al"), hs(kMessage), hw("A"), hw("B")}),
+            "AB");
+  // Only analysis (cut by max_tokens): nothing shown.
+  EXPECT_EQ(harmony_shown({hs(kChannel), hw("analysis"), hs(kMessage), hw("thinking")}), "");
+  // A channel named "finalize" is not final.
+  EXPECT_EQ(harmony_shown({hs(kChannel), hw("finalize"), hs(kMessage), hw("no")}), "");
+  // Text where the header belongs (a model ignoring the format) is shown;
+  // so is a message whose header names no channel.
+  EXPECT_EQ(harmony_shown({hw("plain"), hw(" text")}), "plain text");
+  EXPECT_EQ(harmony_shown({hs(kMessage), hw("m")}), "m");
+  // Text between messages (after <|end|>, before <|start|>) is not.
+  EXPECT_EQ(harmony_shown({hs(kChannel), hw("final"), hs(kMessage), hw("a"), hs(kEnd), hw("junk"), hs(kStart),
+                           hw("assistant"), hs(kChannel), hw("final"), hs(kMessage), hw("b")}),
+            "ab");
+  EXPECT_EQ(harmony_channel(" commentary to=functions.x <|constrain|>json"), "commentary");
+  EXPECT_EQ(harmony_channel("final"), "final");
+  EXPECT_EQ(harmony_channel("final<|constrain|>"), "final");
+  EXPECT_EQ(harmony_channel("  "), "");
+}
+
 TEST(ChatTemplate, BosOnlyWhereTheTemplateWritesIt) {
   for (const auto& n : chat_template_names()) {
     const ChatTemplate t = named(n);
@@ -556,6 +641,7 @@ TEST(ChatTemplate, EndOfTurnTexts) {
   EXPECT_EQ(end_of_turn_texts(named("llama3")), std::vector<std::string>{"<|eot_id|>"});
   EXPECT_EQ(end_of_turn_texts(named("gemma")), std::vector<std::string>{"<end_of_turn>"});
   EXPECT_EQ(end_of_turn_texts(named("phi3")), std::vector<std::string>{"<|end|>"});
+  EXPECT_EQ(end_of_turn_texts(named("harmony")), (std::vector<std::string>{"<|return|>", "<|call|>"}));
   for (const char* n : {"llama2", "mistral", "zephyr"})
     EXPECT_EQ(end_of_turn_texts(named(n)), std::vector<std::string>{"</s>"}) << n;
   // Each family's end-of-turn text is what its render closes a turn with.
@@ -596,6 +682,10 @@ TEST(ChatTemplate, DetectsFamiliesFromTemplateText) {
        "eos_token }}\n{% endif %}\n{% endfor %}",
        "zephyr"},
       {"<|user|>\n{{ content }}</s>", "zephyr"},
+      // gpt-oss's: <|start|> and <|channel|> (it also writes <|end|>, Phi-3's marker).
+      {"{{- \"<|start|>system<|message|>\" }}{%- for message in loop_messages -%}{{- \"<|start|>assistant"
+       "<|channel|>final<|message|>\" + message.content + \"<|end|>\" }}{%- endfor -%}",
+       "harmony"},
   };
   for (const auto& [jinja, want] : cases) {
     const ChatTemplate t = detect_chat_template(jinja);
@@ -614,6 +704,12 @@ TEST(ChatTemplate, DetectsFamiliesFromTemplateText) {
     EXPECT_NE(t.note.find("ChatML"), std::string::npos) << t.note;
   }
   EXPECT_NE(detect_chat_template("{{ x }}").note.find("not recognised"), std::string::npos);
+  // A gpt-oss file without a template gets harmony; other architectures and
+  // an unrecognised template on gpt-oss still fall back to ChatML.
+  EXPECT_EQ(detect_chat_template("", "gpt-oss").format, ChatFormat::kHarmony);
+  EXPECT_FALSE(detect_chat_template("", "gpt-oss").fallback);
+  EXPECT_TRUE(detect_chat_template("", "llama").fallback);
+  EXPECT_TRUE(detect_chat_template("{{ x }}", "gpt-oss").fallback);
 }
 
 TEST(ChatTemplate, ValidateRoles) {
@@ -622,6 +718,12 @@ TEST(ChatTemplate, ValidateRoles) {
   Status s = validate_chat({{"user", "a"}, {"assistant", "b"}, {"tool", "c"}});
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("'messages[2].role'"), std::string::npos) << s.message();
+  // harmony takes a developer message first, nowhere else; the others never.
+  EXPECT_TRUE(validate_chat(named("harmony"), {{"developer", "d"}, {"user", "u"}}).ok());
+  s = validate_chat(named("harmony"), {{"user", "u"}, {"developer", "d"}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'messages[1].role'"), std::string::npos) << s.message();
+  EXPECT_FALSE(validate_chat(named("chatml"), {{"developer", "d"}, {"user", "u"}}).ok());
 }
 
 // --------------------------------------------------------------- TextStream

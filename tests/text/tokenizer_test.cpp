@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "model/gen_model.h"
 #include "model/tokenizer_gguf.h"
 #include "text/cpt_regex.h"
 #include "text/pretokenize.h"
@@ -184,6 +185,49 @@ TEST(Tokenizer, PreTokenizersSplitAsTheRegexesDoInAnotherEngine) {
     }
     EXPECT_EQ(bad, 0) << key << ": " << bad << " of " << cases.size() << " texts split differently";
   }
+}
+
+// gpt-oss's tokenizer conventions against llama.cpp: a gpt-oss-style
+// vocabulary (gen-model --harmony-vocab: GPT-2's byte-level BPE with the
+// gpt-4o = o200k pre-tokenizer and harmony's special tokens; the weights do
+// not matter here) tokenizes llama.cpp's test strings and o200k-specific ones
+// (case-insensitive contractions, 1-3 digit groups, CJK, newlines, harmony's
+// specials) to the ids llama-tokenize gave (tests/data/o200k-gpt-oss).
+TEST(Tokenizer, GptOssO200kVocabularyTokenizesAsLlamaCpp) {
+  TKV_NEED_SHARED("data/tokenizer/ggml-vocab-gpt-2.gguf");
+  std::ifstream in(std::string(TKV_SOURCE_DIR) + "/tests/data/o200k-gpt-oss/llama-tokenize.json", std::ios::binary);
+  ASSERT_TRUE(in) << "tests/data/o200k-gpt-oss/llama-tokenize.json";
+  const auto doc = nlohmann::json::parse(in);
+  auto v = gguf::File::open(shared_path("data/tokenizer/ggml-vocab-gpt-2.gguf"));
+  ASSERT_TRUE(v.ok()) << v.error();
+  GenModelOptions o;
+  o.arch = "gpt-oss";
+  o.harmony_vocab = true;
+  o.layers = 1;
+  o.type = "F16";
+  const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_gptoss_vocab.gguf";
+  ASSERT_TRUE(generate_model(o, v->get(), path).ok());
+  auto f = gguf::File::open(path);
+  ASSERT_TRUE(f.ok()) << f.error();
+  EXPECT_EQ((*f)->get_string_or("tokenizer.ggml.pre", ""), "gpt-4o");
+  auto tok = tokenizer_from_gguf(**f);
+  ASSERT_TRUE(tok.ok()) << tok.error();
+  std::remove(path.c_str());
+  int bad = 0, n = 0;
+  for (const auto& c : doc.at("cases")) {
+    const std::string text = c.at("text");
+    const auto want = c.at("ids").get<std::vector<int32_t>>();
+    const auto got = tok->encode(text, false, true);
+    ++n;
+    if (got != want && ++bad <= 5) {
+      std::string g, w;
+      for (int32_t i : got) g += " " + std::to_string(i);
+      for (int32_t i : want) w += " " + std::to_string(i);
+      ADD_FAILURE() << "'" << text << "'\n  turbokv:  " << g << "\n  llama.cpp:" << w;
+    }
+  }
+  EXPECT_GE(n, 60);
+  EXPECT_EQ(bad, 0) << bad << " of " << n << " strings tokenized differently";
 }
 
 // Every tokenizer.ggml.pre name maps to a kind, the regex kinds' patterns
