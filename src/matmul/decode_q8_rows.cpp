@@ -17,6 +17,15 @@
 // decode_q8_rows_ref for that row and token, in block order, whatever rows
 // share its vector and whatever tokens share its group, so a token decoded
 // alone and in a server step gets the same bits.
+//
+// MXFP4 (gpt-oss's experts, issue 32c) takes the same kernel: per row and
+// block the 16 code bytes are expanded to 32 unsigned values kMxfp4[code] + 12
+// in 0..24 (E2M1 doubled, ggml's kvalues_mxfp4, offset to be a vpdpbusd
+// operand) by one vpshufb table lookup per nibble, in the value order of a
+// Q8_0 block, and then go through the same transposition and VNNI steps; the
+// offset comes back as -12 Σq, and the E8M0 byte becomes d_w = 2^(e - 128)
+// (the table's factor 2 folded in) by integer shifts. llama.cpp's
+// ggml_vec_dot_mxfp4_q8_0 computes the same integer block dots.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -37,6 +46,12 @@ namespace tkv {
 namespace {
 
 constexpr int kQ8Block = 34;  // f16 scale + 32 int8 codes
+constexpr int kMxBlock = 17;  // E8M0 scale + 16 bytes of E2M1 nibbles
+// kMxfp4[code] + 12 for the 16 codes, once per 128-bit lane (vpshufb).
+alignas(64) constexpr int8_t kMxTable[64] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                             12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                             12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                             12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
 // One token's activations: codes, block scales d_x and the code sums (for
 // the +128 offset of the unsigned weight operand).
@@ -77,7 +92,7 @@ float f16_scale(const uint8_t* block) {
 #endif
 // 16 rows (row r at base + r * rb; rows past the matrix repeat the last one
 // and are not stored) x NT tokens.
-template <int NT>
+template <int NT, bool kMx>
 TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool more, int64_t nb,
                                 const Q8Acts* const* a, float* out, int64_t out_stride) {
   const uint8_t* row[16];
@@ -85,26 +100,46 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
   // Qword indices that gather [u.lane j, v.lane j, u.lane j+2, v.lane j+2].
   const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
   const __m512i bias = _mm512_set1_epi8(-128);
+  constexpr int kBlock = kMx ? kMxBlock : kQ8Block;
+  // MXFP4: kMxfp4[code] + 12 per code (the table in every 128-bit lane), and
+  // per 128-bit lane of [row i codes x2 | row i + 8 codes x2] the shift that
+  // takes the low nibbles (values 0-15) then the high ones (16-31).
+  const __m512i mx_tbl = _mm512_load_si512(kMxTable);
+  const __m512i mx_shift = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0, 0, 0x0004000400040004,
+                                             0x0004000400040004);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 f[NT];
   for (int t = 0; t < NT; ++t) f[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const int64_t bo = b * kQ8Block;
+    const int64_t bo = b * kBlock;
     // The 16 rows are one contiguous region read 16 places at a time, which
     // the hardware prefetchers serve poorly (one stream: 22-23 tokens/s on
     // the 1 GB model without this, 28-36 with it); the next group's region
     // is asked for in address order meanwhile, 16 x 34 bytes per block.
     if (more) {  // (the last group has no next region)
-      const uint8_t* pf = base + 16 * rb + b * 16 * kQ8Block;
-      for (int l = 0; l < 16 * kQ8Block; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
+      const uint8_t* pf = base + 16 * rb + b * 16 * kBlock;
+      for (int l = 0; l < 16 * kBlock; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
     }
     // z[i] = [row i codes | row i + 8 codes] (8 dwords each), as u8 (+128).
     __m512i z[8];
+    if (kMx) {
+      // [row i | row i | row i + 8 | row i + 8] codes, low nibbles in lanes 0
+      // and 2, high in 1 and 3, each through the table.
+      for (int i = 0; i < 8; ++i) {
+        const __m512i c = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_broadcastsi128_si256(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + bo + 1)))),
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i + 8] + bo + 1))), 1);
+        z[i] = _mm512_shuffle_epi8(mx_tbl, _mm512_and_si512(_mm512_srlv_epi16(c, mx_shift), m4));
+      }
+    } else {
     for (int i = 0; i < 8; ++i)
       z[i] = _mm512_xor_si512(
           _mm512_inserti64x4(
               _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i] + bo + 2))),
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i + 8] + bo + 2)), 1),
           bias);
+    }
     // 8x8 dword transpose inside each 256-bit half, then lanes regrouped: w[k]
     // lane r = dword k (codes 4k..4k+3) of row r.
     __m512i t[8], u[8], w[8];
@@ -130,8 +165,20 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
       std::memcpy(&v, row[r] + bo, 2);
       return static_cast<short>(v);
     };
-    const __m512 dw = _mm512_cvtph_ps(_mm256_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7), h(8), h(9),
-                                                        h(10), h(11), h(12), h(13), h(14), h(15)));
+    __m512 dw;
+    if (kMx) {
+      // 2^(e - 128) (mxfp4_scale): bits (e - 1) << 23 from e = 2, the
+      // subnormals 0x00200000 << e for e = 0 and 1.
+      auto eb = [&](int r) { return static_cast<char>(row[r][bo]); };
+      const __m512i e = _mm512_cvtepu8_epi32(_mm_setr_epi8(eb(0), eb(1), eb(2), eb(3), eb(4), eb(5), eb(6), eb(7), eb(8),
+                                                           eb(9), eb(10), eb(11), eb(12), eb(13), eb(14), eb(15)));
+      const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+      const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+      dw = _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, sub));
+    } else {
+      dw = _mm512_cvtph_ps(_mm256_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7), h(8), h(9), h(10), h(11),
+                                             h(12), h(13), h(14), h(15)));
+    }
     for (int tk = 0; tk < NT; ++tk) {
       const int8_t* q = a[tk]->q.data() + b * 32;
       int32_t xq[8];
@@ -141,7 +188,7 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
         s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(xq[k]));
         s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(xq[k + 1]));
       }
-      const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * a[tk]->sum[b]));
+      const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32((kMx ? 12 : 128) * a[tk]->sum[b]));
       f[tk] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(a[tk]->d[b])), f[tk]);
     }
   }
@@ -166,11 +213,21 @@ void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y) {
       const uint8_t* row = w.data + r * w.row_bytes;
       float f = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
-        const int8_t* wq = reinterpret_cast<const int8_t*>(row + b * kQ8Block + 2);
         int32_t dot = 0;
-        for (int k = 0; k < 32; ++k) dot += int32_t(wq[k]) * a.q[b * 32 + k];
-        const float scale = f16_scale(row + b * kQ8Block) * a.d[b];
-        f = std::fma(static_cast<float>(dot), scale, f);
+        float dw;
+        if (w.type == kMxfp4Type) {  // value k: kMxfp4[code k] * 2^(e - 128)
+          const uint8_t* blk = row + b * kMxBlock;
+          for (int k = 0; k < 16; ++k) {
+            dot += int32_t(kMxfp4[blk[1 + k] & 15]) * a.q[b * 32 + k];
+            dot += int32_t(kMxfp4[blk[1 + k] >> 4]) * a.q[b * 32 + 16 + k];
+          }
+          dw = mxfp4_scale(blk[0]);
+        } else {
+          const int8_t* wq = reinterpret_cast<const int8_t*>(row + b * kQ8Block + 2);
+          for (int k = 0; k < 32; ++k) dot += int32_t(wq[k]) * a.q[b * 32 + k];
+          dw = f16_scale(row + b * kQ8Block);
+        }
+        f = std::fma(static_cast<float>(dot), dw * a.d[b], f);
       }
       y[t * w.rows + r] = f;
     }
@@ -178,8 +235,9 @@ void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y) {
 }
 
 bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
-  if (w.type != 8 || w.cols % 32 != 0 || n_tok < 1 || !vnni_available()) return false;
+  if ((w.type != 8 && w.type != kMxfp4Type) || w.cols % 32 != 0 || n_tok < 1 || !vnni_available()) return false;
 #ifdef TKV_Q8R_VNNI
+  const bool mx = w.type == kMxfp4Type;
   std::vector<Q8Acts> acts;
   for (int t = 0; t < n_tok; ++t) acts.push_back(q8_acts(x + t * w.cols, w.cols));
   std::vector<const Q8Acts*> ap;
@@ -193,16 +251,20 @@ bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int th
     for (int t0 = 0; t0 < n_tok; t0 += 8) {  // 8 accumulators + 8 code vectors + temporaries in the 32 zmm
       const Q8Acts* const* at = ap.data() + t0;
       float* out = y + int64_t(t0) * w.rows + r0;
+#define TKV_Q8R_RUN(NT)                                                                         \
+  (mx ? rows16_tokens<NT, true>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows) \
+      : rows16_tokens<NT, false>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows))
       switch (std::min(8, n_tok - t0)) {
-        case 1: rows16_tokens<1>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
-        case 2: rows16_tokens<2>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
-        case 3: rows16_tokens<3>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
-        case 4: rows16_tokens<4>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
-        case 5: rows16_tokens<5>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
-        case 6: rows16_tokens<6>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
-        case 7: rows16_tokens<7>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
-        default: rows16_tokens<8>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows); break;
+        case 1: TKV_Q8R_RUN(1); break;
+        case 2: TKV_Q8R_RUN(2); break;
+        case 3: TKV_Q8R_RUN(3); break;
+        case 4: TKV_Q8R_RUN(4); break;
+        case 5: TKV_Q8R_RUN(5); break;
+        case 6: TKV_Q8R_RUN(6); break;
+        case 7: TKV_Q8R_RUN(7); break;
+        default: TKV_Q8R_RUN(8); break;
       }
+#undef TKV_Q8R_RUN
     }
   }
   return true;

@@ -470,7 +470,7 @@ bool vnni_available() {
 }
 
 bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) {
-  if (w.type == 8) return decode_q8_rows(w, x, 1, y, threads);
+  if (w.type == 8 || w.type == kMxfp4Type) return decode_q8_rows(w, x, 1, y, threads);
   if (w.type == 12 || w.type == 13 || w.type == 14) return decode_kquants(w, x, 1, y, threads);
   if (w.type != 2 || w.cols % 32 != 0 || !vnni_available()) return false;
 #ifdef TKV_VNNI
@@ -485,7 +485,7 @@ bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) 
 }
 
 bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
-  if (w.type == 8) return decode_q8_rows(w, x, n_tok, y, threads);
+  if (w.type == 8 || w.type == kMxfp4Type) return decode_q8_rows(w, x, n_tok, y, threads);
   if (w.type == 12 || w.type == 13 || w.type == 14) return decode_kquants(w, x, n_tok, y, threads);
   if (w.type != 2 || w.cols % 32 != 0 || !vnni_available()) return false;
 #ifdef TKV_VNNI

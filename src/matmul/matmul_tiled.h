@@ -34,8 +34,8 @@ bool bf16_dot_available();
 // AVX512-VNNI usable now (the CPU has it and dispatch may pick an AVX-512
 // target): the decode kernels below need it.
 bool vnni_available();
-// Decode (one token) with int8 activations for Q8_0 and Q4_0: Q8_0 by
-// decode_q8_rows (below); Q4_0 rows streamed straight from their blocks, two
+// Decode (one token) with int8 activations for Q8_0, MXFP4 and Q4_0: Q8_0
+// and MXFP4 by decode_q8_rows (below), Q4_K/Q5_K/Q6_K by decode_kquants; Q4_0 rows streamed straight from their blocks, two
 // blocks per vpdpbusd, scales applied per lane. False (nothing written) for
 // other types or without the kernel.
 bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads);
@@ -52,14 +52,17 @@ bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int th
 // Σ_j m_j |Σq| |dmin_b|) dx_b, the size of what the kernel adds in f32, whose
 // rounding alone separates the two: |y_kernel - y| <= (2 nb + 16) 2^-24 mag.
 void decode_kquants_ref(const Matrix& w, const float* x, int n_tok, double* y, double* mag);
-// Q8_0 decode with rows in lanes (decode_q8_rows.cpp) for one token or a
-// group: 16 rows per vector, each block's int32 dots completed before one
-// scale step, so scales cost 3 operations per 512 weights per token; every
-// token's bits are decode_q8_rows_ref's for it alone. False for other types
-// or without AVX512-VNNI.
+// Q8_0 and MXFP4 decode with rows in lanes (decode_q8_rows.cpp) for one
+// token or a group: 16 rows per vector, each block's int32 dots completed
+// before one scale step, so scales cost 3 operations per 512 weights per
+// token; every token's bits are decode_q8_rows_ref's for it alone. MXFP4's
+// codes are looked up in place (vpshufb on the nibbles, E2M1 doubled + 12 as
+// unsigned operands), its E8M0 byte made 2^(e - 128) by integer shifts.
+// False for other types or without AVX512-VNNI.
 bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 // Its scalar specification: per row and token, f = fma(float(dot_b), d_w(b) * d_x(b), f)
-// over the blocks in order, dot_b the exact integer dot of the block's codes.
+// over the blocks in order, dot_b the exact integer dot of the block's codes
+// (MXFP4: the values kMxfp4[code], d_w = mxfp4_scale(e)).
 void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y);
 // The decode kernel for n_tok tokens at once (matmul_tokens): each row is
 // read from memory once and dotted with every token's activations by the

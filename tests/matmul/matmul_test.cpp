@@ -273,7 +273,7 @@ TEST(Matmul, Int8DecodeWithinTheActivationQuantizationBound) {
   uint64_t seed = 250;
   for (const auto& t : kTypes) {
     const bool kq = t.id == 12 || t.id == 13 || t.id == 14;  // activations per 256 (Q8_K-like)
-    if (t.id != 8 && t.id != 2 && !kq) continue;
+    if (t.id != 8 && t.id != 2 && t.id != kMxfp4Type && !kq) continue;
     const int64_t unit = kq ? 256 : 32;
     for (const auto& s : kShapes)
       for (int64_t cols : {cols_for(t, s.cols), unit, unit * 9, int64_t{2048}}) {  // odd and even block counts
@@ -353,6 +353,70 @@ TEST(Matmul, Q8DecodeRowsEqualItsScalarSpecBitForBit) {
         decode_q8_rows_ref(tm.m, x.data(), n_tok, ref.data());
         ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), 4 * y.size())) << rows << "x" << cols << " tokens " << n_tok;
       }
+}
+
+// The MXFP4 one-token decode kernel (issue 32c: decode_q8_rows with MXFP4
+// rows, the codes looked up in place) against its scalar specification bit
+// for bit, and both against the float64 product over the dequantized weights
+// within the activation-quantization bound of worst_ratio. Row counts around
+// the 16 lanes, block counts 1, 3, 9, 90; 1..9 tokens (more than one group).
+// Column blocks of four kinds: 0 and 3 as written by the quantizer (every
+// code byte random in a quarter of them, and row 0's first block all 16
+// codes in both nibbles); 1: scale byte 254 (2^126) in rows r % 3 == 1 with
+// activations 2^-110 there (the products stay finite); 2: scale bytes 0, 1,
+// 2 (the subnormal 2^-128, 2^-127 and the smallest normal) in every row with
+// activations 2^120 there, so those blocks weigh as much as the others.
+// matmul and matmul_tokens must give the kernel's bits (the decode wiring,
+// which the experts' products of moe_ffn go through).
+TEST(Matmul, Mxfp4DecodeEqualsItsScalarSpecAndTheFloat64Product) {
+  if (!vnni_available()) GTEST_SKIP() << "no AVX512-VNNI on this CPU: MXFP4 decode keeps the row core";
+  const TypeInfo mx{"MXFP4", kMxfp4Type};
+  uint64_t seed = 3200;
+  int big = 0, tiny = 0;
+  for (int64_t rows : {1, 7, 15, 16, 17, 33, 100})
+    for (int64_t cols : {32, 96, 288, 2880})
+      for (int n_tok : {1, 2, 5, 9}) {
+        TestMatrix tm = make_matrix(mx, rows, cols, seed++);
+        Rng rng(seed++);
+        const int64_t nb = cols / 32;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t b = 0; b < nb; ++b) {
+            uint8_t* blk = &tm.bytes[r * tm.m.row_bytes + b * 17];
+            if (r == 0 && b == 0)
+              for (int k = 0; k < 16; ++k) blk[1 + k] = static_cast<uint8_t>(k | (15 - k) << 4);
+            else if (rng.below(4) == 0)
+              for (int k = 0; k < 16; ++k) blk[1 + k] = static_cast<uint8_t>(rng.below(256));
+            if (b % 4 == 1 && r % 3 == 1) blk[0] = 254, ++big;
+            if (b % 4 == 2) blk[0] = static_cast<uint8_t>(r % 3), ++tiny;
+          }
+        std::vector<float> row(cols);
+        for (int64_t r = 0; r < rows; ++r) {  // the dequantized weights, after the edits
+          dequantize_row(tm.m, r, row.data());
+          for (int64_t c = 0; c < cols; ++c) tm.w[r * cols + c] = row[c];
+        }
+        auto x = make_acts(n_tok, cols, seed++);
+        for (int t = 0; t < n_tok; ++t)
+          for (int64_t c = 0; c < cols; ++c) {
+            const int64_t b = c / 32;
+            if (b % 4 == 1) x[t * cols + c] = std::ldexp(x[t * cols + c], -110);
+            if (b % 4 == 2) x[t * cols + c] = std::ldexp(x[t * cols + c], 120);
+          }
+        std::vector<float> y(static_cast<size_t>(n_tok * rows), -1.0f), ref(y.size());
+        ASSERT_TRUE(decode_q8_rows(tm.m, x.data(), n_tok, y.data(), 2));
+        decode_q8_rows_ref(tm.m, x.data(), n_tok, ref.data());
+        const std::string at = std::to_string(rows) + "x" + std::to_string(cols) + " tokens " + std::to_string(n_tok);
+        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), 4 * y.size())) << at;
+        for (float v : y) ASSERT_TRUE(std::isfinite(v)) << at;
+        EXPECT_LE(worst_ratio(tm, x, n_tok, ref, true), 1.0) << at;
+        // The wiring: one token through matmul, the group through matmul_tokens.
+        std::vector<float> y1(static_cast<size_t>(rows)), yt(y.size());
+        matmul(tm.m, x.data(), 1, y1.data(), 2);
+        EXPECT_EQ(0, std::memcmp(y1.data(), ref.data(), 4 * y1.size())) << at;
+        matmul_tokens(tm.m, x.data(), n_tok, yt.data(), 2);
+        EXPECT_EQ(0, std::memcmp(yt.data(), ref.data(), 4 * yt.size())) << at;
+      }
+  EXPECT_GT(big, 0);
+  EXPECT_GT(tiny, 0);
 }
 
 // Both int8 kernels (AVX512-VNNI on the AVX-512 target, AVX2 on the AVX2
