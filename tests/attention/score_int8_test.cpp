@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <numeric>
 
@@ -23,6 +22,7 @@
 #include "codec/calibrated.h"
 #include "codec/format.h"
 #include "codec/kernels.h"
+#include "eval/kv_file.h"
 #include "model/model.h"
 #include "util/fp16.h"
 #include "util/rng.h"
@@ -80,6 +80,20 @@ float row_scale(const uint8_t* row) {
   return unorm16_to_f32(h);
 }
 
+// n rows of x coded by c, exactly as long as they are (a kernel reading past
+// the last row's end reads past the buffer), and a pointer to each.
+struct CodedRows {
+  std::vector<uint8_t> bytes;
+  std::vector<const uint8_t*> ptr;
+};
+CodedRows coded_rows(const Codec& c, const std::vector<float>& x, int n) {
+  CodedRows rows;
+  rows.bytes.resize(size_t(n) * c.row_bytes());
+  EXPECT_TRUE(c.quantize(x.data(), n, rows.bytes.data()).ok()) << c.name();
+  for (int r = 0; r < n; ++r) rows.ptr.push_back(rows.bytes.data() + size_t(r) * c.row_bytes());
+  return rows;
+}
+
 TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
   if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
   for (const std::string& f : kFormats)
@@ -96,10 +110,8 @@ TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
       k.usable = true;
       const auto x = gaussian(size_t(n) * d, 100 + d);
       // Rows exactly at the end of their buffer: the kernel reads no byte past a row.
-      std::vector<uint8_t> rows(size_t(n) * c->row_bytes());
-      ASSERT_TRUE(c->quantize(x.data(), n, rows.data()).ok());
-      std::vector<const uint8_t*> ptr(n);
-      for (int r = 0; r < n; ++r) ptr[r] = rows.data() + size_t(r) * c->row_bytes();
+      const CodedRows rows = coded_rows(*c, x, n);
+      const auto& ptr = rows.ptr;
       for (int G : {1, 3, 4, 8}) {
         std::vector<int8_t> q8(size_t(G) * dp, 0);
         Rng rng(G * 7 + d);
@@ -136,10 +148,8 @@ TEST(Int8Values, KernelGivesTheSpecificationsSums) {
       attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k);
       for (int n : {32, 7, 1}) {
         const auto x = gaussian(size_t(n) * d, 200 + d + n);
-        std::vector<uint8_t> rows(size_t(n) * c->row_bytes());
-        ASSERT_TRUE(c->quantize(x.data(), n, rows.data()).ok());
-        std::vector<const uint8_t*> ptr(n);
-        for (int r = 0; r < n; ++r) ptr[r] = rows.data() + size_t(r) * c->row_bytes();
+        const CodedRows rows = coded_rows(*c, x, n);
+        const auto& ptr = rows.ptr;
         for (int G : {1, 3, 4, 8}) {
           const int ldw = 33;
           std::vector<float> w(size_t(G) * ldw);
@@ -186,12 +196,10 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
   attn::int8_keys_prepare(c.layout(), d, dp, c.coord_scale(), k);
   k.usable = true;
   if (force_residual >= 0) k.residual = force_residual == 1;
-  std::vector<uint8_t> rows(size_t(n) * c.row_bytes());
-  ASSERT_TRUE(c.quantize(x.data(), n, rows.data()).ok());
-  std::vector<const uint8_t*> ptr(n);
-  for (int r = 0; r < n; ++r) ptr[r] = rows.data() + size_t(r) * c.row_bytes();
+  const CodedRows rows = coded_rows(c, x, n);
+  const auto& ptr = rows.ptr;
   std::vector<float> dec(size_t(n) * d), unsc(dp);
-  c.dequantize(rows.data(), n, dec.data(), Impl::kRef);
+  c.dequantize(rows.bytes.data(), n, dec.data(), Impl::kRef);
   for (int j = 0; j < nq; ++j) {
     const float* qj = q.data() + size_t(j) * d;
     const auto qc = query_in_code_domain(c, qj, 1.0f);
@@ -283,13 +291,10 @@ TEST(Int8Keys, RealKeysWithinTheBudget) {
   const bool fast = attn::int8_keys_cpu();
   for (int layer : {3, 7}) {
     const std::string path = std::string(TKV_SHARED_DIR) + "/data/kv/qwen3.5-0.8b/layer" + std::to_string(layer) + "_keys.bin";
-    std::ifstream in(path, std::ios::binary);
-    uint32_t hdr[5];
-    in.read(reinterpret_cast<char*>(hdr), 20);
-    const int H = hdr[2], T = hdr[3], d = hdr[4];
-    std::vector<float> kf(size_t(H) * T * d);
-    in.read(reinterpret_cast<char*>(kf.data()), kf.size() * 4);
-    ASSERT_TRUE(bool(in)) << path;
+    auto file = read_kv_file(path);
+    ASSERT_TRUE(file.ok()) << file.error();
+    const int H = int(file->kv_heads), T = int(file->tokens), d = int(file->head_dim);
+    const std::vector<float>& kf = file->data;  // [head][token][dim]
     const int n = std::min(T, 400);
     std::vector<double> rms(d, 0);
     for (size_t r = 0; r < kf.size() / d; ++r)
@@ -507,17 +512,12 @@ TEST(Int8Keys, RealOutputErrorWithinTwoPercentOfTheCodecs) {
   TKV_NEED_SHARED("data/kv/qwen3.5-0.8b/layer3_keys.bin", "data/kv/qwen3.5-0.8b/layer3_values.bin");
   if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
   const std::string dir = std::string(TKV_SHARED_DIR) + "/data/kv/qwen3.5-0.8b/";
-  auto load = [](const std::string& path, std::vector<float>& x, uint32_t* hdr) {
-    std::ifstream in(path, std::ios::binary);
-    in.read(reinterpret_cast<char*>(hdr), 20);
-    x.resize(size_t(hdr[2]) * hdr[3] * hdr[4]);
-    in.read(reinterpret_cast<char*>(x.data()), x.size() * 4);
-    return bool(in);
-  };
-  std::vector<float> kf, vf;
-  uint32_t hk[5], hv[5];
-  ASSERT_TRUE(load(dir + "layer3_keys.bin", kf, hk) && load(dir + "layer3_values.bin", vf, hv));
-  const int H = hk[2], T = hk[3], d = hk[4], n = std::min<int>(T, 512);
+  auto kfile = read_kv_file(dir + "layer3_keys.bin"), vfile = read_kv_file(dir + "layer3_values.bin");
+  ASSERT_TRUE(kfile.ok()) << kfile.error();
+  ASSERT_TRUE(vfile.ok()) << vfile.error();
+  const std::vector<float>& kf = kfile->data;  // [head][token][dim]
+  const std::vector<float>& vf = vfile->data;
+  const int H = int(kfile->kv_heads), T = int(kfile->tokens), d = int(kfile->head_dim), n = std::min<int>(T, 512);
   std::vector<float> K(size_t(n) * H * d), V(K.size());
   for (int h = 0; h < H; ++h)
     for (int t = 0; t < n; ++t)
