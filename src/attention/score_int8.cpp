@@ -49,16 +49,18 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   // (a rotated query's largest coordinate is ~3x its RMS).
   double codec = 0, centroid = 0, smax = 0;
   int covered = 0;
-  std::vector<int> bits(d, 0);
-  std::vector<char> coded(d, 0);
+  // (Fixed arrays, dp <= 1024 above: attention() prepares its readers on
+  // every call, so no allocation here.)
+  int8_t bits[1024] = {};
+  bool coded[1024] = {};
   for (int p = 0; p < L.nparts; ++p)
     for (int i = L.parts[p].begin; i < L.parts[p].begin + L.parts[p].count && i < d; ++i) {
-      bits[i] = L.parts[p].bits;
-      coded[i] = 1;
+      bits[i] = static_cast<int8_t>(L.parts[p].bits);
+      coded[i] = true;
     }
   for (int i = 0; i < d; ++i) {
     const double s = coord_scale ? coord_scale[i] : 1.0;
-    codec += s * s * kLloydMax[coded[i] ? std::clamp(bits[i], 0, 8) : 0];
+    codec += s * s * kLloydMax[coded[i] ? std::clamp<int>(bits[i], 0, 8) : 0];
     if (!coded[i]) continue;
     centroid += s * s * k.cs * k.cs / 12.0;
     smax = std::max(smax, std::fabs(s));
