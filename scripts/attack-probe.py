@@ -22,6 +22,8 @@ import sys
 import threading
 import time
 
+from http_flood import send_until_answered
+
 BIN = os.environ.get("TKV_BIN", "./build/turbokv")
 MODEL = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] != "--" else "../shared/models/ref-5m/ref-5m-f32.gguf"
 EXTRA = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
@@ -105,27 +107,8 @@ def metric(name):
 def flood(head, piece, max_bytes, seconds=30):
     """Sends head then piece until the server answers or closes; (bytes sent, first answer line, seconds)."""
     s = dial()
-    s.setblocking(False)
     t0 = time.time()
-    s.sendall(head) if False else None
-    s.setblocking(True)
-    s.sendall(head)
-    s.setblocking(False)
-    sent = 0
-    import select
-    while sent < max_bytes and time.time() - t0 < seconds:
-        r, w, _ = select.select([s], [s], [], 0.1)
-        if r:
-            break
-        if w:
-            try:
-                sent += s.send(piece)
-            except BlockingIOError:
-                pass
-            except OSError:
-                break
-    s.setblocking(True)
-    s.settimeout(5)
+    sent = send_until_answered(s, head, piece, max_bytes, seconds)
     try:
         ans = s.recv(4096).split(b"\r\n")[0].decode(errors="replace")
     except OSError as e:

@@ -7,11 +7,12 @@ after another. 127.0.0.1 only. Prints what it did on exit; exits 1 if any
 flood was not refused with a 4xx.
 Usage: scripts/attacker.py PORT [MAX_SECONDS]
 """
-import select
 import signal
 import socket
 import sys
 import time
+
+from http_flood import send_until_answered
 
 PORT = int(sys.argv[1])
 MAX_SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 600
@@ -32,22 +33,7 @@ def flood(head, piece, max_bytes):
         s = socket.create_connection(("127.0.0.1", PORT), timeout=10)
     except OSError:
         return False
-    s.sendall(head)
-    s.setblocking(False)
-    sent, t0 = 0, time.time()
-    while sent < max_bytes and time.time() - t0 < 10:
-        r, w, _ = select.select([s], [s], [], 0.1)
-        if r:
-            break
-        if w:
-            try:
-                sent += s.send(piece)
-            except BlockingIOError:
-                pass
-            except OSError:
-                break
-    s.setblocking(True)
-    s.settimeout(5)
+    send_until_answered(s, head, piece, max_bytes, 10)
     try:
         ok = s.recv(12).startswith(b"HTTP/1.1 4")
     except OSError:
