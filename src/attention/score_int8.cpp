@@ -81,14 +81,15 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   k.usable = k.predicted <= kInt8MaxPredicted;
 }
 
-float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias) {
+float int8_quantize_query_ref(const float* q, int dp, int8_t* q8, int32_t* bias) {
   float m = 0.0f;
   for (int i = 0; i < dp; ++i) m = std::max(m, std::fabs(q[i]));
   const float qs = m / 127.0f;
   int32_t sum = 0;
   for (int i = 0; i < dp; ++i) {
-    const long v = qs > 0.0f ? std::lround(q[i] / qs) : 0;
-    q8[i] = static_cast<int8_t>(std::clamp(v, -127L, 127L));
+    // Nearest, ties to even (the vector conversion's rounding): |q/qs| <= 127.
+    const float v = qs > 0.0f ? std::nearbyint(q[i] / qs) : 0.0f;
+    q8[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
     sum += q8[i];
   }
   *bias = 128 * sum;
@@ -108,12 +109,13 @@ void int8_residual_table(const Int8Keys& k, const RowLayout& L, Int8Keys& r) {
   }
 }
 
-float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias) {
+float int8_quantize_residual_ref(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias) {
   const float qr = qs / 254.0f;
   int32_t sum = 0;
   for (int i = 0; i < dp; ++i) {
-    const long v = qr > 0.0f ? std::lround((q[i] - qs * q8[i]) / qr) : 0;
-    r8[i] = static_cast<int8_t>(std::clamp(v, -127L, 127L));
+    // q − qs·q8 by one fused multiply-add (the kernel computes the same).
+    const float v = qr > 0.0f ? std::nearbyint(std::fma(-qs, static_cast<float>(q8[i]), q[i]) / qr) : 0.0f;
+    r8[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
     sum += r8[i];
   }
   *bias = 128 * sum;
@@ -206,6 +208,61 @@ bool int8_keys_cpu() {
 }
 
 namespace {
+
+// int8_quantize_query(_ref) on 16 floats at a time: the same divisions and
+// round-to-nearest-even conversions, so the same bytes. (Per decode step it
+// runs once per query head: as lroundf calls, once per work item, it was
+// 11 % of a 64K step.)
+TKV_AVX512_INT8 inline __mmask16 tail16(int i, int dp) {
+  return dp - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (dp - i)) - 1);
+}
+
+TKV_AVX512_INT8 float quantize_query_avx512(const float* q, int dp, int8_t* q8, int32_t* bias) {
+  __m512 m = _mm512_setzero_ps();
+  for (int i = 0; i < dp; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail16(i, dp), q + i)));
+  const float qs = _mm512_reduce_max_ps(m) / 127.0f;
+  if (!(qs > 0.0f)) {
+    std::memset(q8, 0, dp);
+    *bias = 0;
+    return qs;
+  }
+  const __m512 vqs = _mm512_set1_ps(qs);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  __m512i sum = _mm512_setzero_si512();
+  for (int i = 0; i < dp; i += 16) {
+    const __mmask16 t = tail16(i, dp);
+    const __m512 x = _mm512_maskz_loadu_ps(t, q + i);
+    const __m512i v = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_div_ps(x, vqs)), lo), hi);
+    sum = _mm512_add_epi32(sum, v);
+    _mm512_mask_cvtepi32_storeu_epi8(q8 + i, t, v);
+  }
+  *bias = 128 * _mm512_reduce_add_epi32(sum);
+  return qs;
+}
+
+TKV_AVX512_INT8 float quantize_residual_avx512(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8,
+                                               int32_t* bias) {
+  const float qr = qs / 254.0f;
+  if (!(qr > 0.0f)) {
+    std::memset(r8, 0, dp);
+    *bias = 0;
+    return qr;
+  }
+  const __m512 vqs = _mm512_set1_ps(qs), vqr = _mm512_set1_ps(qr);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  __m512i sum = _mm512_setzero_si512();
+  for (int i = 0; i < dp; i += 16) {
+    const __mmask16 t = tail16(i, dp);
+    const __m512 x = _mm512_maskz_loadu_ps(t, q + i);
+    const __m512 b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(t, q8 + i)));
+    const __m512 e = _mm512_fnmadd_ps(vqs, b, x);
+    const __m512i v = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_div_ps(e, vqr)), lo), hi);
+    sum = _mm512_add_epi32(sum, v);
+    _mm512_mask_cvtepi32_storeu_epi8(r8 + i, t, v);
+  }
+  *bias = 128 * _mm512_reduce_add_epi32(sum);
+  return qr;
+}
 
 // Chunk constants per plane width w in {1, 2, 4}: output qword m (coordinates
 // 8m .. 8m+7 of a 64-coordinate chunk, 8w bits at bit 8mw of the plane)
@@ -340,15 +397,23 @@ TKV_AVX512_INT8 void decode_any(const Unpack& u, const Int8Keys& k, const RowLay
   }
 }
 
+// The fixed-plane signature of a layout (decode_rows' switch): one aligned
+// part of at most 6 bits in planes W0 (shift 0) and W1 (shift W0), as
+// 10 W0 + W1; -1 for any other layout.
+int fixed_sig(const Int8Keys& k, const RowLayout& L) {
+  const RowLayout::Part& p0 = L.parts[0];
+  return k.aligned && L.nparts == 1 && p0.bits <= 6 && p0.nplanes <= 2 && p0.planes[0].shift == 0 &&
+                 (p0.nplanes < 2 || p0.planes[1].shift == p0.planes[0].width)
+             ? p0.planes[0].width * 10 + (p0.nplanes > 1 ? p0.planes[1].width : 0)
+             : -1;
+}
+
 // Centroid bytes (c8 + 128) of n rows into stage[r * sdp]: the fixed-plane
 // kernels for one aligned part of at most 6 bits, masked stores otherwise.
 TKV_AVX512_INT8 void decode_rows(const Unpack& u, const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows,
                                  int nr, int sdp, uint8_t* stage, const Int8Keys* k2 = nullptr, uint8_t* stage2 = nullptr) {
   const RowLayout::Part& p0 = L.parts[0];
-  const int sig = k.aligned && L.nparts == 1 && p0.bits <= 6 && p0.nplanes <= 2 && p0.planes[0].shift == 0 &&
-                          (p0.nplanes < 2 || p0.planes[1].shift == p0.planes[0].width)
-                      ? p0.planes[0].width * 10 + (p0.nplanes > 1 ? p0.planes[1].width : 0)
-                      : -1;
+  const int sig = fixed_sig(k, L);
   switch (sig) {
     case 40: decode_fixed<4, 0>(u, p0, k.table[0], rows, nr, sdp, stage, k2 ? k2->table[0] : nullptr, stage2); break;
     case 20: decode_fixed<2, 0>(u, p0, k.table[0], rows, nr, sdp, stage, k2 ? k2->table[0] : nullptr, stage2); break;
@@ -431,9 +496,163 @@ TKV_AVX512_INT8 void dot_queries(const uint8_t* stage, int nr, int sdp, int dp, 
   }
 }
 
+// The fixed-plane kernels read each 64-coordinate chunk straight into
+// registers. The low plane's codes are extracted by vpmultishiftqb without
+// masking: bits above the code are its neighbours', and vpermb reads the low
+// 6 bits of each index, so the tables repeat with the low plane's period
+// (entry x holds centroid x mod 2^W0). A 1-bit high plane is a byte mask
+// (bit i = coordinate i, the packing's order): one lookup in the table of
+// codes with that bit 0, a masked one in the table with it 1. A 2-bit high
+// plane (6-bit codes) is masked, shifted and or-ed as before.
+struct FixedTabs {
+  __m512i t0, t1;
+};
+
+template <int W0, int W1>
+TKV_AVX512_INT8 inline FixedTabs fixed_tabs(const uint8_t* table) {
+  const __m512i raw = _mm512_loadu_si512(table);  // entries 0..63 (codes of at most 6 bits)
+  if constexpr (W1 == 2) return {raw, raw};
+  alignas(64) static constexpr uint8_t kIota[64] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                                    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                                                    32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+                                                    48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+  const __m512i lo = _mm512_and_si512(_mm512_load_si512(kIota), _mm512_set1_epi8((1 << W0) - 1));
+  const __m512i t0 = _mm512_permutexvar_epi8(lo, raw);
+  if constexpr (W1 == 0) return {t0, t0};
+  const __m512i t1 = _mm512_permutexvar_epi8(_mm512_or_si512(lo, _mm512_set1_epi8(1 << W0)), raw);
+  return {t0, t1};
+}
+
+// Centroid bytes of chunk c of a row (table t; t2 too when TWO).
+template <int W0, int W1, bool TWO>
+TKV_AVX512_INT8 inline void fixed_chunk(const Unpack& u, const uint8_t* row, size_t off0, size_t off1, int c,
+                                        const FixedTabs& t, const FixedTabs& t2, __m512i& x, __m512i& x2) {
+  const uint8_t* src = row + off0 + static_cast<size_t>(c) * 8 * W0;
+  __m512i v;
+  if constexpr (W0 == 4) v = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+  if constexpr (W0 == 2) v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  if constexpr (W0 == 1) v = _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+  __m512i code = _mm512_multishift_epi64_epi8(u.ctrl[wi_of(W0)], _mm512_permutexvar_epi64(u.idx[wi_of(W0)], v));
+  if constexpr (W1 == 2) {
+    const __m512i hi = plane_chunk<2>(row + off1 + static_cast<size_t>(c) * 16, u.idx[1], u.ctrl[1], u.mask[1]);
+    code = _mm512_or_si512(_mm512_and_si512(code, u.mask[wi_of(W0)]), _mm512_slli_epi16(hi, W0));
+  }
+  if constexpr (W1 == 1) {
+    uint64_t bits;
+    std::memcpy(&bits, row + off1 + static_cast<size_t>(c) * 8, 8);
+    const __mmask64 m = _cvtu64_mask64(bits);
+    x = _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(code, t.t0), m, code, t.t1);
+    if constexpr (TWO) x2 = _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(code, t2.t0), m, code, t2.t1);
+  } else {
+    x = _mm512_permutexvar_epi8(code, t.t0);
+    if constexpr (TWO) x2 = _mm512_permutexvar_epi8(code, t2.t0);
+  }
+}
+
+// The 16 lane sums of a[0..15] in one vector, lane i = Σ a[i] (three
+// levels of pairwise transpose-and-add: 45 operations for 16 sums, where
+// four-at-a-time reductions and scalar stores took ~19 a row).
+TKV_AVX512_INT8 inline __m512i sum16(const __m512i* a) {
+  __m512i t[8], v[4];
+  for (int k = 0; k < 8; ++k)
+    t[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_epi32(a[2 * k], a[2 * k + 1]));
+  for (int k = 0; k < 4; ++k)
+    v[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * k], t[2 * k + 1]), _mm512_unpackhi_epi64(t[2 * k], t[2 * k + 1]));
+  // v[k]'s 128-bit lane l: partial sums of a[4k .. 4k+3] (over lane l's 4 lanes).
+  const __m512i w0 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[0], v[1], 0x88), _mm512_shuffle_i32x4(v[0], v[1], 0xDD));
+  const __m512i w1 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2], v[3], 0x88), _mm512_shuffle_i32x4(v[2], v[3], 0xDD));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(w0, w1, 0x88), _mm512_shuffle_i32x4(w0, w1, 0xDD));
+}
+
+// Dots of 4 rows' chunks (x[r][c]) with G queries, 4 queries at a time:
+// dots[j * ld + r] for r < nr (<= 4) and j < G.
+template <int NCH>
+TKV_AVX512_INT8 inline void rows4_dots(const __m512i (*x)[NCH], int nr, const int8_t* q8, int dp, int G,
+                                       int32_t* dots, int ld) {
+  // Lane 4 r + j of sum16's result -> lane 4 j + r.
+  const __m512i qmajor = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __mmask16 rows_mask = static_cast<__mmask16>((1u << nr) - 1);
+  for (int j0 = 0; j0 < G; j0 += 4) {
+    const int8_t* q[4];
+    for (int jj = 0; jj < 4; ++jj) q[jj] = q8 + static_cast<size_t>(std::min(j0 + jj, G - 1)) * dp;
+    __m512i a[16];
+    for (int r = 0; r < 4; ++r)
+      for (int jj = 0; jj < 4; ++jj) {
+        __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x[r][0], _mm512_loadu_si512(q[jj]));
+        for (int c = 1; c < NCH; ++c) acc = _mm512_dpbusd_epi32(acc, x[r][c], _mm512_loadu_si512(q[jj] + 64 * c));
+        a[4 * r + jj] = acc;
+      }
+    const __m512i s = _mm512_permutexvar_epi32(qmajor, sum16(a));
+    int32_t* o = dots + static_cast<size_t>(j0) * ld;
+    _mm_mask_storeu_epi32(o, rows_mask, _mm512_castsi512_si128(s));
+    if (j0 + 1 < G) _mm_mask_storeu_epi32(o + ld, rows_mask, _mm512_extracti32x4_epi32(s, 1));
+    if (j0 + 2 < G) _mm_mask_storeu_epi32(o + 2 * ld, rows_mask, _mm512_extracti32x4_epi32(s, 2));
+    if (j0 + 3 < G) _mm_mask_storeu_epi32(o + 3 * ld, rows_mask, _mm512_extracti32x4_epi32(s, 3));
+  }
+}
+
+// int8_dots2 for the fixed-plane layouts, dp = 64 NCH: rows four at a time,
+// their chunks looked up and dotted in registers (no staging through memory).
+template <int W0, int W1, int NCH, bool TWO>
+TKV_AVX512_INT8 void dots_fixed(const Unpack& u, const RowLayout::Part& part, const uint8_t* table,
+                                const uint8_t* table2, const uint8_t* const* rows, int n, const int8_t* q8, int G,
+                                int32_t* dots, int G2, int32_t* dots2, int ld) {
+  const int dp = 64 * NCH;
+  const FixedTabs t = fixed_tabs<W0, W1>(table);
+  const FixedTabs t2 = TWO ? fixed_tabs<W0, W1>(table2) : t;
+  const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
+  for (int r0 = 0; r0 < n; r0 += 4) {
+    const int nr = std::min(4, n - r0);
+    __m512i x[4][NCH], x2[4][NCH];
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < NCH; ++c)  // rows past n repeat the last (their sums are not stored)
+        fixed_chunk<W0, W1, TWO>(u, rows[r0 + std::min(r, nr - 1)], off0, off1, c, t, t2, x[r][c], x2[r][c]);
+    rows4_dots<NCH>(x, nr, q8, dp, G, dots + r0, ld);
+    if constexpr (TWO) rows4_dots<NCH>(x2, nr, q8, dp, G2, dots2 + r0, ld);
+  }
+}
+
+template <int W0, int W1>
+TKV_AVX512_INT8 bool dots_fixed_nch(const Unpack& u, const Int8Keys& k, const Int8Keys* k2, const RowLayout& L,
+                                    const uint8_t* const* rows, int n, const int8_t* q8, int G, int32_t* dots,
+                                    int G2, int32_t* dots2, int ld) {
+  const RowLayout::Part& p = L.parts[0];
+  const uint8_t* t1 = k.table[0];
+  if (k2) {
+    const uint8_t* t2 = k2->table[0];
+    switch (k.dp) {
+      case 64: dots_fixed<W0, W1, 1, true>(u, p, t1, t2, rows, n, q8, G, dots, G2, dots2, ld); return true;
+      case 128: dots_fixed<W0, W1, 2, true>(u, p, t1, t2, rows, n, q8, G, dots, G2, dots2, ld); return true;
+      case 256: dots_fixed<W0, W1, 4, true>(u, p, t1, t2, rows, n, q8, G, dots, G2, dots2, ld); return true;
+      default: return false;
+    }
+  }
+  switch (k.dp) {
+    case 64: dots_fixed<W0, W1, 1, false>(u, p, t1, t1, rows, n, q8, G, dots, 0, nullptr, ld); return true;
+    case 128: dots_fixed<W0, W1, 2, false>(u, p, t1, t1, rows, n, q8, G, dots, 0, nullptr, ld); return true;
+    case 256: dots_fixed<W0, W1, 4, false>(u, p, t1, t1, rows, n, q8, G, dots, 0, nullptr, ld); return true;
+    default: return false;
+  }
+}
+
+TKV_AVX512_INT8 bool dots_fused(const Unpack& u, const Int8Keys& k, const Int8Keys* k2, const RowLayout& L,
+                                const uint8_t* const* rows, int n, const int8_t* q8, int G, int32_t* dots, int G2,
+                                int32_t* dots2, int ld) {
+  switch (fixed_sig(k, L)) {
+    case 40: return dots_fixed_nch<4, 0>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
+    case 20: return dots_fixed_nch<2, 0>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
+    case 10: return dots_fixed_nch<1, 0>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
+    case 21: return dots_fixed_nch<2, 1>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
+    case 41: return dots_fixed_nch<4, 1>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
+    case 42: return dots_fixed_nch<4, 2>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
+    default: return false;
+  }
+}
+
 TKV_AVX512_INT8 void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows,
                                 int n, const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
   const Unpack& u = unpack_consts();
+  if (dots_fused(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld)) return;
   const int dp = k.dp;
   const int sdp = (dp + 63) / 64 * 64;  // stage row stride: whole chunks (bytes past dp meet zero queries)
   alignas(64) uint8_t stage[32 * 1024];
@@ -472,9 +691,106 @@ TKV_AVX512_INT8 inline float weights_avx512(const float* w, int n, uint8_t* w8) 
   return m / 255.0f;
 }
 
+// Back to natural order and into the f32 accumulators: block b of the 4
+// sums a0..a3 holds coordinates 16b .. 16b+15 of the chunk in the order
+// m = 0..3 (the interleaving below); out += f · sums.
+TKV_AVX512_INT8 inline void values_store(__m512i a0, __m512i a1, __m512i a2, __m512i a3, float f, float* out,
+                                         int valid) {
+  const __m512i t0 = _mm512_shuffle_i32x4(a0, a1, 0x44), t1 = _mm512_shuffle_i32x4(a2, a3, 0x44);
+  const __m512i t2 = _mm512_shuffle_i32x4(a0, a1, 0xEE), t3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
+  const __m512i nat[4] = {_mm512_shuffle_i32x4(t0, t1, 0x88), _mm512_shuffle_i32x4(t0, t1, 0xDD),
+                          _mm512_shuffle_i32x4(t2, t3, 0x88), _mm512_shuffle_i32x4(t2, t3, 0xDD)};
+  const __m512 fv = _mm512_set1_ps(f);
+  for (int b = 0; b < 4 && 16 * b < valid; ++b)
+    _mm512_storeu_ps(out + 16 * b, _mm512_fmadd_ps(_mm512_cvtepi32_ps(nat[b]), fv, _mm512_loadu_ps(out + 16 * b)));
+}
+
+// int8_values for the fixed-plane layouts, dp = 64 NCH: per chunk, rows four
+// at a time looked up in registers (signed centroid bytes), interleaved so
+// that vpdpbusd sums over the 4 rows, and accumulated for 4 queries at once
+// (no staging of the rows' bytes through memory).
+template <int W0, int W1, int NCH>
+TKV_AVX512_INT8 void values_fixed(const Unpack& u, const RowLayout::Part& part, const uint8_t* table, float cs,
+                                  const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
+  const int dp = 64 * NCH;
+  FixedTabs t = fixed_tabs<W0, W1>(table);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  t.t0 = _mm512_xor_si512(t.t0, flip);  // c8 + 128 -> c8
+  t.t1 = _mm512_xor_si512(t.t1, flip);
+  const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
+  const int ng = (n + 3) / 4;
+  alignas(64) uint8_t w8[4][32];
+  for (int j0 = 0; j0 < G; j0 += 4) {
+    float f[4];
+    bool any = false;
+    for (int jj = 0; jj < 4; ++jj) {
+      if (j0 + jj < G) {
+        f[jj] = weights_avx512(w + static_cast<size_t>(j0 + jj) * ldw, n, w8[jj]) * cs;
+      } else {
+        std::memset(w8[jj], 0, 32);
+        f[jj] = 0.0f;
+      }
+      for (int r = n; r < 32; ++r) w8[jj][r] = 0;
+      any |= f[jj] != 0.0f;
+    }
+    if (!any) continue;
+    int32_t w4[4][8];
+    std::memcpy(w4, w8, sizeof(w4));
+    for (int c = 0; c < NCH; ++c) {
+      __m512i s[4][4];
+      for (int jj = 0; jj < 4; ++jj)
+        for (int m = 0; m < 4; ++m) s[jj][m] = _mm512_setzero_si512();
+      for (int g = 0; g < ng; ++g) {
+        __m512i y[4], unused;
+        for (int i = 0; i < 4; ++i)  // rows past n: the last row again, with weight 0
+          fixed_chunk<W0, W1, false>(u, rows[std::min(4 * g + i, n - 1)], off0, off1, c, t, t, y[i], unused);
+        const __m512i lo01 = _mm512_unpacklo_epi8(y[0], y[1]), hi01 = _mm512_unpackhi_epi8(y[0], y[1]);
+        const __m512i lo23 = _mm512_unpacklo_epi8(y[2], y[3]), hi23 = _mm512_unpackhi_epi8(y[2], y[3]);
+        const __m512i x[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                              _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+        for (int jj = 0; jj < 4; ++jj) {
+          const __m512i b = _mm512_set1_epi32(w4[jj][g]);
+          for (int m = 0; m < 4; ++m) s[jj][m] = _mm512_dpbusd_epi32(s[jj][m], b, x[m]);
+        }
+      }
+      for (int jj = 0; jj < 4; ++jj)
+        if (j0 + jj < G && f[jj] != 0.0f)
+          values_store(s[jj][0], s[jj][1], s[jj][2], s[jj][3], f[jj], acc + static_cast<size_t>(j0 + jj) * dp + 64 * c,
+                       64);
+    }
+  }
+}
+
+template <int W0, int W1>
+TKV_AVX512_INT8 bool values_fixed_nch(const Unpack& u, const Int8Keys& k, const RowLayout& L,
+                                      const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
+  const RowLayout::Part& p = L.parts[0];
+  switch (k.dp) {
+    case 64: values_fixed<W0, W1, 1>(u, p, k.table[0], k.cs, rows, n, w, G, ldw, acc); return true;
+    case 128: values_fixed<W0, W1, 2>(u, p, k.table[0], k.cs, rows, n, w, G, ldw, acc); return true;
+    case 256: values_fixed<W0, W1, 4>(u, p, k.table[0], k.cs, rows, n, w, G, ldw, acc); return true;
+    default: return false;
+  }
+}
+
+TKV_AVX512_INT8 bool values_fused(const Unpack& u, const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows,
+                                  int n, const float* w, int G, int ldw, float* acc) {
+  if (n <= 0 || n > 32) return false;
+  switch (fixed_sig(k, L)) {
+    case 40: return values_fixed_nch<4, 0>(u, k, L, rows, n, w, G, ldw, acc);
+    case 20: return values_fixed_nch<2, 0>(u, k, L, rows, n, w, G, ldw, acc);
+    case 10: return values_fixed_nch<1, 0>(u, k, L, rows, n, w, G, ldw, acc);
+    case 21: return values_fixed_nch<2, 1>(u, k, L, rows, n, w, G, ldw, acc);
+    case 41: return values_fixed_nch<4, 1>(u, k, L, rows, n, w, G, ldw, acc);
+    case 42: return values_fixed_nch<4, 2>(u, k, L, rows, n, w, G, ldw, acc);
+    default: return false;
+  }
+}
+
 TKV_AVX512_INT8 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
                                  const float* w, int G, int ldw, float* acc) {
   const Unpack& u = unpack_consts();
+  if (values_fused(u, k, L, rows, n, w, G, ldw, acc)) return;
   const int dp = k.dp, nch = (dp + 63) / 64, sdp = nch * 64;
   alignas(64) uint8_t stage[32 * 1024];
   // Row groups of 4, chunks of 64: 4 vectors whose lane l holds the 4 rows'
@@ -556,9 +872,23 @@ TKV_AVX512_INT8 void int8_values(const Int8Keys& k, const RowLayout& L, const ui
   }
 }
 
+float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias) {
+  return int8_keys_cpu() ? quantize_query_avx512(q, dp, q8, bias) : int8_quantize_query_ref(q, dp, q8, bias);
+}
+float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias) {
+  return int8_keys_cpu() ? quantize_residual_avx512(q, dp, qs, q8, r8, bias)
+                         : int8_quantize_residual_ref(q, dp, qs, q8, r8, bias);
+}
+
 #else
 
 bool int8_keys_cpu() { return false; }
+float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias) {
+  return int8_quantize_query_ref(q, dp, q8, bias);
+}
+float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias) {
+  return int8_quantize_residual_ref(q, dp, qs, q8, r8, bias);
+}
 void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
                int32_t* dots, int ld) {
   int8_dots_ref(k, L, rows, n, q8, G, dots, ld);

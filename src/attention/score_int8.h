@@ -54,15 +54,19 @@ void int8_keys_prepare(const RowLayout& layout, int d, int dp, const float* coor
 bool int8_keys_cpu();
 
 // Quantizes one query (dp floats, natural coordinate order; coordinates no
-// part covers must already be 0) into q8[dp]; returns qs, and the bias
-// 128 · Σ q8 in *bias.
+// part covers must already be 0) into q8[dp]: q8 = round(q / qs), nearest
+// with ties to even, qs = max|q| / 127; returns qs, and the bias 128 · Σ q8
+// in *bias. The _ref functions are the specification; the others give the
+// same bytes (AVX-512 where int8_keys_cpu()).
 float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias);
-// The residual byte: r8 = round((q − qs·q8) / (qs / 254)); returns qs / 254
+float int8_quantize_query_ref(const float* q, int dp, int8_t* q8, int32_t* bias);
+// The residual byte: r8 = round(fma(−qs, q8, q) / (qs / 254)); returns qs / 254
 // and its bias in *bias.
 // The centroids' residual bytes as a table of their own (cr8 + 128, scale
 // cs / 254), read by the same kernels: `r` is `k` with that table.
 void int8_residual_table(const Int8Keys& k, const RowLayout& layout, Int8Keys& r);
 float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias);
+float int8_quantize_residual_ref(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias);
 
 // dots[j * ld + r] = Σ_i (c8(code of row r, coordinate i) + 128) · q8[j][i]
 // for G queries (q8 + j * dp) and n rows. rows[r] points at a row (its 16-bit

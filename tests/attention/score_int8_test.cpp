@@ -167,6 +167,43 @@ TEST(Int8Values, KernelGivesTheSpecificationsSums) {
     }
 }
 
+// The query's bytes (main and residual) are the specification's, on random
+// queries of every length and on exact halves (ties round to even), zeros
+// and a single nonzero coordinate.
+TEST(Int8Keys, QueryBytesAreTheSpecifications) {
+  auto check = [](const std::vector<float>& q, const std::string& what) {
+    const int dp = int(q.size());
+    std::vector<int8_t> a(2 * dp, 5), b(2 * dp, 7);
+    int32_t ba = 1, bb = 2, ra = 3, rb = 4;
+    const float qa = attn::int8_quantize_query(q.data(), dp, a.data(), &ba);
+    const float qb = attn::int8_quantize_query_ref(q.data(), dp, b.data(), &bb);
+    ASSERT_EQ(qa, qb) << what;
+    ASSERT_EQ(ba, bb) << what;
+    const float sa = attn::int8_quantize_residual(q.data(), dp, qa, a.data(), a.data() + dp, &ra);
+    const float sb = attn::int8_quantize_residual_ref(q.data(), dp, qb, b.data(), b.data() + dp, &rb);
+    ASSERT_EQ(sa, sb) << what;
+    ASSERT_EQ(ra, rb) << what;
+    ASSERT_EQ(a, b) << what;
+  };
+  for (int dp : {16, 48, 64, 80, 96, 128, 256, 1024}) {
+    check(gaussian(dp, 900 + dp), "gaussian dp=" + std::to_string(dp));
+    check(std::vector<float>(dp, 0.0f), "zeros dp=" + std::to_string(dp));
+    std::vector<float> one(dp, 0.0f);
+    one[dp - 1] = -3.0f;
+    check(one, "one coordinate dp=" + std::to_string(dp));
+    // max |q| = 127: qs = 1, so q = k + 0.5 lies exactly between two bytes.
+    std::vector<float> ties(dp);
+    for (int i = 0; i < dp; ++i) ties[i] = float(i % 2 ? 127 : -(i % 120)) + (i % 2 ? 0.0f : -0.5f);
+    ties[1] = 127.0f;
+    check(ties, "ties dp=" + std::to_string(dp));
+    std::vector<int8_t> q8(dp);
+    int32_t bias;
+    ASSERT_EQ(attn::int8_quantize_query_ref(ties.data(), dp, q8.data(), &bias), 1.0f);
+    EXPECT_EQ(q8[2], -2) << "-2.5 rounds to even";
+    if (dp > 4) EXPECT_EQ(q8[4], -4) << "-4.5 rounds to even";
+  }
+}
+
 TEST(Int8Keys, TableHoldsEveryCentroidWithinHalfAStep) {
   for (const std::string& f : kFormats) {
     auto c = make(f, 128);
