@@ -164,6 +164,14 @@ Status attention(const AttentionArgs& a) {
   if (q8_store.size() < q8_rows * dp) q8_store.resize(q8_rows * dp);
   if (q8s_store.size() < q8_rows) q8s_store.resize(q8_rows);
   if (q8b_store.size() < q8_rows) q8b_store.resize(q8_rows);
+  // The wide path's 16-bit queries (K readers with i8.wide), per tile t at
+  // t · H · G_max rows: [H][G_t][dp].
+  bool any_wide = false;
+  for (const attn::RowReader& r : kr_store) any_wide = any_wide || (r.int8 && r.i8.wide);
+  thread_local std::vector<int16_t> q16_store;
+  const size_t q16_rows = any_wide ? static_cast<size_t>(n_tiles) * H * G_max : 0;
+  if (q16_store.size() < q16_rows * dp) q16_store.resize(q16_rows * dp);
+  int16_t* const q16_all = q16_store.data();
   int8_t* const q8_all = q8_store.data();
   float* const q8s_all = q8s_store.data();
   int32_t* const q8b_all = q8b_store.data();
@@ -198,6 +206,13 @@ Status attention(const AttentionArgs& a) {
         const int G_t = (std::min(a.n_q, (t + 1) * tile) - t * tile) * g;
         const size_t row = static_cast<size_t>(t) * H * 2 * G_max + static_cast<size_t>(h) * 2 * G_t +
                            static_cast<size_t>(qi - t * tile) * g + j;
+        if (KR.i8.wide) {
+          const size_t row16 = static_cast<size_t>(t) * H * G_max + static_cast<size_t>(h) * G_t +
+                               static_cast<size_t>(qi - t * tile) * g + j;
+          q8s_all[row] = attn::int8_quantize_query16(nat, dp, KR.i8.wmax, q16_all + row16 * dp);
+          q8b_all[row] = 0;
+          continue;
+        }
         q8s_all[row] = attn::int8_quantize_query(nat, dp, q8_all + row * dp, &q8b_all[row]);
         if (KR.i8.residual)
           q8s_all[row + G_t] = attn::int8_quantize_residual(nat, dp, q8s_all[row], q8_all + row * dp,
@@ -279,6 +294,7 @@ Status attention(const AttentionArgs& a) {
       w.q8 = q8_all + base * dp;
       w.q8_scale = q8s_all + base;
       w.q8_bias = q8b_all + base;
+      w.q16 = q16_all + static_cast<size_t>(item.tile) * H * G_max * dp;
     }
     w.q = qg;
     w.limit = limits;

@@ -725,6 +725,28 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
   const uint8_t* rows[kBlock];
   alignas(64) float scale[kBlock];
   BlockScales(w.k, h, b0, nb, rows, scale);
+  const auto neg_inf = hn::Set(df, kNegInf);
+  if (K.i8.wide) {  // 16-bit words (score_int8.h): one dot a row and query, no offset
+    thread_local std::vector<int32_t> dots16_store;
+    if (dots16_store.size() < static_cast<size_t>(G) * kBlock) dots16_store.resize(static_cast<size_t>(G) * kBlock);
+    int32_t* dots = dots16_store.data();
+    int8_dots16(K.i8, K.layout, rows, nb, w.q16 + static_cast<size_t>(h) * G * dp, G, dots, kBlock);
+    const size_t hq = static_cast<size_t>(h) * 2 * G;
+    for (int j = 0; j < G; ++j) {
+      const auto f = hn::Set(df, w.q8_scale[hq + j] * K.i8.cs16);
+      const auto lo = hn::Set(di, std::max(w.start[j], b0) - b0 - 1);
+      const auto hi = hn::Set(di, std::min(w.limit[j], b0 + nb) - b0);
+      const int32_t* dj = dots + static_cast<size_t>(j) * kBlock;
+      float* pj = p + static_cast<size_t>(j) * kBlock;
+      for (int r = 0; r < kBlock; r += N) {
+        const auto idx = hn::Load(di, kRowIndex + r);
+        const auto vis = hn::RebindMask(df, hn::And(hn::Gt(idx, lo), hn::Lt(idx, hi)));
+        const auto a = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, dj + r)), f);
+        hn::StoreU(hn::IfThenElse(vis, hn::Mul(a, hn::Load(df, scale + r)), neg_inf), df, pj + r);
+      }
+    }
+    return;
+  }
   // The residual bytes are G more query rows (score_int8.h).
   const int R = K.i8.residual ? 2 * G : G;
   thread_local std::vector<int32_t> dots_store;  // [R][kBlock], kept across calls
@@ -740,7 +762,6 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
     dots_c = dots_c_store.data();
   }
   int8_dots2(K.i8, K.i8.residual ? &K.i8r : nullptr, K.layout, rows, nb, w.q8 + hq * dp, R, dots, G, dots_c, kBlock);
-  const auto neg_inf = hn::Set(df, kNegInf);
   for (int j = 0; j < G; ++j) {
     const auto f = hn::Set(df, w.q8_scale[hq + j] * K.i8.cs);
     const auto bias = hn::Set(di, w.q8_bias[hq + j]);
@@ -800,14 +821,13 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const 
 // Scores, softmax update and V accumulation of one block of rows for the G
 // queries of KV head h.
 void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, const TurboConsts& vtc, const Work& w,
-               int h, int b0, int nb, float* p,
+               int h, int b0, int nb, float* p, float* lvec,
                BlockRows& B, float* dec) {
   const DF df;
   const int N = Lanes();
   const int dp = K.dp, G = w.G;
   const float* qh = w.q + static_cast<size_t>(h) * G * dp;
   float* mh = w.m + (h - w.h0) * G;
-  float* lh = w.l + (h - w.h0) * G;
   float* acch = w.acc + static_cast<size_t>(h - w.h0) * G * dp;
   if ((K.int8 && w.q8) || V.int8) {
     const int nh = w.h1 - w.h0, i = h - w.h0;
@@ -822,36 +842,44 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
     Kind kk = PrepareRows(K, ktc, w.k, h, w.k_end, b0, nb, w.r1, G, B, dec);
     ByKind<ScoresOp>(kk, K, ktc, B, nb, qh, G, w.limit, w.start, b0, p);
   }
-  // ---- online softmax per query over this block
+  // ---- online softmax per query over this block. The running max changes
+  // only when a score exceeds it: that test is one compare per vector, and
+  // the block's max is reduced only then (after the first blocks, rarely).
+  // The sums stay vectors (lvec, N lanes per query), reduced once per item
+  // in RunWork: the two lane reductions per query and block were a third of
+  // the softmax's time on the integer path.
   const auto neg_inf = hn::Set(df, kNegInf);
+  float* lvh = lvec + static_cast<size_t>(h - w.h0) * G * N;
   for (int j = 0; j < G; ++j) {
     float* pj = p + j * kBlock;
     for (int i = nb; i < kBlock; ++i) pj[i] = kNegInf;
-    auto vmax = neg_inf;
-    for (int i = 0; i < kBlock; i += N) vmax = hn::Max(vmax, hn::LoadU(df, pj + i));
-    const float bmax = hn::GetLane(hn::MaxOfLanes(df, vmax));
-    if (bmax == kNegInf) {
+    const auto vm_old = hn::Set(df, mh[j]);
+    bool above = false;
+    for (int i = 0; i < kBlock; i += N) above |= !hn::AllFalse(df, hn::Gt(hn::LoadU(df, pj + i), vm_old));
+    if (above) {  // a score above the running max (the first finite score of a -inf max included)
+      auto vmax = neg_inf;
+      for (int i = 0; i < kBlock; i += N) vmax = hn::Max(vmax, hn::LoadU(df, pj + i));
+      const float mnew = hn::GetLane(hn::MaxOfLanes(df, vmax));
+      const float corr = std::exp(mh[j] - mnew);  // 0 when m was -inf
+      const auto vc = hn::Set(df, corr);
+      float* lj = lvh + static_cast<size_t>(j) * N;
+      hn::Store(hn::Mul(hn::Load(df, lj), vc), df, lj);
+      float* aj = acch + static_cast<size_t>(j) * dp;
+      for (int c = 0; c < dp; c += N) hn::Store(hn::Mul(hn::Load(df, aj + c), vc), df, aj + c);
+      mh[j] = mnew;
+    } else if (mh[j] == kNegInf) {  // nothing visible yet (every score so far -inf)
       for (int i = 0; i < kBlock; ++i) pj[i] = 0.0f;
       continue;
     }
-    const float mnew = std::max(mh[j], bmax);
-    if (mnew > mh[j]) {
-      const float corr = std::exp(mh[j] - mnew);  // 0 when m was -inf
-      lh[j] *= corr;
-      float* aj = acch + static_cast<size_t>(j) * dp;
-      const auto vc = hn::Set(df, corr);
-      for (int c = 0; c < dp; c += N) hn::Store(hn::Mul(hn::Load(df, aj + c), vc), df, aj + c);
-      mh[j] = mnew;
-    }
-    const auto vm = hn::Set(df, mnew);
-    auto vsum = hn::Zero(df);
+    const auto vm = hn::Set(df, mh[j]);
+    auto vsum = hn::Load(df, lvh + static_cast<size_t>(j) * N);
     for (int i = 0; i < kBlock; i += N) {
       const auto x = hn::LoadU(df, pj + i);
       const auto e = hn::IfThenZeroElse(hn::Eq(x, neg_inf), hn::Exp(df, hn::Sub(x, vm)));
       hn::StoreU(e, df, pj + i);
       vsum = hn::Add(vsum, e);
     }
-    lh[j] += hn::GetLane(hn::SumOfLanes(df, vsum));
+    hn::Store(vsum, df, lvh + static_cast<size_t>(j) * N);
   }
   // ---- values (sparse V: skip rows no query gives weight >= threshold)
   bool keep[kBlock];
@@ -896,10 +924,22 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   const int nh = w.h1 - w.h0;
   for (int j = 0; j < nh * G; ++j) { w.m[j] = -std::numeric_limits<float>::infinity(); w.l[j] = 0.0f; }
   std::memset(w.acc, 0, sizeof(float) * nh * G * dp);
+  // The softmax sums as vectors of N lanes per (head, query): HeadBlock.
+  const DF df;
+  const size_t N = Lanes();
+  thread_local hwy::AlignedFreeUniquePtr<float[]> lvec_store;
+  thread_local size_t lvec_cap = 0;
+  if (lvec_cap < nh * G * N) {
+    lvec_store = hwy::AllocateAligned<float>(nh * G * N);
+    lvec_cap = nh * G * N;
+  }
+  float* lvec = lvec_store.get();
+  std::memset(lvec, 0, sizeof(float) * nh * G * N);
   for (int b0 = w.r0; b0 < w.r1; b0 += kBlock) {
     const int nb = std::min(kBlock, w.r1 - b0);
-    for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, ktc, V, vtc, w, h, b0, nb, p, *B, dec);
+    for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, ktc, V, vtc, w, h, b0, nb, p, lvec, *B, dec);
   }
+  for (int j = 0; j < nh * G; ++j) w.l[j] = hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lvec + j * N)));
 }
 
 }  // namespace HWY_NAMESPACE

@@ -65,6 +65,9 @@ struct Work {
   const int8_t* q8 = nullptr;
   const float* q8_scale = nullptr;
   const int32_t* q8_bias = nullptr;
+  // K.i8.wide: the queries as 16-bit words [H][G][dp] (natural order); their
+  // scales in q8_scale at the int8 rows' places.
+  const int16_t* q16 = nullptr;
   // Outputs: running max, sum and accumulator (V's domain) per head and query.
   float* m;                 // [h1 - h0][G]
   float* l;                 // [h1 - h0][G]

@@ -78,6 +78,28 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   int total = 0;
   for (int p = 0; p < L.nparts; ++p) total += L.parts[p].count;
   k.aligned = aligned && total == dp;
+  // One 4-bit part in one plane over dp = 64, 128 or 256: 16-bit words
+  // instead of residual bytes (int8_dots16; about half the operations).
+  const RowLayout::Part& p0 = L.parts[0];
+  if (k.residual && k.aligned && L.nparts == 1 && p0.bits == 4 && p0.nplanes == 1 && p0.planes[0].width == 4 &&
+      p0.planes[0].shift == 0 && (dp == 64 || dp == 128 || dp == 256)) {
+    k.residual = false;
+    k.wide = true;
+    k.wmax = static_cast<int>(std::sqrt(2147483647.0 / dp));
+    while (static_cast<double>(dp) * k.wmax * k.wmax >= 2147483648.0) --k.wmax;
+    k.cs16 = cmax / static_cast<float>(k.wmax);
+    for (int j = 0; j < 16; ++j) {
+      const long c16 = std::lround(p0.centroids[j] / k.cs16);
+      k.table16[j] = static_cast<int16_t>(std::clamp(c16, -static_cast<long>(k.wmax), static_cast<long>(k.wmax)));
+    }
+    const double qs16 = 3.0 * smax / k.wmax;
+    double cw = 0;
+    for (int i = 0; i < d; ++i) {
+      const double sc = coord_scale ? coord_scale[i] : 1.0;
+      if (coded[i]) cw += sc * sc * k.cs16 * k.cs16 / 12.0;
+    }
+    k.predicted = codec > 0 ? (cw + qs16 * qs16 / 12.0 * covered) / codec : 1e30;
+  }
   k.usable = k.predicted <= kInt8MaxPredicted;
 }
 
@@ -122,6 +144,33 @@ float int8_quantize_residual_ref(const float* q, int dp, float qs, const int8_t*
   return qr;
 }
 
+float int8_quantize_query16_ref(const float* q, int dp, int wmax, int16_t* q16) {
+  float m = 0.0f;
+  for (int i = 0; i < dp; ++i) m = std::max(m, std::fabs(q[i]));
+  const float qs = m / static_cast<float>(wmax);
+  for (int i = 0; i < dp; ++i) {
+    const float v = qs > 0.0f ? std::nearbyint(q[i] / qs) : 0.0f;
+    q16[i] = static_cast<int16_t>(std::clamp(v, -static_cast<float>(wmax), static_cast<float>(wmax)));
+  }
+  return qs;
+}
+
+void int8_dots16_ref(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int16_t* q16,
+                     int G, int32_t* dots, int ld) {
+  const RowLayout::Part& part = L.parts[0];
+  uint8_t codes[1024];
+  for (int r = 0; r < n; ++r) {
+    std::memset(codes, 0, sizeof(codes));
+    unpack_plane_or(rows[r] + part.planes[0].offset, part.count, part.planes[0].width, part.planes[0].shift,
+                    codes + part.begin);
+    for (int j = 0; j < G; ++j) {
+      int32_t s = 0;
+      for (int i = 0; i < k.dp; ++i) s += int32_t{k.table16[codes[i] & 15]} * q16[static_cast<size_t>(j) * k.dp + i];
+      dots[static_cast<size_t>(j) * ld + r] = s;
+    }
+  }
+}
+
 void int8_dots_ref(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
                    int32_t* dots, int ld) {
   uint8_t codes[1024], bytes[1024];
@@ -146,6 +195,7 @@ void int8_dots_ref(const Int8Keys& k, const RowLayout& L, const uint8_t* const* 
 double int8_score_bound(const Int8Keys& k, const float* q, int dp, float qs) {
   double sq = 0;
   for (int i = 0; i < dp; ++i) sq += std::fabs(q[i]);
+  if (k.wide) return 0.5 * qs * k.d * k.cmax + 0.5 * k.cs16 * sq + 0.25 * k.d * static_cast<double>(qs) * k.cs16;
   if (!k.residual) return 0.5 * qs * k.d * k.cmax + 0.5 * k.cs * sq + 0.25 * k.d * static_cast<double>(qs) * k.cs;
   // Two bytes each: q' = qs q8 + qr r8 + eq, c = cs c8 + cr cr8 + ec with
   // |eq| <= qr/2, |ec| <= cr/2, |qr r8| <= (qs + qr)/2, |cr cr8| <= (cs + cr)/2;
@@ -262,6 +312,25 @@ TKV_AVX512_INT8 float quantize_residual_avx512(const float* q, int dp, float qs,
   }
   *bias = 128 * _mm512_reduce_add_epi32(sum);
   return qr;
+}
+
+TKV_AVX512_INT8 float quantize_query16_avx512(const float* q, int dp, int wmax, int16_t* q16) {
+  __m512 m = _mm512_setzero_ps();
+  for (int i = 0; i < dp; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail16(i, dp), q + i)));
+  const float qs = _mm512_reduce_max_ps(m) / static_cast<float>(wmax);
+  if (!(qs > 0.0f)) {
+    std::memset(q16, 0, sizeof(int16_t) * dp);
+    return qs;
+  }
+  const __m512 vqs = _mm512_set1_ps(qs);
+  const __m512i lo = _mm512_set1_epi32(-wmax), hi = _mm512_set1_epi32(wmax);
+  for (int i = 0; i < dp; i += 16) {
+    const __mmask16 t = tail16(i, dp);
+    const __m512 x = _mm512_maskz_loadu_ps(t, q + i);
+    const __m512i v = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_div_ps(x, vqs)), lo), hi);
+    _mm512_mask_cvtepi32_storeu_epi16(q16 + i, t, v);
+  }
+  return qs;
 }
 
 // Chunk constants per plane width w in {1, 2, 4}: output qword m (coordinates
@@ -635,6 +704,62 @@ TKV_AVX512_INT8 bool dots_fixed_nch(const Unpack& u, const Int8Keys& k, const In
   }
 }
 
+// int8_dots16 for one 4-bit part over dp = 64 NCH. Per 64 coordinates the
+// 32 code bytes are widened to words (vpmovzxbw): a word's low nibble is an
+// even coordinate's code, its next 4 bits the odd one's; vpermw reads 5 index
+// bits, so the 16 centroid words are repeated twice in its table and the odd
+// codes are the words shifted right by 4. The query is rearranged to the
+// same order (even coordinates, then odd) once per call.
+template <int NCH>
+TKV_AVX512_INT8 void dots16_fixed(const RowLayout::Part& part, const int16_t* table16, const uint8_t* const* rows,
+                                  int n, const int16_t* q16, int G, int32_t* dots, int ld) {
+  const int dp = 64 * NCH;
+  alignas(64) int16_t tw[32];
+  for (int x = 0; x < 32; ++x) tw[x] = table16[x & 15];
+  const __m512i tab = _mm512_load_si512(tw);
+  alignas(64) int16_t even_idx[32], odd_idx[32];
+  for (int i = 0; i < 32; ++i) {
+    even_idx[i] = static_cast<int16_t>(2 * i);
+    odd_idx[i] = static_cast<int16_t>(2 * i + 1);
+  }
+  const __m512i ie = _mm512_load_si512(even_idx), io = _mm512_load_si512(odd_idx);
+  const __m512i qmajor = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const size_t off = part.planes[0].offset;
+  for (int j0 = 0; j0 < G; j0 += 4) {
+    __m512i qe[4][NCH], qo[4][NCH];
+    for (int jj = 0; jj < 4; ++jj) {
+      const int16_t* q = q16 + static_cast<size_t>(std::min(j0 + jj, G - 1)) * dp;
+      for (int c = 0; c < NCH; ++c) {
+        const __m512i lo = _mm512_loadu_si512(q + 64 * c), hi = _mm512_loadu_si512(q + 64 * c + 32);
+        qe[jj][c] = _mm512_permutex2var_epi16(lo, ie, hi);
+        qo[jj][c] = _mm512_permutex2var_epi16(lo, io, hi);
+      }
+    }
+    for (int r0 = 0; r0 < n; r0 += 4) {
+      const int nr = std::min(4, n - r0);
+      __m512i a[16];
+      for (int i = 0; i < 16; ++i) a[i] = _mm512_setzero_si512();
+      for (int r = 0; r < 4; ++r) {
+        const uint8_t* row = rows[r0 + std::min(r, nr - 1)] + off;
+        for (int c = 0; c < NCH; ++c) {
+          const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * c)));
+          const __m512i we = _mm512_permutexvar_epi16(v, tab);
+          const __m512i wo = _mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), tab);
+          for (int jj = 0; jj < 4; ++jj)
+            a[4 * r + jj] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(a[4 * r + jj], we, qe[jj][c]), wo, qo[jj][c]);
+        }
+      }
+      const __m512i s = _mm512_permutexvar_epi32(qmajor, sum16(a));
+      const __mmask16 rows_mask = static_cast<__mmask16>((1u << nr) - 1);
+      int32_t* o = dots + static_cast<size_t>(j0) * ld + r0;
+      _mm_mask_storeu_epi32(o, rows_mask, _mm512_castsi512_si128(s));
+      if (j0 + 1 < G) _mm_mask_storeu_epi32(o + ld, rows_mask, _mm512_extracti32x4_epi32(s, 1));
+      if (j0 + 2 < G) _mm_mask_storeu_epi32(o + 2 * ld, rows_mask, _mm512_extracti32x4_epi32(s, 2));
+      if (j0 + 3 < G) _mm_mask_storeu_epi32(o + 3 * ld, rows_mask, _mm512_extracti32x4_epi32(s, 3));
+    }
+  }
+}
+
 TKV_AVX512_INT8 bool dots_fused(const Unpack& u, const Int8Keys& k, const Int8Keys* k2, const RowLayout& L,
                                 const uint8_t* const* rows, int n, const int8_t* q8, int G, int32_t* dots, int G2,
                                 int32_t* dots2, int ld) {
@@ -875,6 +1000,21 @@ TKV_AVX512_INT8 void int8_values(const Int8Keys& k, const RowLayout& L, const ui
 float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias) {
   return int8_keys_cpu() ? quantize_query_avx512(q, dp, q8, bias) : int8_quantize_query_ref(q, dp, q8, bias);
 }
+float int8_quantize_query16(const float* q, int dp, int wmax, int16_t* q16) {
+  return int8_keys_cpu() ? quantize_query16_avx512(q, dp, wmax, q16) : int8_quantize_query16_ref(q, dp, wmax, q16);
+}
+void int8_dots16(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int16_t* q16, int G,
+                 int32_t* dots, int ld) {
+  if (int8_keys_cpu() && k.wide) {
+    switch (k.dp) {
+      case 64: return dots16_fixed<1>(L.parts[0], k.table16, rows, n, q16, G, dots, ld);
+      case 128: return dots16_fixed<2>(L.parts[0], k.table16, rows, n, q16, G, dots, ld);
+      case 256: return dots16_fixed<4>(L.parts[0], k.table16, rows, n, q16, G, dots, ld);
+      default: break;
+    }
+  }
+  int8_dots16_ref(k, L, rows, n, q16, G, dots, ld);
+}
 float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias) {
   return int8_keys_cpu() ? quantize_residual_avx512(q, dp, qs, q8, r8, bias)
                          : int8_quantize_residual_ref(q, dp, qs, q8, r8, bias);
@@ -888,6 +1028,13 @@ float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias) {
 }
 float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias) {
   return int8_quantize_residual_ref(q, dp, qs, q8, r8, bias);
+}
+float int8_quantize_query16(const float* q, int dp, int wmax, int16_t* q16) {
+  return int8_quantize_query16_ref(q, dp, wmax, q16);
+}
+void int8_dots16(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int16_t* q16, int G,
+                 int32_t* dots, int ld) {
+  int8_dots16_ref(k, L, rows, n, q16, G, dots, ld);
 }
 void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
                int32_t* dots, int ld) {

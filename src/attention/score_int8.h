@@ -27,6 +27,11 @@ struct Int8Keys {
   bool residual = false; // two bytes where one would add more than kInt8Residual: the query as
                          // qs·q8 + qs/254·r8 and the centroids as cs·c8 + cs/254·cr8
                          // (int8_residual_table); three dots a row instead of one
+  bool wide = false;     // in place of residual bytes, where the layout is one 4-bit part and dp is 64,
+                         // 128 or 256: centroids and query as 16-bit words (int8_dots16), one dot a row
+  int wmax = 0;          // the words' largest magnitude: dp · wmax² < 2^31, so a whole dot fits int32
+  float cs16 = 0.0f;     // centroid word scale (cmax / wmax)
+  int16_t table16[16];   // c16_j = round(c_j / cs16), |c16_j| <= wmax
   bool aligned = false;  // every part starts and ends on a multiple of 64 coordinates and they cover dp:
                          // the kernel keeps each 64-coordinate chunk in registers (else it stages bytes)
   int d = 0, dp = 0;
@@ -81,6 +86,17 @@ void int8_dots(const Int8Keys& k, const RowLayout& layout, const uint8_t* const*
 void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& layout, const uint8_t* const* rows, int n,
                 const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld);
 
+// The wide path (k.wide): q' ≈ qs16 · q16, q16 = round(q' / qs16) (nearest,
+// ties to even), qs16 = max|q'| / wmax; score ≈ s_t · qs16 · cs16 · Σ_i
+// c16(code_i) · q16_i (vpdpwssd, 32 products an instruction; no offset: both
+// are signed). Two words where the residual path takes three dots of bytes.
+float int8_quantize_query16(const float* q, int dp, int wmax, int16_t* q16);
+float int8_quantize_query16_ref(const float* q, int dp, int wmax, int16_t* q16);
+void int8_dots16_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const int16_t* q16,
+                     int G, int32_t* dots, int ld);
+void int8_dots16(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const int16_t* q16,
+                 int G, int32_t* dots, int ld);
+
 // Values (V rows of a tq layout, Int8Keys prepared for V's layout):
 //   acc[j][i] += (wmax_j / 255) · cs · Σ_r w8_jr · c8(code of row r, coordinate i)
 // with w8_jr = round(255 · w[j][r] / wmax_j), wmax_j = max_r w[j][r] (the
@@ -98,7 +114,8 @@ void int8_values(const Int8Keys& k, const RowLayout& layout, const uint8_t* cons
 // Σ_i |c_i|·|q'_i − qs q8_i| + |q'_i|·|c_i − cs c8_i| + |q'_i − qs q8_i|·|c_i − cs c8_i|
 // bounded with |q' − qs q8| ≤ qs/2 and |c − cs c8| ≤ cs/2:
 // (qs/2)·Σ_i|c_i| + (cs/2)·Σ_i|q'_i| + d·qs·cs/4, with |c_i| ≤ cmax; with
-// k.residual the two-byte terms (score_int8.cpp). qs: the query's main scale.
+// k.residual the two-byte terms (score_int8.cpp); with k.wide the same
+// one-step form with qs16 and cs16. qs: the query's main scale (qs16 when wide).
 double int8_score_bound(const Int8Keys& k, const float* q, int dp, float qs);
 
 }  // namespace tkv::attn

@@ -96,6 +96,7 @@ CodedRows coded_rows(const Codec& c, const std::vector<float>& x, int n) {
 
 TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
   if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
+  int wide_checked = 0;
   for (const std::string& f : kFormats)
     for (int d : {64, 80, 128, 256}) {
       if (f.rfind("tqc", 0) == 0 && d % 8 != 0) continue;
@@ -132,8 +133,19 @@ TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
           if (i % 40 < size_t(n)) ASSERT_EQ(fast1[i], ref[i]) << f << " d=" << d << " G=" << G << " (two tables)";
         for (size_t i = 0; i < fast2.size(); ++i)
           if (i % 40 < size_t(n)) ASSERT_EQ(fast2[i], ref2[i]) << f << " d=" << d << " G2=" << G2 << " (residual table)";
+        if (k.wide) {  // 16-bit words: the whole signed range of the query's words
+          std::vector<int16_t> q16(size_t(G) * dp, 0);
+          for (int j = 0; j < G; ++j)
+            for (int i = 0; i < d; ++i) q16[size_t(j) * dp + i] = int16_t(int(rng.next() % (2 * k.wmax + 1)) - k.wmax);
+          std::vector<int32_t> f16(size_t(G) * 40, -3), r16(size_t(G) * 40, -3);
+          attn::int8_dots16(k, c->layout(), ptr.data(), n, q16.data(), G, f16.data(), 40);
+          attn::int8_dots16_ref(k, c->layout(), ptr.data(), n, q16.data(), G, r16.data(), 40);
+          ASSERT_EQ(f16, r16) << f << " d=" << d << " G=" << G << " (16-bit words)";
+          ++wide_checked;
+        }
       }
     }
+  EXPECT_GE(wide_checked, 3 * 4) << "tq4 at d 64, 128 and 256 takes the 16-bit path";
 }
 
 TEST(Int8Values, KernelGivesTheSpecificationsSums) {
@@ -184,6 +196,12 @@ TEST(Int8Keys, QueryBytesAreTheSpecifications) {
     ASSERT_EQ(sa, sb) << what;
     ASSERT_EQ(ra, rb) << what;
     ASSERT_EQ(a, b) << what;
+    for (int wmax : {4095, 2896}) {
+      std::vector<int16_t> w1(dp, 5), w2(dp, 7);
+      ASSERT_EQ(attn::int8_quantize_query16(q.data(), dp, wmax, w1.data()),
+                attn::int8_quantize_query16_ref(q.data(), dp, wmax, w2.data())) << what;
+      ASSERT_EQ(w1, w2) << what << " (16-bit, wmax " << wmax << ")";
+    }
   };
   for (int dp : {16, 48, 64, 80, 96, 128, 256, 1024}) {
     check(gaussian(dp, 900 + dp), "gaussian dp=" + std::to_string(dp));
@@ -232,7 +250,10 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
   Int8Keys k;
   attn::int8_keys_prepare(c.layout(), d, dp, c.coord_scale(), k);
   k.usable = true;
-  if (force_residual >= 0) k.residual = force_residual == 1;
+  if (force_residual >= 0) {  // the byte paths on any layout: one byte (0) or residual bytes (1)
+    k.residual = force_residual == 1;
+    k.wide = false;
+  }
   const CodedRows rows = coded_rows(c, x, n);
   const auto& ptr = rows.ptr;
   std::vector<float> dec(size_t(n) * d), unsc(dp);
@@ -240,6 +261,33 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
   for (int j = 0; j < nq; ++j) {
     const float* qj = q.data() + size_t(j) * d;
     const auto qc = query_in_code_domain(c, qj, 1.0f);
+    if (k.wide) {  // 16-bit words: one dot, no offset
+      std::vector<int16_t> q16(dp);
+      const float qs = attn::int8_quantize_query16(qc.data(), dp, k.wmax, q16.data());
+      std::vector<int32_t> dots(n);
+      if (use_fast) {
+        attn::int8_dots16(k, c.layout(), ptr.data(), n, q16.data(), 1, dots.data(), n);
+      } else {
+        attn::int8_dots16_ref(k, c.layout(), ptr.data(), n, q16.data(), 1, dots.data(), n);
+      }
+      const double bound = attn::int8_score_bound(k, qc.data(), dp, qs);
+      for (int r = 0; r < n; ++r) {
+        const double s = row_scale(ptr[r]);
+        const double approx = s * double(qs) * double(k.cs16) * double(dots[r]);
+        c.decode_unscaled(ptr[r], unsc.data(), Impl::kRef);
+        double exact = 0, truth = 0, exact_orig = 0;
+        for (int i = 0; i < d; ++i) exact += double(qc[i]) * unsc[i];
+        for (int i = 0; i < d; ++i) {
+          truth += double(qj[i]) * x[size_t(r) * d + i];
+          exact_orig += double(qj[i]) * dec[size_t(r) * d + i];
+        }
+        e.worst_over_bound = std::max(e.worst_over_bound, std::fabs(approx - exact) / (s * bound * (1 + 1e-5) + 1e-30));
+        e.add2 += (approx - truth) * (approx - truth);
+        e.codec2 += (exact_orig - truth) * (exact_orig - truth);
+        ++e.n;
+      }
+      continue;
+    }
     // The query's bytes: q8, and with the layout's residual its second byte r8 (a second query row).
     std::vector<int8_t> q8(2 * dp, 0);
     int32_t bias = 0, bias_r = 0;
@@ -459,8 +507,10 @@ void check_attention(const AttnCase& ac) {
       const size_t row = size_t(i) * Hq + hq;
       const auto qc = query_in_code_domain(*ck, q.data() + row * d, scale);
       std::vector<int8_t> q8(padded(d));
+      std::vector<int16_t> q16(padded(d));
       int32_t bias;
-      const float qs = attn::int8_quantize_query(qc.data(), padded(d), q8.data(), &bias);
+      const float qs = ik.wide ? attn::int8_quantize_query16(qc.data(), padded(d), ik.wmax, q16.data())
+                               : attn::int8_quantize_query(qc.data(), padded(d), q8.data(), &bias);
       double smax = 0;  // the largest row scale of head hq / gqa
       for (int t = 0; t < n; ++t) smax = std::max<double>(smax, row_scale(kq.data() + (size_t(t) * H + hq / ac.gqa) * ck->row_bytes()));
       const double eps = expect_int8 ? smax * attn::int8_score_bound(ik, qc.data(), padded(d), qs) : 0.0;
