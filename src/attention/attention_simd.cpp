@@ -683,6 +683,27 @@ HWY_INLINE void BlockScales(const RowSource& src, int h, int b0, int nb, const u
   const DF df;
   const DU du;
   const int N = Lanes();
+  const auto bias = hn::Set(du, kUNormExpBias << 10);
+  auto to_scale = [&](hn::Vec<DU> c, int i) HWY_ATTR {
+    const auto f = hn::BitCast(df, hn::ShiftLeft<13>(hn::Add(c, bias)));
+    hn::Store(hn::IfThenZeroElse(hn::RebindMask(df, hn::Eq(c, hn::Zero(du))), f), df, scale + i);
+  };
+  if (!src.blocks && nb == kBlock && src.stride < (size_t{1} << 25)) {
+    // Contiguous rows: pointers by one stride, the 16-bit scales gathered
+    // as the low halves of 32-bit words at the rows' starts (a row holds at
+    // least 4 bytes). Per row, the address arithmetic and a scalar store
+    // reloaded as a vector (a stalled store forward) cost more.
+    const DI di;
+    const uint8_t* p0 = src.at(b0, h);
+    for (int i = 0; i < kBlock; ++i) rows[i] = p0 + static_cast<size_t>(i) * src.stride;
+    const auto stride = hn::Set(di, static_cast<int32_t>(src.stride));
+    const auto lo16 = hn::Set(du, 0xFFFFu);
+    for (int i = 0; i < kBlock; i += N) {
+      const auto off = hn::Mul(hn::Load(di, kRowIndex + i), stride);
+      to_scale(hn::And(hn::GatherOffset(du, reinterpret_cast<const uint32_t*>(p0), off), lo16), i);
+    }
+    return;
+  }
   alignas(64) uint32_t code[kBlock];
   for (int i = 0; i < nb; ++i) {
     rows[i] = src.at(b0 + i, h);
@@ -691,12 +712,7 @@ HWY_INLINE void BlockScales(const RowSource& src, int h, int b0, int nb, const u
     code[i] = c;
   }
   for (int i = nb; i < kBlock; ++i) code[i] = 0;
-  const auto bias = hn::Set(du, kUNormExpBias << 10);
-  for (int i = 0; i < kBlock; i += N) {
-    const auto c = hn::Load(du, code + i);
-    const auto f = hn::BitCast(df, hn::ShiftLeft<13>(hn::Add(c, bias)));
-    hn::Store(hn::IfThenZeroElse(hn::RebindMask(df, hn::Eq(c, hn::Zero(du))), f), df, scale + i);
-  }
+  for (int i = 0; i < kBlock; i += N) to_scale(hn::Load(du, code + i), i);
 }
 
 // The integer paths' prefetch: the block kPrefetchRowsInt8 rows ahead,
