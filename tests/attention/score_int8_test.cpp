@@ -584,6 +584,87 @@ double output_error_growth(const std::string& f, int d, const std::vector<float>
   return std::sqrt(err[1] / err[0]) - 1;
 }
 
+// The 16-bit words' bound: dp · wmax² < 2^31, so even rows whose every code
+// is the largest centroid against a query of ±wmax everywhere (the largest
+// possible dot) come out exact in int32.
+TEST(Int8Keys, WideWordsNeverOverflow) {
+  for (int d : {64, 128, 256}) {
+    auto c = make("tq4", d);
+    ASSERT_TRUE(c);
+    const int dp = padded(d);
+    Int8Keys k;
+    attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k);
+    ASSERT_TRUE(k.wide) << "tq4 d=" << d << " takes 16-bit words";
+    ASSERT_LT(double(dp) * k.wmax * k.wmax, 2147483648.0) << "d=" << d;
+    int jmax = 0;
+    for (int j = 0; j < 16; ++j) {
+      ASSERT_LE(std::abs(int(k.table16[j])), k.wmax) << "d=" << d;
+      if (std::abs(int(k.table16[j])) > std::abs(int(k.table16[jmax]))) jmax = j;
+    }
+    const int n = 5;
+    CodedRows rows = coded_rows(*c, gaussian(size_t(n) * d, 77 + d), n);
+    const RowLayout::Part& part = c->layout().parts[0];
+    for (int r = 0; r < n; ++r)
+      std::memset(rows.bytes.data() + size_t(r) * c->row_bytes() + part.planes[0].offset, jmax | (jmax << 4), dp / 2);
+    std::vector<int16_t> q16(dp, int16_t(k.table16[jmax] < 0 ? -k.wmax : k.wmax));
+    std::vector<int32_t> dots(n);
+    attn::int8_dots16(k, c->layout(), rows.ptr.data(), n, q16.data(), 1, dots.data(), n);
+    const int64_t expect = int64_t(dp) * k.wmax * std::abs(int(k.table16[jmax]));
+    ASSERT_LT(expect, int64_t(1) << 31) << "d=" << d;
+    for (int r = 0; r < n; ++r) EXPECT_EQ(int64_t(dots[r]), expect) << "d=" << d << " row " << r;
+  }
+}
+
+// The online softmax raises its running max whenever a score exceeds it,
+// wherever in a block that score lies: a score 200 above the rest in the
+// first half of a later block (whose second half stays below the max of the
+// blocks before) must not overflow exp. The output is then that row's value.
+TEST(Int8Keys, SoftmaxKeepsAScoreFarAboveTheBlocksBefore) {
+  const int d = 128, H = 1, Hq = 4, n = 96;
+  const auto q = gaussian(size_t(Hq) * d, 501);
+  std::vector<float> K = gaussian(size_t(n) * d, 502, 0.01), V = gaussian(size_t(n) * d, 503);
+  // Every query head's score of row t is about s_t · √d (the default scale
+  // 1/√d): row 10 about 5, row 40 about 200, the rest about 0.
+  std::vector<float> dir(d, 0.0f);
+  for (int hq = 0; hq < Hq; ++hq)
+    for (int i = 0; i < d; ++i) dir[i] += q[size_t(hq) * d + i];
+  double n2 = 0;
+  for (float v : dir) n2 += double(v) * v;
+  auto aim = [&](int t, double score) {  // <q_h, k_t> / √d ≈ score for the summed direction's share
+    for (int i = 0; i < d; ++i) K[size_t(t) * d + i] = float(dir[i] * score * std::sqrt(double(d)) * Hq / n2);
+  };
+  aim(10, 5.0);
+  aim(40, 200.0);
+  for (const char* f : {"f16", "tq3", "tq4"}) {
+    auto c = make_codec(f, d, 11);
+    ASSERT_TRUE(c.ok()) << f;
+    std::vector<uint8_t> kq(size_t(n) * (*c)->row_bytes()), vq(kq.size());
+    ASSERT_TRUE((*c)->quantize(K.data(), n, kq.data()).ok());
+    ASSERT_TRUE((*c)->quantize(V.data(), n, vq.data()).ok());
+    std::vector<float> v40(d);
+    (*c)->dequantize(vq.data() + size_t(40) * (*c)->row_bytes(), 1, v40.data(), Impl::kRef);
+    for (KeyScoring ks : {KeyScoring::kExact, KeyScoring::kInt8}) {
+      AttentionArgs a;
+      a.q = q.data();
+      a.n_q = 1;
+      a.n_q_heads = Hq;
+      a.n_kv = n;
+      a.n_kv_heads = H;
+      a.d = d;
+      a.k = {c->get(), kq.data(), 0, 0};
+      a.v = {c->get(), vq.data(), 0, 0};
+      std::vector<float> out(size_t(Hq) * d);
+      a.out = out.data();
+      a.keys = ks;
+      ASSERT_TRUE(attention(a).ok());
+      for (int hq = 0; hq < Hq; ++hq)
+        for (int i = 0; i < d; ++i)
+          ASSERT_NEAR(out[size_t(hq) * d + i], v40[i], 0.05 * (1 + std::fabs(v40[i])))
+              << f << (ks == KeyScoring::kInt8 ? " int8" : " exact") << " head " << hq << " coordinate " << i;
+    }
+  }
+}
+
 TEST(Int8Keys, OutputErrorWithinTwoPercentOfTheCodecs) {
   if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
   const int d = 128, H = 2, n = 512;
