@@ -279,7 +279,7 @@ Status attention(const AttentionArgs& a) {
       qg_cap = qg_need;
     }
     float* qg = qg_store.get();
-    for (int h = 0; h < H; ++h)
+    for (int h = item.h0; h < item.h1; ++h)  // the item's heads only (Work::q is indexed by head)
       for (int i = q0; i < q1; ++i)
         for (int hq = 0; hq < g; ++hq) {
           const int j = (i - q0) * g + hq;
