@@ -683,7 +683,8 @@ struct AccumulateOp {
 // Row pointers and row scales of one block of tq rows for head h (scale 0
 // past nb). The scales are converted 16 at a time (unorm16_to_f32: the
 // exponent rebased, code 0 is 0).
-HWY_INLINE void BlockScales(const RowSource& src, int h, int b0, int nb, const uint8_t** rows, float* scale) {
+HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b0, int nb, const uint8_t** rows,
+                            float* scale) {
   const DF df;
   const DU du;
   const int N = Lanes();
@@ -692,10 +693,10 @@ HWY_INLINE void BlockScales(const RowSource& src, int h, int b0, int nb, const u
     const auto f = hn::BitCast(df, hn::ShiftLeft<13>(hn::Add(c, bias)));
     hn::Store(hn::IfThenZeroElse(hn::RebindMask(df, hn::Eq(c, hn::Zero(du))), f), df, scale + i);
   };
-  if (!src.blocks && nb == kBlock && src.stride < (size_t{1} << 25)) {
+  if (!src.blocks && nb == kBlock && row_bytes >= 4 && src.stride < (size_t{1} << 25)) {
     // Contiguous rows: pointers by one stride, the 16-bit scales gathered
-    // as the low halves of 32-bit words at the rows' starts (a row holds at
-    // least 4 bytes). Per row, the address arithmetic and a scalar store
+    // as the low halves of 32-bit words at the rows' starts (inside rows of
+    // 4 bytes or more). Per row, the address arithmetic and a scalar store
     // reloaded as a vector (a stalled store forward) cost more.
     const DI di;
     const uint8_t* p0 = src.at(b0, h);
@@ -754,7 +755,7 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
   const int G = w.G, dp = K.dp;
   const uint8_t* rows[kBlock];
   alignas(64) float scale[kBlock];
-  BlockScales(w.k, h, b0, nb, rows, scale);
+  BlockScales(w.k, K.row_bytes, h, b0, nb, rows, scale);
   const auto neg_inf = hn::Set(df, kNegInf);
   if (K.i8.wide) {  // 16-bit words (score_int8.h): one dot a row and query, no offset
     thread_local std::vector<int32_t> dots16_store;
@@ -836,7 +837,7 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const 
   const int G = w.G;
   const uint8_t* rows[kBlock];
   alignas(64) float scale[kBlock];
-  BlockScales(w.v, h, b0, nb, rows, scale);
+  BlockScales(w.v, V.row_bytes, h, b0, nb, rows, scale);
   for (int i = 0; i < nb; ++i)
     if (!keep[i]) scale[i] = 0.0f;
   thread_local std::vector<float> wts_store;  // [G][kBlock]
@@ -878,6 +879,11 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   // The sums stay vectors (lvec, N lanes per query), reduced once per item
   // in RunWork: the two lane reductions per query and block were a third of
   // the softmax's time on the integer path.
+  // (The f32 path keeps its scalar sum per block, added to l in order: its
+  // results are the same bits as before the vector sums, which moved a
+  // random-router MXFP4 file's perplexity by 0.01 % of llama.cpp's.)
+  const bool lane_sums = K.int8 && w.q8;
+  float* lh = w.l + (h - w.h0) * G;
   const auto neg_inf = hn::Set(df, kNegInf);
   float* lvh = lvec + static_cast<size_t>(h - w.h0) * G * N;
   for (int j = 0; j < G; ++j) {
@@ -894,6 +900,7 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
       const auto vc = hn::Set(df, corr);
       float* lj = lvh + static_cast<size_t>(j) * N;
       hn::Store(hn::Mul(hn::Load(df, lj), vc), df, lj);
+      lh[j] *= corr;
       float* aj = acch + static_cast<size_t>(j) * dp;
       for (int c = 0; c < dp; c += N) hn::Store(hn::Mul(hn::Load(df, aj + c), vc), df, aj + c);
       mh[j] = mnew;
@@ -902,14 +909,18 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
       continue;
     }
     const auto vm = hn::Set(df, mh[j]);
-    auto vsum = hn::Load(df, lvh + static_cast<size_t>(j) * N);
+    auto vsum = lane_sums ? hn::Load(df, lvh + static_cast<size_t>(j) * N) : hn::Zero(df);
     for (int i = 0; i < kBlock; i += N) {
       const auto x = hn::LoadU(df, pj + i);
       const auto e = hn::IfThenZeroElse(hn::Eq(x, neg_inf), hn::Exp(df, hn::Sub(x, vm)));
       hn::StoreU(e, df, pj + i);
       vsum = hn::Add(vsum, e);
     }
-    hn::Store(vsum, df, lvh + static_cast<size_t>(j) * N);
+    if (lane_sums) {
+      hn::Store(vsum, df, lvh + static_cast<size_t>(j) * N);
+    } else {
+      lh[j] += hn::GetLane(hn::SumOfLanes(df, vsum));
+    }
   }
   // ---- values (sparse V: skip rows no query gives weight >= threshold)
   bool keep[kBlock];
@@ -969,7 +980,9 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
     const int nb = std::min(kBlock, w.r1 - b0);
     for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, ktc, V, vtc, w, h, b0, nb, p, lvec, *B, dec);
   }
-  for (int j = 0; j < nh * G; ++j) w.l[j] = hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lvec + j * N)));
+  // (The f32 path summed into l itself; its lanes stayed 0.)
+  if (K.int8 && w.q8)
+    for (int j = 0; j < nh * G; ++j) w.l[j] = hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lvec + j * N)));
 }
 
 }  // namespace HWY_NAMESPACE
