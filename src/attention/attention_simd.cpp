@@ -693,10 +693,12 @@ HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b
     const auto f = hn::BitCast(df, hn::ShiftLeft<13>(hn::Add(c, bias)));
     hn::Store(hn::IfThenZeroElse(hn::RebindMask(df, hn::Eq(c, hn::Zero(du))), f), df, scale + i);
   };
-  if (!src.blocks && nb == kBlock && row_bytes >= 4 && src.stride < (size_t{1} << 25)) {
-    // Contiguous rows: pointers by one stride, the 16-bit scales gathered
-    // as the low halves of 32-bit words at the rows' starts (inside rows of
-    // 4 bytes or more). Per row, the address arithmetic and a scalar store
+  if (nb == kBlock && row_bytes >= 4 && src.stride < (size_t{1} << 25) &&
+      (!src.blocks || (b0 >> src.shift) == ((b0 + kBlock - 1) >> src.shift))) {
+    // Rows one stride apart (a contiguous cache, or a block of rows inside
+    // one page): pointers by the stride, the 16-bit scales gathered as the
+    // low halves of 32-bit words at the rows' starts (inside rows of 4 bytes
+    // or more). Per row, the address arithmetic and a scalar store
     // reloaded as a vector (a stalled store forward) cost more.
     const DI di;
     const uint8_t* p0 = src.at(b0, h);
@@ -729,9 +731,10 @@ HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b
 // hid at 512 tokens: 22 against 20 ns a row and head.)
 HWY_INLINE void PrefetchSlice(const RowSource& src, size_t row_bytes, int h0, int h1, int t0, int t1) {
   if (t0 >= t1) return;
-  if (!src.blocks && src.at(t0, h1 - 1) + row_bytes == src.at(t0, h0) + src.stride) {
+  if ((!src.blocks || (t0 >> src.shift) == ((t1 - 1) >> src.shift)) &&
+      src.at(t0, h1 - 1) + row_bytes == src.at(t0, h0) + src.stride) {
     // The tokens' spans follow one another (token-major over the item's
-    // heads, or one head of a head-major cache): one range.
+    // heads, or one head of a head-major cache; in one page if paged): one range.
     const uint8_t* a = src.at(t0, h0);
     const uint8_t* e = src.at(t1 - 1, h1 - 1) + row_bytes;
     for (; a < e; a += 64) __builtin_prefetch(a);
