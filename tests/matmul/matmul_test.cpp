@@ -555,6 +555,36 @@ TEST(Matmul, TokensGiveEachTokenTheBitsOfOneTokenAlone) {
   }
 }
 
+// The tiled core's work split (panel x chunk-of-48-tokens items, equal runs
+// per thread; a panel's tokens may be shared by two threads): on shapes where
+// the runs break inside a panel (150 rows: 4 panels of 48 on AVX-512, 10 of
+// 16 on AVX2; 101 and 130 tokens: 3 chunks; 3 threads), every thread count
+// gives the one-thread bits, within the f32 bound of the float64 product.
+TEST(Matmul, TiledSplitOfPanelsAndTokensKeepsEachResultsBits) {
+  TargetGuard guard;
+  uint64_t seed = 900;
+  for (const auto& target : simd_targets()) {
+    simd_force_target(target.bit);
+    for (const auto& t : kTypes) {
+      if (t.id != 0 && t.id != 1 && t.id != 30 && t.id != 2) continue;  // float rows, and one block type
+      const int64_t rows = 150, cols = cols_for(t, 512);  // rows * cols > 65536: the parallel region runs
+      const TestMatrix tm = make_matrix(t, rows, cols, seed++);
+      for (int n_tok : {101, 130}) {
+        const auto x = make_acts(n_tok, cols, seed++);
+        std::vector<float> y1(static_cast<size_t>(n_tok * rows), -1.0f);
+        matmul_with(MatmulCore::kTiled, tm.m, x.data(), n_tok, y1.data(), 1);
+        EXPECT_LE(worst_ratio(tm, x, n_tok, y1, false), 1.0) << target.name << " " << t.name << " " << n_tok;
+        for (int threads : {2, 3}) {
+          std::vector<float> y(static_cast<size_t>(n_tok * rows), -1.0f);
+          matmul_with(MatmulCore::kTiled, tm.m, x.data(), n_tok, y.data(), threads);
+          EXPECT_EQ(0, std::memcmp(y1.data(), y.data(), y.size() * sizeof(float)))
+              << target.name << " " << t.name << " tokens " << n_tok << " threads " << threads;
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, CoreNamesParse) {
   EXPECT_EQ(*parse_matmul_core("old"), MatmulCore::kRows);
   EXPECT_EQ(*parse_matmul_core("new"), MatmulCore::kAuto);
