@@ -325,6 +325,19 @@ void decode_kquants_ref(const Matrix& w, const float* x, int n_tok, double* y, d
   }
 }
 
+void decode_kquants_team(const Matrix& w, const float* x, float* y) {
+#ifdef TKV_KQ_VNNI
+  const KActs a = k_acts(x, w.cols, w.type != kQ6K);
+  const int64_t nb = w.cols / 256;
+#pragma omp for schedule(static) nowait
+  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.type, w.data + r * w.row_bytes, nb, a);
+#else
+  (void)w;
+  (void)x;
+  (void)y;
+#endif
+}
+
 bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   if ((w.type != kQ4K && w.type != kQ5K && w.type != kQ6K) || w.cols % 256 != 0 || n_tok < 1 || !vnni_available())
     return false;

@@ -328,6 +328,36 @@ void matmul_tokens(const Matrix& w, const float* x, int n_tok, float* y, int thr
   }
 }
 
+void matmul_many(const Matrix* const* ws, int n, const float* x, float* const* ys, int threads) {
+  // Each matrix's kernel where matmul() would take it for one token: the
+  // int8 one where it runs, else (float rows) the row core's one-token dot.
+  bool team = matmul_core() == MatmulCore::kAuto && n > 0;
+  int64_t work = 0;
+  for (int i = 0; i < n && team; ++i) {
+    const Matrix& w = *ws[i];
+    const bool float_rows = w.type == 0 || w.type == 1 || w.type == 30;
+    team = w.cols == ws[0]->cols && (int8_decode_team_supported(w) || float_rows);
+    work += w.rows * w.cols;
+  }
+  if (!team) {
+    for (int i = 0; i < n; ++i) matmul(*ws[i], x, 1, ys[i], threads);
+    return;
+  }
+  // The threshold of one matrix (65536) applies to each: below it matmul()
+  // runs that matrix on one thread; its bits are the same either way.
+#pragma omp parallel num_threads(threads) if (work > 65536)
+  for (int i = 0; i < n; ++i) {
+    const Matrix& w = *ws[i];
+    if (int8_decode_team_supported(w)) {
+      int8_decode_team(w, x, ys[i]);
+    } else {
+#pragma omp for schedule(static) nowait
+      for (int64_t r = 0; r < w.rows; ++r)
+        HWY_DYNAMIC_DISPATCH(RowDots)(w.type, w.data + r * w.row_bytes, w.cols, x, 1, w.cols, ys[i] + r, w.rows);
+    }
+  }
+}
+
 void matmul_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   // F32/F16/BF16/Q8_0/Q4_0 rows are decoded inside the SIMD dot; the other
   // block types are expanded row by row into a per-thread buffer first.

@@ -509,6 +509,27 @@ bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) 
 #endif
 }
 
+bool int8_decode_team_supported(const Matrix& w) {
+  if (!vnni_available()) return false;
+  if (w.type == 8 || w.type == kMxfp4Type || w.type == 2) return w.cols % 32 == 0;
+  if (w.type == 12 || w.type == 13 || w.type == 14) return w.cols % 256 == 0;
+  return false;
+}
+
+void int8_decode_team(const Matrix& w, const float* x, float* y) {
+  if (w.type == 8 || w.type == kMxfp4Type) return decode_q8_rows_team(w, x, y);
+  if (w.type == 12 || w.type == 13 || w.type == 14) return decode_kquants_team(w, x, y);
+#ifdef TKV_VNNI
+  const DecodeActs a = decode_acts(x, w.cols);
+  const int64_t nb = w.cols / 32;
+#pragma omp for schedule(static) nowait
+  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.data + r * w.row_bytes, nb, a);
+#else
+  (void)x;
+  (void)y;
+#endif
+}
+
 bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   if (w.type == 8 || w.type == kMxfp4Type) return decode_q8_rows(w, x, n_tok, y, threads);
   if (w.type == 12 || w.type == 13 || w.type == 14) return decode_kquants(w, x, n_tok, y, threads);
