@@ -158,6 +158,11 @@ TKV_KQ_ATTR inline void scales_mins_k4(const uint8_t* p, __m128i& sc8, __m128i& 
                      _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hi4, 6), m3), 4));
 }
 
+// Bytes ahead of the loads that the row kernels prefetch (as the float rows
+// of matmul.cpp: AMD's stream prefetcher stops at 4 KB pages; past a row's
+// end it is the next row's, which the same thread reads next).
+constexpr int64_t kKqPrefetch = 6144;
+
 // Q4_K and Q5_K: 144 / 176 bytes per super-block. Per 64 codes: vpmaddubsw
 // (unsigned codes <= 31 times activations |q| <= 127: pair sums <= 7874, no
 // saturation) then vpdpwssd with the sub-block scales spread to words, so
@@ -175,6 +180,7 @@ TKV_KQ_ATTR float row_q45k(const uint8_t* row, int64_t nb, const KActs& a) {
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + b * kBytes;
     const uint8_t* qs = blk + (kQ5 ? 48 : 16);
+    for (int64_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T0);
     __m128i sc8, mn8;
     scales_mins_k4(blk + 4, sc8, mn8);
     const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sc8));  // words 0-7
@@ -226,6 +232,7 @@ TKV_KQ_ATTR float row_q6k(const uint8_t* row, int64_t nb, const KActs& a) {
   __m512 f = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + b * 210;
+    for (int64_t o = 0; o < 210; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T0);
     const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
     const __m512i sc16 = _mm512_castsi256_si512(sc);
     const __m512i sidx[4] = {i0, i1, i2, i3};
@@ -316,6 +323,19 @@ void decode_kquants_ref(const Matrix& w, const float* x, int n_tok, double* y, d
       if (mag) mag[int64_t(t) * w.rows + r] = m;
     }
   }
+}
+
+void decode_kquants_team(const Matrix& w, const float* x, float* y) {
+#ifdef TKV_KQ_VNNI
+  const KActs a = k_acts(x, w.cols, w.type != kQ6K);
+  const int64_t nb = w.cols / 256;
+#pragma omp for schedule(static) nowait
+  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.type, w.data + r * w.row_bytes, nb, a);
+#else
+  (void)w;
+  (void)x;
+  (void)y;
+#endif
 }
 
 bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int threads) {

@@ -234,6 +234,26 @@ void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y) {
   }
 }
 
+void decode_q8_rows_team(const Matrix& w, const float* x, float* y) {
+#ifdef TKV_Q8R_VNNI
+  const Q8Acts a = q8_acts(x, w.cols);
+  const Q8Acts* ap = &a;
+  const int64_t nb = w.cols / 32, groups = (w.rows + 15) / 16;
+#pragma omp for schedule(static) nowait
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t r0 = g * 16;
+    const int nr = static_cast<int>(std::min<int64_t>(16, w.rows - r0));
+    const uint8_t* base = w.data + r0 * w.row_bytes;
+    if (w.type == kMxfp4Type) rows16_tokens<1, true>(base, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
+    else rows16_tokens<1, false>(base, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
+  }
+#else
+  (void)w;
+  (void)x;
+  (void)y;
+#endif
+}
+
 bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   if ((w.type != 8 && w.type != kMxfp4Type) || w.cols % 32 != 0 || n_tok < 1 || !vnni_available()) return false;
 #ifdef TKV_Q8R_VNNI

@@ -15,11 +15,68 @@
 #define HWY_TARGET_INCLUDE "matmul/matmul.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include <hwy/cache_control.h>
 
 HWY_BEFORE_NAMESPACE();
 namespace tkv {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// Bytes ahead of the loads that a one-token float row prefetches: one
+// thread streaming F16 rows of 2048 / 5632 columns (a standalone loop over
+// 700 MB, the best of 5 passes, alternating) read 27-31 / 17-25 GB/s
+// without, 31-38 / 31-34 with 4-8 KB (1 KB: no gain): AMD's stream
+// prefetcher stops at 4 KB pages, so each page's first lines were misses.
+constexpr int64_t kFloatRowPrefetch = 6144;
+
+// Decode of a float row (F32 0, F16 1, BF16 30): four independent
+// accumulators (one chain of FMAs waits 4 cycles per vector: 16 F16 weights
+// per 4 cycles is ~21 GB/s at 2.6 GHz, below one core's share of the memory
+// bandwidth), the weights prefetched kFloatRowPrefetch bytes ahead (past the
+// row's end: the next row's, which the same thread reads next; a prefetch
+// never faults); the tail and the reduction in a fixed order, so a token's
+// bits depend on nothing else (matmul_tokens runs this per token too).
+template <uint32_t kType>
+HWY_INLINE float FloatRowDot(const uint8_t* row, int64_t cols, const float* HWY_RESTRICT x) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kEsize = kType == 0 ? 4 : 2;
+  auto load_w = [&](int64_t c) {
+    if constexpr (kType == 0) {
+      return hn::LoadU(df, reinterpret_cast<const float*>(row) + c);
+    } else if constexpr (kType == 1) {
+      const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+      return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + c));
+    } else {
+      const hn::Rebind<hwy::bfloat16_t, decltype(df)> db;
+      return hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(row) + c));
+    }
+  };
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  int64_t c = 0;
+  for (; c + 4 * N <= cols; c += 4 * N) {
+    const uint8_t* p = row + c * kEsize + kFloatRowPrefetch;
+    for (int64_t o = 0; o < 4 * N * kEsize; o += 64) hwy::Prefetch(p + o);
+    a0 = hn::MulAdd(load_w(c), hn::LoadU(df, x + c), a0);
+    a1 = hn::MulAdd(load_w(c + N), hn::LoadU(df, x + c + N), a1);
+    a2 = hn::MulAdd(load_w(c + 2 * N), hn::LoadU(df, x + c + 2 * N), a2);
+    a3 = hn::MulAdd(load_w(c + 3 * N), hn::LoadU(df, x + c + 3 * N), a3);
+  }
+  for (; c + N <= cols; c += N) a0 = hn::MulAdd(load_w(c), hn::LoadU(df, x + c), a0);
+  float tail = 0.0f;
+  for (; c < cols; ++c) {
+    float wv;
+    if constexpr (kType == 0) {
+      std::memcpy(&wv, row + 4 * c, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * c, 2);
+      wv = kType == 1 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+    tail += wv * x[c];
+  }
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)))) + tail;
+}
 
 // dot(W row, x) for each of n_tok vectors; the row is decoded chunk by chunk
 // and reused across the tokens (weights are the bandwidth; x stays in cache).
@@ -69,42 +126,9 @@ void RowDots(uint32_t type, const uint8_t* row, int64_t cols, const float* x, in
     return;
   }
   if (n_tok == 1 && (type == 0 || type == 1 || type == 30)) {
-    // Decode of a float row: four independent accumulators (one chain of
-    // FMAs waits 4 cycles per vector: 16 F16 weights per 4 cycles is ~21 GB/s
-    // at 2.6 GHz, below one core's share of the memory bandwidth); the tail
-    // and the reduction in a fixed order, so a token's bits depend on nothing
-    // else (matmul_tokens runs this per token too).
-    auto load_w = [&](int64_t c) {
-      if (type == 0) return hn::LoadU(df, reinterpret_cast<const float*>(row) + c);
-      if (type == 1) {
-        const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-        return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + c));
-      }
-      const hn::Rebind<hwy::bfloat16_t, decltype(df)> db;
-      return hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(row) + c));
-    };
-    auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
-    int64_t c = 0;
-    for (; c + 4 * N <= cols; c += 4 * N) {
-      a0 = hn::MulAdd(load_w(c), hn::LoadU(df, x + c), a0);
-      a1 = hn::MulAdd(load_w(c + N), hn::LoadU(df, x + c + N), a1);
-      a2 = hn::MulAdd(load_w(c + 2 * N), hn::LoadU(df, x + c + 2 * N), a2);
-      a3 = hn::MulAdd(load_w(c + 3 * N), hn::LoadU(df, x + c + 3 * N), a3);
-    }
-    for (; c + N <= cols; c += N) a0 = hn::MulAdd(load_w(c), hn::LoadU(df, x + c), a0);
-    float tail = 0.0f;
-    for (; c < cols; ++c) {
-      float wv;
-      if (type == 0) {
-        std::memcpy(&wv, row + 4 * c, 4);
-      } else {
-        uint16_t h;
-        std::memcpy(&h, row + 2 * c, 2);
-        wv = type == 1 ? f16_to_f32(h) : bf16_to_f32(h);
-      }
-      tail += wv * x[c];
-    }
-    out[0] = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)))) + tail;
+    if (type == 1) out[0] = FloatRowDot<1>(row, cols, x);
+    else if (type == 30) out[0] = FloatRowDot<30>(row, cols, x);
+    else out[0] = FloatRowDot<0>(row, cols, x);
     return;
   }
   for (int t0 = 0; t0 < n_tok; t0 += kT) {
@@ -301,6 +325,36 @@ void matmul_tokens(const Matrix& w, const float* x, int n_tok, float* y, int thr
   for (int t = 0; t < n_tok; ++t) {
     matmul_with(core, w, x + t * w.cols, 1, one.data(), threads);
     std::copy(one.begin(), one.end(), y + t * w.rows);
+  }
+}
+
+void matmul_many(const Matrix* const* ws, int n, const float* x, float* const* ys, int threads) {
+  // Each matrix's kernel where matmul() would take it for one token: the
+  // int8 one where it runs, else (float rows) the row core's one-token dot.
+  bool team = matmul_core() == MatmulCore::kAuto && n > 0;
+  int64_t work = 0;
+  for (int i = 0; i < n && team; ++i) {
+    const Matrix& w = *ws[i];
+    const bool float_rows = w.type == 0 || w.type == 1 || w.type == 30;
+    team = w.cols == ws[0]->cols && (int8_decode_team_supported(w) || float_rows);
+    work += w.rows * w.cols;
+  }
+  if (!team) {
+    for (int i = 0; i < n; ++i) matmul(*ws[i], x, 1, ys[i], threads);
+    return;
+  }
+  // The threshold of one matrix (65536) applies to each: below it matmul()
+  // runs that matrix on one thread; its bits are the same either way.
+#pragma omp parallel num_threads(threads) if (work > 65536)
+  for (int i = 0; i < n; ++i) {
+    const Matrix& w = *ws[i];
+    if (int8_decode_team_supported(w)) {
+      int8_decode_team(w, x, ys[i]);
+    } else {
+#pragma omp for schedule(static) nowait
+      for (int64_t r = 0; r < w.rows; ++r)
+        HWY_DYNAMIC_DISPATCH(RowDots)(w.type, w.data + r * w.row_bytes, w.cols, x, 1, w.cols, ys[i] + r, w.rows);
+    }
   }
 }
 

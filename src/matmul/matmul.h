@@ -53,6 +53,12 @@ void matmul(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 // memory once for all n_tok tokens: a server's batched decode step, whose
 // outputs must not depend on which other sequences share the step.
 void matmul_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+// One token through n matrices of the same cols (Q, K, V; gate, up):
+// ys[i] = ws[i] x, each bit for bit matmul(*ws[i], x, 1, ys[i], threads),
+// in one parallel region where every matrix has a one-token kernel (the
+// float rows, Q8_0, Q4_0, MXFP4, the K-quants with AVX512-VNNI), so a layer
+// runs 4 regions and barriers instead of 7; otherwise one call per matrix.
+void matmul_many(const Matrix* const* ws, int n, const float* x, float* const* ys, int threads);
 void matmul_with(MatmulCore core, const Matrix& w, const float* x, int n_tok, float* y, int threads);
 // The kRows core.
 void matmul_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads);

@@ -166,47 +166,64 @@ void FillPanel(uint32_t type, const uint8_t* data, size_t row_bytes, int64_t r0,
   }
 }
 
+// Tokens per work item of the tiled core (a multiple of kNT: 8 or 6).
+constexpr int64_t kTokenChunk = 48;
+
 void MatmulTiledF32(uint32_t type, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
                     int n_tok, float* y, int threads) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), R = kMR * N;
   const int64_t n_panels = (rows + R - 1) / R;
+  // Work items: (panel, chunk of kTokenChunk tokens), panel-major, split
+  // into `threads` equal runs, so each thread fills the panels of its run
+  // (one panel at most is filled by two threads) and the work is balanced to
+  // a chunk: a split by whole panels left one thread idle for a panel's work
+  // at the end of each matrix (k, v of the 0.85B model: 11 panels, 6 against
+  // 5). A token's bits do not depend on the split: each (row, token) lane
+  // does the same operations in the same order whatever tile it shares.
+  const int64_t n_tc = (n_tok + kTokenChunk - 1) / kTokenChunk, items = n_panels * n_tc;
+  const int slots = std::max(threads, 1);
 #pragma omp parallel num_threads(threads) if (rows * cols > 65536)
   {
     auto wp = hwy::AllocateAligned<float>(static_cast<size_t>(R * kKc));
     auto out = hwy::AllocateAligned<float>(static_cast<size_t>(R * kNT));
     std::vector<float> row(kKc);
-#pragma omp for schedule(static)
-    for (int64_t p = 0; p < n_panels; ++p) {
-      const int64_t r0 = p * R, nr = std::min(R, rows - r0);
-      for (int64_t k0 = 0; k0 < cols; k0 += kKc) {
-        const int64_t kc = std::min(kKc, cols - k0);
-        FillPanel(type, data, row_bytes, r0, nr, k0, kc, R, wp.get(), row.data());
-        for (int t0 = 0; t0 < n_tok; t0 += kNT) {
-          const int nt = std::min(kNT, n_tok - t0);
-          const float* xt = x + t0 * cols + k0;
-          switch (nt) {
-            case 1: TileF32<1>(wp.get(), kc, xt, cols, out.get()); break;
-            case 2: TileF32<2>(wp.get(), kc, xt, cols, out.get()); break;
-            case 3: TileF32<3>(wp.get(), kc, xt, cols, out.get()); break;
-            case 4: TileF32<4>(wp.get(), kc, xt, cols, out.get()); break;
-            case 5: TileF32<5>(wp.get(), kc, xt, cols, out.get()); break;
-            case 6: TileF32<6>(wp.get(), kc, xt, cols, out.get()); break;
+#pragma omp for schedule(static, 1)
+    for (int s = 0; s < slots; ++s) {
+      const int64_t i0 = items * s / slots, i1 = items * (s + 1) / slots;
+      for (int64_t p = i0 / n_tc; p * n_tc < i1; ++p) {
+        const int64_t r0 = p * R, nr = std::min(R, rows - r0);
+        const int t_begin = static_cast<int>((std::max(i0, p * n_tc) - p * n_tc) * kTokenChunk);
+        const int t_end = static_cast<int>(std::min<int64_t>(n_tok, (std::min(i1, (p + 1) * n_tc) - p * n_tc) * kTokenChunk));
+        for (int64_t k0 = 0; k0 < cols; k0 += kKc) {
+          const int64_t kc = std::min(kKc, cols - k0);
+          FillPanel(type, data, row_bytes, r0, nr, k0, kc, R, wp.get(), row.data());
+          for (int t0 = t_begin; t0 < t_end; t0 += kNT) {
+            const int nt = std::min(kNT, t_end - t0);
+            const float* xt = x + t0 * cols + k0;
+            switch (nt) {
+              case 1: TileF32<1>(wp.get(), kc, xt, cols, out.get()); break;
+              case 2: TileF32<2>(wp.get(), kc, xt, cols, out.get()); break;
+              case 3: TileF32<3>(wp.get(), kc, xt, cols, out.get()); break;
+              case 4: TileF32<4>(wp.get(), kc, xt, cols, out.get()); break;
+              case 5: TileF32<5>(wp.get(), kc, xt, cols, out.get()); break;
+              case 6: TileF32<6>(wp.get(), kc, xt, cols, out.get()); break;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-            case 7: TileF32<7>(wp.get(), kc, xt, cols, out.get()); break;
-            case 8: TileF32<8>(wp.get(), kc, xt, cols, out.get()); break;
+              case 7: TileF32<7>(wp.get(), kc, xt, cols, out.get()); break;
+              case 8: TileF32<8>(wp.get(), kc, xt, cols, out.get()); break;
 #endif
-            default: break;
-          }
-          for (int t = 0; t < nt; ++t) {
-            float* yt = y + (t0 + t) * rows + r0;
-            const float* o = out.get() + t * R;
-            if (k0 == 0) {
-              std::memcpy(yt, o, sizeof(float) * nr);
-            } else {
-              int64_t i = 0;
-              for (; i + N <= nr; i += N) hn::StoreU(hn::Add(hn::LoadU(df, yt + i), hn::Load(df, o + i)), df, yt + i);
-              for (; i < nr; ++i) yt[i] += o[i];
+              default: break;
+            }
+            for (int t = 0; t < nt; ++t) {
+              float* yt = y + (t0 + t) * rows + r0;
+              const float* o = out.get() + t * R;
+              if (k0 == 0) {
+                std::memcpy(yt, o, sizeof(float) * nr);
+              } else {
+                int64_t i = 0;
+                for (; i + N <= nr; i += N) hn::StoreU(hn::Add(hn::LoadU(df, yt + i), hn::Load(df, o + i)), df, yt + i);
+                for (; i < nr; ++i) yt[i] += o[i];
+              }
             }
           }
         }
@@ -357,6 +374,10 @@ GroupActs group_acts(const DecodeActs* const* a, int nt, int64_t nb) {
 }
 
 constexpr int64_t kQ4Block = 18;  // f16 scale + 16 bytes of nibbles
+// Bytes ahead of the loads that the Q4_0 kernel prefetches, once per block
+// pair of 36 bytes (as the float rows of matmul.cpp: AMD's stream prefetcher
+// stops at 4 KB pages).
+constexpr int64_t kQ4Prefetch = 6144;
 
 // One block pair of a Q4_0 row as the kernel's 64 unsigned codes (lane order
 // of DecodeActs) and the two weight scales spread to match: the pair's 36
@@ -413,7 +434,11 @@ TKV_VNNI_ATTR void decode_rows_tokens(const uint8_t* rows, int64_t row_bytes, in
   for (; j + 2 <= nb; j += 2) {
     __m512i w[NR];
     __m512 hs[NR];
-    for (int r = 0; r < NR; ++r) unpack_pair(rows + r * row_bytes + j * kQ4Block, w[r], hs[r]);
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* pa = rows + r * row_bytes + j * kQ4Block;
+      _mm_prefetch(reinterpret_cast<const char*>(pa + kQ4Prefetch), _MM_HINT_T0);
+      unpack_pair(pa, w[r], hs[r]);
+    }
     const int8_t* qp = qp_all + (j / 2) * NT * 64;
     const float* sc = sc_all + (j / 2) * NT * 4;
     for (int t = 0; t < NT; ++t) {
@@ -481,6 +506,27 @@ bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) 
   return true;
 #else
   return false;
+#endif
+}
+
+bool int8_decode_team_supported(const Matrix& w) {
+  if (!vnni_available()) return false;
+  if (w.type == 8 || w.type == kMxfp4Type || w.type == 2) return w.cols % 32 == 0;
+  if (w.type == 12 || w.type == 13 || w.type == 14) return w.cols % 256 == 0;
+  return false;
+}
+
+void int8_decode_team(const Matrix& w, const float* x, float* y) {
+  if (w.type == 8 || w.type == kMxfp4Type) return decode_q8_rows_team(w, x, y);
+  if (w.type == 12 || w.type == 13 || w.type == 14) return decode_kquants_team(w, x, y);
+#ifdef TKV_VNNI
+  const DecodeActs a = decode_acts(x, w.cols);
+  const int64_t nb = w.cols / 32;
+#pragma omp for schedule(static) nowait
+  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.data + r * w.row_bytes, nb, a);
+#else
+  (void)x;
+  (void)y;
 #endif
 }
 

@@ -39,6 +39,17 @@ bool vnni_available();
 // blocks per vpdpbusd, scales applied per lane. False (nothing written) for
 // other types or without the kernel.
 bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads);
+// The same one-token kernels as a share of a thread team (matmul_many):
+// called by every thread of an enclosing parallel region (or by one thread
+// alone, outside any), each prepares the activations itself (no serial step
+// while the others wait) and takes its static share of the rows with no
+// barrier at the end (`omp for nowait`), so several matrices share one
+// region. Bit for bit matmul_int8_decode's results. False (nothing done)
+// where matmul_int8_decode would return false; *_supported tells first.
+bool int8_decode_team_supported(const Matrix& w);
+void int8_decode_team(const Matrix& w, const float* x, float* y);
+void decode_kquants_team(const Matrix& w, const float* x, float* y);
+void decode_q8_rows_team(const Matrix& w, const float* x, float* y);
 // Q4_K, Q5_K, Q6_K decode (decode_kquants.cpp) for one token or a group:
 // activations per 256 (Q8_K-like), integer sub-block scales and mins, one
 // float step per super-block; each token's bits its own alone. False for

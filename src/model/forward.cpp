@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 
 #include "model/delta_net.h"
 #include "model/model.h"
@@ -135,6 +137,22 @@ struct ForwardPass {
       matmul(w, in + row0[i] * w.cols, seqs[i].n, out + row0[i] * w.rows, threads);
     }
   }
+  // Several matrices of one input (Q, K, V; gate, up): for a step of one
+  // token, one parallel region for all (matmul_many: the same bits as mm).
+  void mm_same_input(const float* in, std::initializer_list<std::pair<const Matrix*, float*>> mats) const {
+    if (n == 1 && mats.size() <= 4) {
+      const Matrix* ws[4];
+      float* ys[4];
+      int k = 0;
+      for (const auto& m : mats) {
+        ws[k] = m.first;
+        ys[k++] = m.second;
+      }
+      matmul_many(ws, k, in, ys, threads);
+      return;
+    }
+    for (const auto& m : mats) mm(*m.first, in, m.second);
+  }
   void add_rows(float* dst, const float* src) const {  // the residual connection
     const int64_t n_x = static_cast<int64_t>(x.size());
 #pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)
@@ -221,9 +239,10 @@ struct ForwardPass {
     const int W = c.window[l];
     std::vector<float> q(size_t(n) * Dq), k(size_t(n) * Dkv), v(size_t(n) * Dkv), att(size_t(n) * Dq), gate;
     pre_norm(L.attn_norm);
-    if (c.attn_gate) {  // qwen35: per head its query then its gate
-      std::vector<float> qg(size_t(n) * Dq * 2);
-      mm(L.wq, h.data(), qg.data());
+    std::vector<float> qg;  // qwen35: per head its query then its gate
+    if (c.attn_gate) qg.resize(size_t(n) * Dq * 2);
+    mm_same_input(h.data(), {{&L.wq, c.attn_gate ? qg.data() : q.data()}, {&L.wk, k.data()}, {&L.wv, v.data()}});
+    if (c.attn_gate) {
       gate.resize(q.size());
       for (int r = 0; r < n; ++r)
         for (int hh = 0; hh < c.n_head; ++hh) {
@@ -231,11 +250,7 @@ struct ForwardPass {
           std::memcpy(&q[(size_t(r) * c.n_head + hh) * hd], src, sizeof(float) * hd);
           std::memcpy(&gate[(size_t(r) * c.n_head + hh) * hd], src + hd, sizeof(float) * hd);
         }
-    } else {
-      mm(L.wq, h.data(), q.data());
     }
-    mm(L.wk, h.data(), k.data());
-    mm(L.wv, h.data(), v.data());
     add_bias(q, L.bq, Dq);
     add_bias(k, L.bk, Dkv);
     add_bias(v, L.bv, Dkv);
@@ -341,8 +356,7 @@ struct ForwardPass {
     }
     const int ff = static_cast<int>(L.w_gate.rows);
     std::vector<float> g(size_t(n) * ff), u(size_t(n) * ff);
-    mm(L.w_gate, h.data(), g.data());
-    mm(L.w_up, h.data(), u.data());
+    mm_same_input(h.data(), {{&L.w_gate, g.data()}, {&L.w_up, u.data()}});
     const int64_t n_g = static_cast<int64_t>(g.size());
     if (c.gelu) {  // GeGLU, GELU's tanh form (llama.cpp's ggml_gelu)
 #pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelRows)

@@ -555,6 +555,75 @@ TEST(Matmul, TokensGiveEachTokenTheBitsOfOneTokenAlone) {
   }
 }
 
+// The tiled core's work split (panel x chunk-of-48-tokens items, equal runs
+// per thread; a panel's tokens may be shared by two threads): on shapes where
+// the runs break inside a panel (150 rows: 4 panels of 48 on AVX-512, 10 of
+// 16 on AVX2; 101 and 130 tokens: 3 chunks; 3 threads), every thread count
+// gives the one-thread bits, within the f32 bound of the float64 product.
+TEST(Matmul, TiledSplitOfPanelsAndTokensKeepsEachResultsBits) {
+  TargetGuard guard;
+  uint64_t seed = 900;
+  for (const auto& target : simd_targets()) {
+    simd_force_target(target.bit);
+    for (const auto& t : kTypes) {
+      if (t.id != 0 && t.id != 1 && t.id != 30 && t.id != 2) continue;  // float rows, and one block type
+      const int64_t rows = 150, cols = cols_for(t, 512);  // rows * cols > 65536: the parallel region runs
+      const TestMatrix tm = make_matrix(t, rows, cols, seed++);
+      for (int n_tok : {101, 130}) {
+        const auto x = make_acts(n_tok, cols, seed++);
+        std::vector<float> y1(static_cast<size_t>(n_tok * rows), -1.0f);
+        matmul_with(MatmulCore::kTiled, tm.m, x.data(), n_tok, y1.data(), 1);
+        EXPECT_LE(worst_ratio(tm, x, n_tok, y1, false), 1.0) << target.name << " " << t.name << " " << n_tok;
+        for (int threads : {2, 3}) {
+          std::vector<float> y(static_cast<size_t>(n_tok * rows), -1.0f);
+          matmul_with(MatmulCore::kTiled, tm.m, x.data(), n_tok, y.data(), threads);
+          EXPECT_EQ(0, std::memcmp(y1.data(), y.data(), y.size() * sizeof(float)))
+              << target.name << " " << t.name << " tokens " << n_tok << " threads " << threads;
+        }
+      }
+    }
+  }
+}
+
+// matmul_many (Q, K, V or gate and up in one parallel region): each matrix
+// gets matmul()'s bits for one token, on every type and target, with 1, 2
+// and 3 threads; three matrices of different row counts (the split of each
+// by its own `omp for`), a second matrix of another type (Q4_K_M files mix
+// Q4_K and Q6_K; Q4_0 with Q8_0); the types without a one-token kernel
+// (Q4_1, Q5_0, Q5_1: one call per matrix) too.
+TEST(Matmul, ManyGivesEachMatrixTheBitsOfMatmulAlone) {
+  TargetGuard guard;
+  uint64_t seed = 1200;
+  for (const auto& target : simd_targets()) {
+    simd_force_target(target.bit);
+    for (const auto& t : kTypes) {
+      const TypeInfo& other = t.id == 12 ? kTypes[10] : t.id == 2 ? kTypes[3] : t;  // Q4_K + Q6_K; Q4_0 + Q8_0
+      const int64_t cols = cols_for(t, 512);
+      const TestMatrix a = make_matrix(t, 301, cols, seed++), b = make_matrix(other, 77, cols, seed++),
+                       c = make_matrix(t, 130, cols, seed++);
+      const auto x = make_acts(1, cols, seed++);
+      const Matrix* ws[3] = {&a.m, &b.m, &c.m};
+      std::vector<float> want[3];
+      for (int i = 0; i < 3; ++i) {
+        want[i].assign(ws[i]->rows, 0.0f);
+        matmul(*ws[i], x.data(), 1, want[i].data(), 1);
+      }
+      for (int threads : {1, 2, 3}) {
+        std::vector<float> got[3];
+        float* ys[3];
+        for (int i = 0; i < 3; ++i) {
+          got[i].assign(ws[i]->rows, -1.0f);
+          ys[i] = got[i].data();
+        }
+        matmul_many(ws, 3, x.data(), ys, threads);
+        for (int i = 0; i < 3; ++i)
+          EXPECT_EQ(0, std::memcmp(want[i].data(), got[i].data(), 4 * want[i].size()))
+              << target.name << " " << t.name << " matrix " << i << " threads " << threads;
+      }
+    }
+  }
+}
+
 TEST(Matmul, CoreNamesParse) {
   EXPECT_EQ(*parse_matmul_core("old"), MatmulCore::kRows);
   EXPECT_EQ(*parse_matmul_core("new"), MatmulCore::kAuto);
