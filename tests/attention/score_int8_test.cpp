@@ -258,6 +258,25 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
   const auto& ptr = rows.ptr;
   std::vector<float> dec(size_t(n) * d), unsc(dp);
   c.dequantize(rows.bytes.data(), n, dec.data(), Impl::kRef);
+  // One row's approximate score (s_t included) against the exact ones.
+  auto account = [&](const float* qj, const std::vector<float>& qc, int r, double approx, double bound) {
+    const double s = row_scale(ptr[r]);
+    // Exact: the row decoded in its coding domain (what the f32 kernel reads).
+    c.decode_unscaled(ptr[r], unsc.data(), Impl::kRef);
+    double exact = 0, truth = 0, exact_orig = 0;
+    for (int i = 0; i < d; ++i) exact += double(qc[i]) * unsc[i];  // decode_unscaled includes the row scale
+    for (int i = 0; i < d; ++i) {
+      truth += double(qj[i]) * x[size_t(r) * d + i];
+      exact_orig += double(qj[i]) * dec[size_t(r) * d + i];
+    }
+    // The codec-domain and original-domain exact scores agree (the query
+    // transform above is attention's), so the bound is about the table only.
+    EXPECT_NEAR(exact, exact_orig, 1e-4 * (1 + std::fabs(exact_orig))) << c.name();
+    e.worst_over_bound = std::max(e.worst_over_bound, std::fabs(approx - exact) / (s * bound * (1 + 1e-5) + 1e-30));
+    e.add2 += (approx - truth) * (approx - truth);
+    e.codec2 += (exact_orig - truth) * (exact_orig - truth);
+    ++e.n;
+  };
   for (int j = 0; j < nq; ++j) {
     const float* qj = q.data() + size_t(j) * d;
     const auto qc = query_in_code_domain(c, qj, 1.0f);
@@ -271,21 +290,8 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
         attn::int8_dots16_ref(k, c.layout(), ptr.data(), n, q16.data(), 1, dots.data(), n);
       }
       const double bound = attn::int8_score_bound(k, qc.data(), dp, qs);
-      for (int r = 0; r < n; ++r) {
-        const double s = row_scale(ptr[r]);
-        const double approx = s * double(qs) * double(k.cs16) * double(dots[r]);
-        c.decode_unscaled(ptr[r], unsc.data(), Impl::kRef);
-        double exact = 0, truth = 0, exact_orig = 0;
-        for (int i = 0; i < d; ++i) exact += double(qc[i]) * unsc[i];
-        for (int i = 0; i < d; ++i) {
-          truth += double(qj[i]) * x[size_t(r) * d + i];
-          exact_orig += double(qj[i]) * dec[size_t(r) * d + i];
-        }
-        e.worst_over_bound = std::max(e.worst_over_bound, std::fabs(approx - exact) / (s * bound * (1 + 1e-5) + 1e-30));
-        e.add2 += (approx - truth) * (approx - truth);
-        e.codec2 += (exact_orig - truth) * (exact_orig - truth);
-        ++e.n;
-      }
+      for (int r = 0; r < n; ++r)
+        account(qj, qc, r, row_scale(ptr[r]) * double(qs) * double(k.cs16) * double(dots[r]), bound);
       continue;
     }
     // The query's bytes: q8, and with the layout's residual its second byte r8 (a second query row).
@@ -311,26 +317,11 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
       }
     }
     const double bound = attn::int8_score_bound(k, qc.data(), dp, qs);
-    for (int r = 0; r < n; ++r) {
-      const double s = row_scale(ptr[r]);
-      const double approx = s * (k.cs * (double(qs) * double(dots[r] - bias) + double(qr) * double(dots[n + r] - bias_r)) +
-                                 double(kr.cs) * double(qs) * double(dots_c[r] - bias));
-      // Exact: the row decoded in its coding domain (what the f32 kernel reads).
-      c.decode_unscaled(ptr[r], unsc.data(), Impl::kRef);
-      double exact = 0, truth = 0, exact_orig = 0;
-      for (int i = 0; i < d; ++i) exact += double(qc[i]) * unsc[i];  // decode_unscaled includes the row scale
-      for (int i = 0; i < d; ++i) {
-        truth += double(qj[i]) * x[size_t(r) * d + i];
-        exact_orig += double(qj[i]) * dec[size_t(r) * d + i];
-      }
-      // The codec-domain and original-domain exact scores agree (the query
-      // transform above is attention's), so the bound is about the table only.
-      EXPECT_NEAR(exact, exact_orig, 1e-4 * (1 + std::fabs(exact_orig))) << c.name();
-      e.worst_over_bound = std::max(e.worst_over_bound, std::fabs(approx - exact) / (s * bound * (1 + 1e-5) + 1e-30));
-      e.add2 += (approx - truth) * (approx - truth);
-      e.codec2 += (exact_orig - truth) * (exact_orig - truth);
-      ++e.n;
-    }
+    for (int r = 0; r < n; ++r)
+      account(qj, qc, r,
+              row_scale(ptr[r]) * (k.cs * (double(qs) * double(dots[r] - bias) + double(qr) * double(dots[n + r] - bias_r)) +
+                                   double(kr.cs) * double(qs) * double(dots_c[r] - bias)),
+              bound);
   }
 }
 
