@@ -760,24 +760,28 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
   alignas(64) float scale[kBlock];
   BlockScales(w.k, K.row_bytes, h, b0, nb, rows, scale);
   const auto neg_inf = hn::Set(df, kNegInf);
+  // p[j][r] = score(r) · s_r for the rows (lo, hi) of this block that query j
+  // sees, -inf elsewhere; score(r) gives the N rows from r on, before s_r.
+  auto store = [&](int j, auto score) HWY_ATTR {
+    const auto lo = hn::Set(di, std::max(w.start[j], b0) - b0 - 1);  // (rows > lo: 1.0.3 has no integer Ge)
+    const auto hi = hn::Set(di, std::min(w.limit[j], b0 + nb) - b0);
+    float* pj = p + static_cast<size_t>(j) * kBlock;
+    for (int r = 0; r < kBlock; r += N) {
+      const auto idx = hn::Load(di, kRowIndex + r);
+      const auto vis = hn::RebindMask(df, hn::And(hn::Gt(idx, lo), hn::Lt(idx, hi)));
+      hn::StoreU(hn::IfThenElse(vis, hn::Mul(score(r), hn::Load(df, scale + r)), neg_inf), df, pj + r);
+    }
+  };
+  const size_t hq = static_cast<size_t>(h) * 2 * G;  // this head's rows in q8, q8_scale, q8_bias
   if (K.i8.wide) {  // 16-bit words (score_int8.h): one dot a row and query, no offset
     thread_local std::vector<int32_t> dots16_store;
     if (dots16_store.size() < static_cast<size_t>(G) * kBlock) dots16_store.resize(static_cast<size_t>(G) * kBlock);
     int32_t* dots = dots16_store.data();
     int8_dots16(K.i8, K.layout, rows, nb, w.q16 + static_cast<size_t>(h) * G * dp, G, dots, kBlock);
-    const size_t hq = static_cast<size_t>(h) * 2 * G;
     for (int j = 0; j < G; ++j) {
       const auto f = hn::Set(df, w.q8_scale[hq + j] * K.i8.cs16);
-      const auto lo = hn::Set(di, std::max(w.start[j], b0) - b0 - 1);
-      const auto hi = hn::Set(di, std::min(w.limit[j], b0 + nb) - b0);
       const int32_t* dj = dots + static_cast<size_t>(j) * kBlock;
-      float* pj = p + static_cast<size_t>(j) * kBlock;
-      for (int r = 0; r < kBlock; r += N) {
-        const auto idx = hn::Load(di, kRowIndex + r);
-        const auto vis = hn::RebindMask(df, hn::And(hn::Gt(idx, lo), hn::Lt(idx, hi)));
-        const auto a = hn::Mul(hn::ConvertTo(df, hn::LoadU(di, dj + r)), f);
-        hn::StoreU(hn::IfThenElse(vis, hn::Mul(a, hn::Load(df, scale + r)), neg_inf), df, pj + r);
-      }
+      store(j, [&](int r) HWY_ATTR { return hn::Mul(hn::ConvertTo(df, hn::LoadU(di, dj + r)), f); });
     }
     return;
   }
@@ -786,7 +790,6 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
   thread_local std::vector<int32_t> dots_store;  // [R][kBlock], kept across calls
   if (dots_store.size() < static_cast<size_t>(R) * kBlock) dots_store.resize(static_cast<size_t>(R) * kBlock);
   int32_t* dots = dots_store.data();
-  const size_t hq = static_cast<size_t>(h) * 2 * G;  // this head's rows in q8, q8_scale, q8_bias
   // With residual bytes, also the centroids' residual table against the
   // main query bytes (the codes unpacked once for both tables).
   thread_local std::vector<int32_t> dots_c_store;
@@ -799,33 +802,21 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
   for (int j = 0; j < G; ++j) {
     const auto f = hn::Set(df, w.q8_scale[hq + j] * K.i8.cs);
     const auto bias = hn::Set(di, w.q8_bias[hq + j]);
-    // Rows (lo, hi) of this block are visible to query j.
-    const auto lo = hn::Set(di, std::max(w.start[j], b0) - b0 - 1);  // (rows > lo: 1.0.3 has no integer Ge)
-    const auto hi = hn::Set(di, std::min(w.limit[j], b0 + nb) - b0);
     const int32_t* dj = dots + static_cast<size_t>(j) * kBlock;
-    float* pj = p + static_cast<size_t>(j) * kBlock;
-    if (K.i8.residual) {
-      const auto fr = hn::Set(df, w.q8_scale[hq + G + j] * K.i8.cs);
-      const auto bias_r = hn::Set(di, w.q8_bias[hq + G + j]);
-      const auto fc = hn::Set(df, w.q8_scale[hq + j] * K.i8r.cs);
-      const int32_t* dr = dots + static_cast<size_t>(G + j) * kBlock;
-      const int32_t* dc = dots_c + static_cast<size_t>(j) * kBlock;
-      for (int r = 0; r < kBlock; r += N) {
-        const auto idx = hn::Load(di, kRowIndex + r);
-        const auto vis = hn::RebindMask(df, hn::And(hn::Gt(idx, lo), hn::Lt(idx, hi)));
-        const auto a = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::LoadU(di, dj + r), bias)), f);
-        const auto b = hn::MulAdd(hn::ConvertTo(df, hn::Sub(hn::LoadU(di, dr + r), bias_r)), fr, a);
-        const auto c = hn::MulAdd(hn::ConvertTo(df, hn::Sub(hn::LoadU(di, dc + r), bias)), fc, b);
-        hn::StoreU(hn::IfThenElse(vis, hn::Mul(c, hn::Load(df, scale + r)), neg_inf), df, pj + r);
-      }
-    } else {
-      for (int r = 0; r < kBlock; r += N) {
-        const auto idx = hn::Load(di, kRowIndex + r);
-        const auto vis = hn::RebindMask(df, hn::And(hn::Gt(idx, lo), hn::Lt(idx, hi)));
-        const auto a = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::LoadU(di, dj + r), bias)), f);
-        hn::StoreU(hn::IfThenElse(vis, hn::Mul(a, hn::Load(df, scale + r)), neg_inf), df, pj + r);
-      }
+    auto main = [&](int r) HWY_ATTR { return hn::Mul(hn::ConvertTo(df, hn::Sub(hn::LoadU(di, dj + r), bias)), f); };
+    if (!K.i8.residual) {
+      store(j, main);
+      continue;
     }
+    const auto fr = hn::Set(df, w.q8_scale[hq + G + j] * K.i8.cs);
+    const auto bias_r = hn::Set(di, w.q8_bias[hq + G + j]);
+    const auto fc = hn::Set(df, w.q8_scale[hq + j] * K.i8r.cs);
+    const int32_t* dr = dots + static_cast<size_t>(G + j) * kBlock;
+    const int32_t* dc = dots_c + static_cast<size_t>(j) * kBlock;
+    store(j, [&](int r) HWY_ATTR {
+      const auto b = hn::MulAdd(hn::ConvertTo(df, hn::Sub(hn::LoadU(di, dr + r), bias_r)), fr, main(r));
+      return hn::MulAdd(hn::ConvertTo(df, hn::Sub(hn::LoadU(di, dc + r), bias)), fc, b);
+    });
   }
 }
 
@@ -888,7 +879,7 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   const bool lane_sums = K.int8 && w.q8;
   float* lh = w.l + (h - w.h0) * G;
   const auto neg_inf = hn::Set(df, kNegInf);
-  float* lvh = lvec + static_cast<size_t>(h - w.h0) * G * N;
+  float* lvh = lane_sums ? lvec + static_cast<size_t>(h - w.h0) * G * N : nullptr;
   for (int j = 0; j < G; ++j) {
     float* pj = p + j * kBlock;
     for (int i = nb; i < kBlock; ++i) pj[i] = kNegInf;
@@ -901,9 +892,12 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
       const float mnew = hn::GetLane(hn::MaxOfLanes(df, vmax));
       const float corr = std::exp(mh[j] - mnew);  // 0 when m was -inf
       const auto vc = hn::Set(df, corr);
-      float* lj = lvh + static_cast<size_t>(j) * N;
-      hn::Store(hn::Mul(hn::Load(df, lj), vc), df, lj);
-      lh[j] *= corr;
+      if (lane_sums) {
+        float* lj = lvh + static_cast<size_t>(j) * N;
+        hn::Store(hn::Mul(hn::Load(df, lj), vc), df, lj);
+      } else {
+        lh[j] *= corr;
+      }
       float* aj = acch + static_cast<size_t>(j) * dp;
       for (int c = 0; c < dp; c += N) hn::Store(hn::Mul(hn::Load(df, aj + c), vc), df, aj + c);
       mh[j] = mnew;
@@ -973,18 +967,18 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   const size_t N = Lanes();
   thread_local hwy::AlignedFreeUniquePtr<float[]> lvec_store;
   thread_local size_t lvec_cap = 0;
-  if (lvec_cap < nh * G * N) {
+  if (K.int8 && w.q8 && lvec_cap < nh * G * N) {
     lvec_store = hwy::AllocateAligned<float>(nh * G * N);
     lvec_cap = nh * G * N;
   }
   float* lvec = lvec_store.get();
-  std::memset(lvec, 0, sizeof(float) * nh * G * N);
+  const bool lane_sums = K.int8 && w.q8;  // (the f32 path sums into l itself)
+  if (lane_sums) std::memset(lvec, 0, sizeof(float) * nh * G * N);
   for (int b0 = w.r0; b0 < w.r1; b0 += kBlock) {
     const int nb = std::min(kBlock, w.r1 - b0);
     for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, ktc, V, vtc, w, h, b0, nb, p, lvec, *B, dec);
   }
-  // (The f32 path summed into l itself; its lanes stayed 0.)
-  if (K.int8 && w.q8)
+  if (lane_sums)
     for (int j = 0; j < nh * G; ++j) w.l[j] = hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lvec + j * N)));
 }
 

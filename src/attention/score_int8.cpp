@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "codec/kernels.h"
@@ -477,6 +478,32 @@ int fixed_sig(const Int8Keys& k, const RowLayout& L) {
              : -1;
 }
 
+template <int V>
+using Int = std::integral_constant<int, V>;
+
+// Calls fn(W0, W1, NCH) (integral constants) for a fixed-plane layout
+// (fixed_sig) over dp = 64 NCH, NCH 1, 2 or 4; false for any other.
+template <class Fn>
+TKV_AVX512_INT8 bool with_fixed(const Int8Keys& k, const RowLayout& L, Fn&& fn) {
+  auto planes = [&](auto w0, auto w1) TKV_AVX512_INT8 {
+    switch (k.dp) {
+      case 64: fn(w0, w1, Int<1>{}); return true;
+      case 128: fn(w0, w1, Int<2>{}); return true;
+      case 256: fn(w0, w1, Int<4>{}); return true;
+      default: return false;
+    }
+  };
+  switch (fixed_sig(k, L)) {
+    case 40: return planes(Int<4>{}, Int<0>{});
+    case 20: return planes(Int<2>{}, Int<0>{});
+    case 10: return planes(Int<1>{}, Int<0>{});
+    case 21: return planes(Int<2>{}, Int<1>{});
+    case 41: return planes(Int<4>{}, Int<1>{});
+    case 42: return planes(Int<4>{}, Int<2>{});
+    default: return false;
+  }
+}
+
 // Centroid bytes (c8 + 128) of n rows into stage[r * sdp]: the fixed-plane
 // kernels for one aligned part of at most 6 bits, masked stores otherwise.
 TKV_AVX512_INT8 void decode_rows(const Unpack& u, const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows,
@@ -681,29 +708,6 @@ TKV_AVX512_INT8 void dots_fixed(const Unpack& u, const RowLayout::Part& part, co
   }
 }
 
-template <int W0, int W1>
-TKV_AVX512_INT8 bool dots_fixed_nch(const Unpack& u, const Int8Keys& k, const Int8Keys* k2, const RowLayout& L,
-                                    const uint8_t* const* rows, int n, const int8_t* q8, int G, int32_t* dots,
-                                    int G2, int32_t* dots2, int ld) {
-  const RowLayout::Part& p = L.parts[0];
-  const uint8_t* t1 = k.table[0];
-  if (k2) {
-    const uint8_t* t2 = k2->table[0];
-    switch (k.dp) {
-      case 64: dots_fixed<W0, W1, 1, true>(u, p, t1, t2, rows, n, q8, G, dots, G2, dots2, ld); return true;
-      case 128: dots_fixed<W0, W1, 2, true>(u, p, t1, t2, rows, n, q8, G, dots, G2, dots2, ld); return true;
-      case 256: dots_fixed<W0, W1, 4, true>(u, p, t1, t2, rows, n, q8, G, dots, G2, dots2, ld); return true;
-      default: return false;
-    }
-  }
-  switch (k.dp) {
-    case 64: dots_fixed<W0, W1, 1, false>(u, p, t1, t1, rows, n, q8, G, dots, 0, nullptr, ld); return true;
-    case 128: dots_fixed<W0, W1, 2, false>(u, p, t1, t1, rows, n, q8, G, dots, 0, nullptr, ld); return true;
-    case 256: dots_fixed<W0, W1, 4, false>(u, p, t1, t1, rows, n, q8, G, dots, 0, nullptr, ld); return true;
-    default: return false;
-  }
-}
-
 // int8_dots16 for one 4-bit part over dp = 64 NCH. Per 64 coordinates the
 // 32 code bytes are widened to words (vpmovzxbw): a word's low nibble is an
 // even coordinate's code, its next 4 bits the odd one's; vpermw reads 5 index
@@ -763,15 +767,14 @@ TKV_AVX512_INT8 void dots16_fixed(const RowLayout::Part& part, const int16_t* ta
 TKV_AVX512_INT8 bool dots_fused(const Unpack& u, const Int8Keys& k, const Int8Keys* k2, const RowLayout& L,
                                 const uint8_t* const* rows, int n, const int8_t* q8, int G, int32_t* dots, int G2,
                                 int32_t* dots2, int ld) {
-  switch (fixed_sig(k, L)) {
-    case 40: return dots_fixed_nch<4, 0>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
-    case 20: return dots_fixed_nch<2, 0>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
-    case 10: return dots_fixed_nch<1, 0>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
-    case 21: return dots_fixed_nch<2, 1>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
-    case 41: return dots_fixed_nch<4, 1>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
-    case 42: return dots_fixed_nch<4, 2>(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
-    default: return false;
-  }
+  const RowLayout::Part& p = L.parts[0];
+  return with_fixed(k, L, [&](auto w0, auto w1, auto nch) TKV_AVX512_INT8 {
+    if (k2) {
+      dots_fixed<w0, w1, nch, true>(u, p, k.table[0], k2->table[0], rows, n, q8, G, dots, G2, dots2, ld);
+    } else {
+      dots_fixed<w0, w1, nch, false>(u, p, k.table[0], k.table[0], rows, n, q8, G, dots, 0, nullptr, ld);
+    }
+  });
 }
 
 TKV_AVX512_INT8 void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows,
@@ -886,30 +889,12 @@ TKV_AVX512_INT8 void values_fixed(const Unpack& u, const RowLayout::Part& part, 
   }
 }
 
-template <int W0, int W1>
-TKV_AVX512_INT8 bool values_fixed_nch(const Unpack& u, const Int8Keys& k, const RowLayout& L,
-                                      const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
-  const RowLayout::Part& p = L.parts[0];
-  switch (k.dp) {
-    case 64: values_fixed<W0, W1, 1>(u, p, k.table[0], k.cs, rows, n, w, G, ldw, acc); return true;
-    case 128: values_fixed<W0, W1, 2>(u, p, k.table[0], k.cs, rows, n, w, G, ldw, acc); return true;
-    case 256: values_fixed<W0, W1, 4>(u, p, k.table[0], k.cs, rows, n, w, G, ldw, acc); return true;
-    default: return false;
-  }
-}
-
 TKV_AVX512_INT8 bool values_fused(const Unpack& u, const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows,
                                   int n, const float* w, int G, int ldw, float* acc) {
   if (n <= 0 || n > 32) return false;
-  switch (fixed_sig(k, L)) {
-    case 40: return values_fixed_nch<4, 0>(u, k, L, rows, n, w, G, ldw, acc);
-    case 20: return values_fixed_nch<2, 0>(u, k, L, rows, n, w, G, ldw, acc);
-    case 10: return values_fixed_nch<1, 0>(u, k, L, rows, n, w, G, ldw, acc);
-    case 21: return values_fixed_nch<2, 1>(u, k, L, rows, n, w, G, ldw, acc);
-    case 41: return values_fixed_nch<4, 1>(u, k, L, rows, n, w, G, ldw, acc);
-    case 42: return values_fixed_nch<4, 2>(u, k, L, rows, n, w, G, ldw, acc);
-    default: return false;
-  }
+  return with_fixed(k, L, [&](auto w0, auto w1, auto nch) TKV_AVX512_INT8 {
+    values_fixed<w0, w1, nch>(u, L.parts[0], k.table[0], k.cs, rows, n, w, G, ldw, acc);
+  });
 }
 
 TKV_AVX512_INT8 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
