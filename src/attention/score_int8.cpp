@@ -1,10 +1,14 @@
 // Key scoring on 8-bit integers: the scalar specification and the AVX-512
 // (VBMI + VNNI) kernel. Not Highway: Highway 1.0.3 (Debian 12) compiles no
 // target with VBMI and VNNI by default, so the kernel carries its own target
-// attribute and is picked at run time (int8_keys_cpu()).
+// attribute and is picked at run time (int8_target(); the AVX2 kernels are in
+// score_int8_avx2.cpp).
 #include "attention/score_int8.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -252,7 +256,7 @@ void int8_values_ref(const Int8Keys& k, const RowLayout& L, const uint8_t* const
 #if TKV_INT8_KEYS_X86
 #define TKV_AVX512_INT8 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx512vnni")))
 
-bool int8_keys_cpu() {
+bool int8_avx512_cpu() {
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni");
   return ok;
@@ -777,8 +781,8 @@ TKV_AVX512_INT8 bool dots_fused(const Unpack& u, const Int8Keys& k, const Int8Ke
   });
 }
 
-TKV_AVX512_INT8 void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows,
-                                int n, const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
+TKV_AVX512_INT8 void dots2_avx512(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows,
+                                  int n, const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
   const Unpack& u = unpack_consts();
   if (dots_fused(u, k, k2, L, rows, n, q8, G, dots, G2, dots2, ld)) return;
   const int dp = k.dp;
@@ -795,10 +799,6 @@ TKV_AVX512_INT8 void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const Row
   }
 }
 
-TKV_AVX512_INT8 void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
-                               const int8_t* q8, int G, int32_t* dots, int ld) {
-  int8_dots2(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld);
-}
 
 // int8_weights for n <= 32 weights, in two vectors.
 TKV_AVX512_INT8 inline float weights_avx512(const float* w, int n, uint8_t* w8) {
@@ -897,8 +897,8 @@ TKV_AVX512_INT8 bool values_fused(const Unpack& u, const Int8Keys& k, const RowL
   });
 }
 
-TKV_AVX512_INT8 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
-                                 const float* w, int G, int ldw, float* acc) {
+TKV_AVX512_INT8 void values_avx512(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                                   const float* w, int G, int ldw, float* acc) {
   const Unpack& u = unpack_consts();
   if (values_fused(u, k, L, rows, n, w, G, ldw, acc)) return;
   const int dp = k.dp, nch = (dp + 63) / 64, sdp = nch * 64;
@@ -982,59 +982,124 @@ TKV_AVX512_INT8 void int8_values(const Int8Keys& k, const RowLayout& L, const ui
   }
 }
 
-float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias) {
-  return int8_keys_cpu() ? quantize_query_avx512(q, dp, q8, bias) : int8_quantize_query_ref(q, dp, q8, bias);
-}
-float int8_quantize_query16(const float* q, int dp, int wmax, int16_t* q16) {
-  return int8_keys_cpu() ? quantize_query16_avx512(q, dp, wmax, q16) : int8_quantize_query16_ref(q, dp, wmax, q16);
-}
-void int8_dots16(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int16_t* q16, int G,
-                 int32_t* dots, int ld) {
-  if (int8_keys_cpu() && k.wide) {
-    switch (k.dp) {
-      case 64: return dots16_fixed<1>(L.parts[0], k.table16, rows, n, q16, G, dots, ld);
-      case 128: return dots16_fixed<2>(L.parts[0], k.table16, rows, n, q16, G, dots, ld);
-      case 256: return dots16_fixed<4>(L.parts[0], k.table16, rows, n, q16, G, dots, ld);
-      default: break;
-    }
+void dots16_avx512(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int16_t* q16, int G,
+                   int32_t* dots, int ld) {
+  switch (k.dp) {
+    case 64: return dots16_fixed<1>(L.parts[0], k.table16, rows, n, q16, G, dots, ld);
+    case 128: return dots16_fixed<2>(L.parts[0], k.table16, rows, n, q16, G, dots, ld);
+    case 256: return dots16_fixed<4>(L.parts[0], k.table16, rows, n, q16, G, dots, ld);
+    default: int8_dots16_ref(k, L, rows, n, q16, G, dots, ld);
   }
-  int8_dots16_ref(k, L, rows, n, q16, G, dots, ld);
-}
-float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias) {
-  return int8_keys_cpu() ? quantize_residual_avx512(q, dp, qs, q8, r8, bias)
-                         : int8_quantize_residual_ref(q, dp, qs, q8, r8, bias);
 }
 
 #else
 
-bool int8_keys_cpu() { return false; }
+bool int8_avx512_cpu() { return false; }
+
+#endif
+
+// --- Which kernels run: the best this CPU has, or the one a test pins ---
+
+namespace {
+// The default: AVX-512 where it runs. The AVX2 kernels give the same
+// integers but, on the one AVX2 machine measured (Zen 3, RESULTS §31), no
+// speed over the f32 path: vpmaddwd (16 products, then an add) does per
+// instruction what an FMA does (8 products, accumulated), so only the
+// cheaper lookups remain, and at 64K tq4 ran 0.98x, tq3 1.17x, tq2 1.13x the
+// f32 path's time. They are used when asked for: TKV_INT8_TARGET=avx2 (or
+// avx512, none) in the environment, or int8_set_target.
+Int8Target best_target() {
+  if (const char* e = std::getenv("TKV_INT8_TARGET")) {
+    const std::string v = e;
+    if (v == "none") return Int8Target::kNone;
+    if (v == "avx2" && int8_avx2_cpu()) return Int8Target::kAvx2;
+    if (v == "avx512" && int8_avx512_cpu()) return Int8Target::kAvx512;
+  }
+  if (int8_avx512_cpu()) return Int8Target::kAvx512;
+  return Int8Target::kNone;
+}
+std::atomic<int> g_target{-1};
+}  // namespace
+
+bool int8_target_supported(Int8Target t) {
+  switch (t) {
+    case Int8Target::kNone: return true;
+    case Int8Target::kAvx2: return int8_avx2_cpu();
+    case Int8Target::kAvx512: return int8_avx512_cpu();
+  }
+  return false;
+}
+Int8Target int8_target() {
+  int t = g_target.load(std::memory_order_relaxed);
+  if (t < 0) {
+    t = static_cast<int>(best_target());
+    g_target.store(t, std::memory_order_relaxed);
+  }
+  return static_cast<Int8Target>(t);
+}
+bool int8_set_target(Int8Target t) {
+  if (!int8_target_supported(t)) return false;
+  g_target.store(static_cast<int>(t), std::memory_order_relaxed);
+  return true;
+}
+bool int8_keys_cpu() { return int8_target() != Int8Target::kNone; }
+
+#if TKV_INT8_KEYS_X86
+#define TKV_INT8_AVX512 (int8_target() == Int8Target::kAvx512)
+#define TKV_INT8_AVX2 (int8_target() == Int8Target::kAvx2)
+#else
+#define TKV_INT8_AVX512 false
+#define TKV_INT8_AVX2 false
+#endif
+
+// The query bytes: the AVX-512 quantizers where they run, else the
+// specification itself (once per query and call: no AVX2 version pays).
 float int8_quantize_query(const float* q, int dp, int8_t* q8, int32_t* bias) {
+#if TKV_INT8_KEYS_X86
+  if (TKV_INT8_AVX512) return quantize_query_avx512(q, dp, q8, bias);
+#endif
   return int8_quantize_query_ref(q, dp, q8, bias);
 }
-float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias) {
-  return int8_quantize_residual_ref(q, dp, qs, q8, r8, bias);
-}
 float int8_quantize_query16(const float* q, int dp, int wmax, int16_t* q16) {
+#if TKV_INT8_KEYS_X86
+  if (TKV_INT8_AVX512) return quantize_query16_avx512(q, dp, wmax, q16);
+#endif
   return int8_quantize_query16_ref(q, dp, wmax, q16);
+}
+float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8, int8_t* r8, int32_t* bias) {
+#if TKV_INT8_KEYS_X86
+  if (TKV_INT8_AVX512) return quantize_residual_avx512(q, dp, qs, q8, r8, bias);
+#endif
+  return int8_quantize_residual_ref(q, dp, qs, q8, r8, bias);
 }
 void int8_dots16(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int16_t* q16, int G,
                  int32_t* dots, int ld) {
+#if TKV_INT8_KEYS_X86
+  if (k.wide && TKV_INT8_AVX512) return dots16_avx512(k, L, rows, n, q16, G, dots, ld);
+  if (k.wide && TKV_INT8_AVX2) return int8_dots16_avx2(k, L, rows, n, q16, G, dots, ld);
+#endif
   int8_dots16_ref(k, L, rows, n, q16, G, dots, ld);
-}
-void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
-               int32_t* dots, int ld) {
-  int8_dots_ref(k, L, rows, n, q8, G, dots, ld);
 }
 void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows, int n,
                 const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
+#if TKV_INT8_KEYS_X86
+  if (TKV_INT8_AVX512) return dots2_avx512(k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
+  if (TKV_INT8_AVX2) return int8_dots2_avx2(k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
+#endif
   int8_dots_ref(k, L, rows, n, q8, G, dots, ld);
   if (k2) int8_dots_ref(*k2, L, rows, n, q8, G2, dots2, ld);
 }
+void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
+               int32_t* dots, int ld) {
+  int8_dots2(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld);
+}
 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w, int G,
                  int ldw, float* acc) {
+#if TKV_INT8_KEYS_X86
+  if (TKV_INT8_AVX512) return values_avx512(k, L, rows, n, w, G, ldw, acc);
+  if (TKV_INT8_AVX2) return int8_values_avx2(k, L, rows, n, w, G, ldw, acc);
+#endif
   int8_values_ref(k, L, rows, n, w, G, ldw, acc);
 }
-
-#endif
 
 }  // namespace tkv::attn

@@ -1,9 +1,10 @@
 // Key scoring on 8-bit integers (internal to attention/): tq rows' codes are
 // turned into centroid bytes by an in-register table lookup (vpermb, 64
-// entries a lookup) and dotted with the query quantized to int8 (vpdpbusd,
-// 64 products an instruction), instead of decoding every code to a float and
-// multiplying in f32. The scalar functions here are the specification: the
-// AVX-512 kernel returns the same integers, bit for bit.
+// entries a lookup; vpshufb, 32, on AVX2) and dotted with the query quantized
+// to int8 (vpdpbusd, 64 products an instruction; vpmaddwd on words, 16, on
+// AVX2), instead of decoding every code to a float and multiplying in f32.
+// The scalar functions here are the specification: the AVX-512 and AVX2
+// kernels return the same integers, bit for bit.
 //
 // What it approximates (DESIGN.md 1.5: score = s_t · <q', c(code_t)>):
 //   q'_i ≈ qs · q8_i,  q8_i = round(q'_i / qs), qs = max_i |q'_i| / 127
@@ -53,10 +54,23 @@ constexpr double kInt8Residual = 0.002;
 // error exceeds kInt8MaxPredicted.
 void int8_keys_prepare(const RowLayout& layout, int d, int dp, const float* coord_scale, Int8Keys& k);
 
-// True when this CPU runs the AVX-512 (VBMI + VNNI) kernel; the scalar
-// reference serves elsewhere only as the specification (attention then keeps
-// the exact f32 path: the integer path pays only with these instructions).
+// The kernels that run the integer path: AVX-512 VBMI + VNNI (vpermb,
+// vpdpbusd), AVX2 (vpshufb, vpmaddwd on words; score_int8_avx2.cpp), or none
+// (the scalar functions serve only as the specification, and attention keeps
+// the exact f32 path). Every kernel gives the specification's integers.
+enum class Int8Target { kNone, kAvx2, kAvx512 };
+// The one in use: AVX-512 where the CPU has it, else none (the AVX2 kernels
+// are not faster than the f32 path on the AVX2 CPU measured: score_int8.cpp),
+// unless TKV_INT8_TARGET (avx512, avx2, none) or int8_set_target chose.
+Int8Target int8_target();
+bool int8_target_supported(Int8Target t);
+// Pins the kernels (tests check every target against the specification);
+// false, and nothing changed, when this CPU lacks t's instructions.
+bool int8_set_target(Int8Target t);
+// True when some kernel runs (int8_target() != kNone).
 bool int8_keys_cpu();
+bool int8_avx512_cpu();
+bool int8_avx2_cpu();
 
 // Quantizes one query (dp floats, natural coordinate order; coordinates no
 // part covers must already be 0) into q8[dp]: q8 = round(q / qs), nearest
@@ -109,6 +123,15 @@ void int8_values_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t* 
                      int G, int ldw, float* acc);
 void int8_values(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w, int G,
                  int ldw, float* acc);
+
+// The AVX2 kernels (score_int8_avx2.cpp; int8_avx2_cpu() only), called
+// through the functions above.
+void int8_dots2_avx2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& layout, const uint8_t* const* rows, int n,
+                     const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld);
+void int8_dots16_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const int16_t* q16,
+                      int G, int32_t* dots, int ld);
+void int8_values_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w,
+                      int G, int ldw, float* acc);
 
 // A bound on |approximate − exact| for one score divided by the row scale s_t:
 // Σ_i |c_i|·|q'_i − qs q8_i| + |q'_i|·|c_i − cs c8_i| + |q'_i − qs q8_i|·|c_i − cs c8_i|

@@ -94,8 +94,35 @@ CodedRows coded_rows(const Codec& c, const std::vector<float>& x, int n) {
   return rows;
 }
 
+// The kernel targets this CPU runs (AVX-512 VBMI + VNNI, AVX2), each pinned
+// in turn by the tests that compare kernels with the specification.
+std::vector<attn::Int8Target> targets_here() {
+  std::vector<attn::Int8Target> t;
+  for (auto x : {attn::Int8Target::kAvx2, attn::Int8Target::kAvx512})
+    if (attn::int8_target_supported(x)) t.push_back(x);
+  return t;
+}
+const char* target_name(attn::Int8Target t) {
+  return t == attn::Int8Target::kAvx512 ? "AVX-512" : t == attn::Int8Target::kAvx2 ? "AVX2" : "no integer kernel";
+}
+// The tests of attention with integer scoring run once on each kernel (each
+// pinned; attention then reads int8_keys_cpu() as true), or once with none.
+std::vector<attn::Int8Target> targets_or_none() {
+  auto t = targets_here();
+  if (t.empty()) t.push_back(attn::Int8Target::kNone);
+  return t;
+}
+struct PinTarget {
+  attn::Int8Target saved = attn::int8_target();
+  explicit PinTarget(attn::Int8Target t) { EXPECT_TRUE(attn::int8_set_target(t)); }
+  ~PinTarget() { attn::int8_set_target(saved); }
+};
+
 TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
-  if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
+  if (targets_here().empty()) GTEST_SKIP() << "no AVX2 on this CPU: attention keeps the f32 path";
+  for (attn::Int8Target target : targets_here()) {
+  SCOPED_TRACE(target_name(target));
+  PinTarget pin(target);
   int wide_checked = 0;
   for (const std::string& f : kFormats)
     for (int d : {64, 80, 128, 256}) {
@@ -146,10 +173,14 @@ TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
       }
     }
   EXPECT_GE(wide_checked, 3 * 4) << "tq4 at d 64, 128 and 256 takes the 16-bit path";
+  }
 }
 
 TEST(Int8Values, KernelGivesTheSpecificationsSums) {
-  if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
+  if (targets_here().empty()) GTEST_SKIP() << "no AVX2 on this CPU: attention keeps the f32 path";
+  for (attn::Int8Target target : targets_here()) {
+  SCOPED_TRACE(target_name(target));
+  PinTarget pin(target);
   for (const std::string& f : kFormats)
     for (int d : {64, 80, 128, 256}) {
       if (f.rfind("tqc", 0) == 0 && d % 8 != 0) continue;
@@ -177,6 +208,7 @@ TEST(Int8Values, KernelGivesTheSpecificationsSums) {
         }
       }
     }
+  }
 }
 
 // The query's bytes (main and residual) are the specification's, on random
@@ -328,6 +360,9 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
 // Every score within its bound, every format and head dim; the error added
 // within 2% of the codec's for the formats the budget admits (synthetic rows).
 TEST(Int8Keys, ScoresWithinTheBoundAndTheBudget) {
+  for (attn::Int8Target target : targets_or_none()) {
+  SCOPED_TRACE(target_name(target));
+  PinTarget pin(target);
   const bool fast = attn::int8_keys_cpu();
   for (const std::string& f : kFormats)
     for (int d : {64, 80, 128, 256}) {
@@ -359,10 +394,14 @@ TEST(Int8Keys, ScoresWithinTheBoundAndTheBudget) {
                     100 * growth, k.predicted, k.usable ? "int8" : "keeps f32");
       if (k.usable) { EXPECT_LT(growth, 0.02) << f << " d=" << d << " (predicted " << k.predicted << ")"; }
     }
+  }
 }
 
 // Real keys (Qwen3.5 0.8B layers 3 and 7, ../shared): the same budget.
 TEST(Int8Keys, RealKeysWithinTheBudget) {
+  for (attn::Int8Target target : targets_or_none()) {
+  SCOPED_TRACE(target_name(target));
+  PinTarget pin(target);
   TKV_NEED_SHARED("data/kv/qwen3.5-0.8b/layer3_keys.bin", "data/kv/qwen3.5-0.8b/layer7_keys.bin");
   const bool fast = attn::int8_keys_cpu();
   for (int layer : {3, 7}) {
@@ -397,6 +436,7 @@ TEST(Int8Keys, RealKeysWithinTheBudget) {
       EXPECT_LE(e.worst_over_bound, 1.0) << f;
       if (k.usable) { EXPECT_LT(growth, 0.02) << "layer " << layer << " " << f; }
     }
+  }
   }
 }
 
@@ -513,12 +553,16 @@ void check_attention(const AttnCase& ac) {
 }
 
 TEST(Int8Keys, AttentionWithinTheImpliedBound) {
+  for (attn::Int8Target target : targets_or_none()) {
+  SCOPED_TRACE(target_name(target));
+  PinTarget pin(target);
   for (const char* f : {"tq2", "tq3", "tq4", "tq3.5", "tqc3", "tqc6"})
     for (int d : {64, 80, 128, 256})
       for (int gqa : {1, 4, 8}) check_attention({f, d, gqa});
   for (bool paged : {false, true})
     for (int window : {0, 40})
       for (int n_q : {1, 5}) check_attention({"tq4", 128, 4, 300, n_q, paged, window});
+  }
 }
 
 // Outputs against float64 attention over the original K and V: the int8
@@ -611,6 +655,9 @@ TEST(Int8Keys, WideWordsNeverOverflow) {
 // first half of a later block (whose second half stays below the max of the
 // blocks before) must not overflow exp. The output is then that row's value.
 TEST(Int8Keys, SoftmaxKeepsAScoreFarAboveTheBlocksBefore) {
+  for (attn::Int8Target target : targets_or_none()) {
+  SCOPED_TRACE(target_name(target));
+  PinTarget pin(target);
   const int d = 128, H = 1, Hq = 4, n = 96;
   const auto q = gaussian(size_t(Hq) * d, 501);
   std::vector<float> K = gaussian(size_t(n) * d, 502, 0.01), V = gaussian(size_t(n) * d, 503);
@@ -654,9 +701,13 @@ TEST(Int8Keys, SoftmaxKeepsAScoreFarAboveTheBlocksBefore) {
               << f << (ks == KeyScoring::kInt8 ? " int8" : " exact") << " head " << hq << " coordinate " << i;
     }
   }
+  }
 }
 
 TEST(Int8Keys, OutputErrorWithinTwoPercentOfTheCodecs) {
+  for (attn::Int8Target target : targets_or_none()) {
+  SCOPED_TRACE(target_name(target));
+  PinTarget pin(target);
   if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
   const int d = 128, H = 2, n = 512;
   const auto K = gaussian(size_t(n) * H * d, 41), V = gaussian(size_t(n) * H * d, 42);
@@ -665,9 +716,13 @@ TEST(Int8Keys, OutputErrorWithinTwoPercentOfTheCodecs) {
     std::printf("synthetic %-6s: output error %+.3f%% with int8 K and V\n", f, 100 * g);
     EXPECT_LT(g, 0.02) << f;
   }
+  }
 }
 
 TEST(Int8Keys, RealOutputErrorWithinTwoPercentOfTheCodecs) {
+  for (attn::Int8Target target : targets_or_none()) {
+  SCOPED_TRACE(target_name(target));
+  PinTarget pin(target);
   TKV_NEED_SHARED("data/kv/qwen3.5-0.8b/layer3_keys.bin", "data/kv/qwen3.5-0.8b/layer3_values.bin");
   if (!attn::int8_keys_cpu()) GTEST_SKIP() << "no AVX-512 VBMI + VNNI on this CPU: attention keeps the f32 path";
   const std::string dir = std::string(TKV_SHARED_DIR) + "/data/kv/qwen3.5-0.8b/";
@@ -689,9 +744,13 @@ TEST(Int8Keys, RealOutputErrorWithinTwoPercentOfTheCodecs) {
     std::printf("Qwen3.5 layer 3 %-6s: output error %+.3f%% with int8 K and V\n", f, 100 * g);
     EXPECT_LT(g, 0.02) << f;
   }
+  }
 }
 
 TEST(Int8Keys, TheProcessDefaultAndTheEnvironment) {
+  for (attn::Int8Target target : targets_or_none()) {
+  SCOPED_TRACE(target_name(target));
+  PinTarget pin(target);
   const KeyScoring was = key_scoring_default();
   set_key_scoring_default(KeyScoring::kExact);
   EXPECT_EQ(key_scoring_default(), KeyScoring::kExact);
@@ -715,12 +774,16 @@ TEST(Int8Keys, TheProcessDefaultAndTheEnvironment) {
   attn::int8_keys_prepare(lo->layout(), 128, 128, lo->coord_scale(), k2);
   EXPECT_TRUE(k2.usable && !k2.residual) << "2-bit codes: one byte is within the budget";
   set_key_scoring_default(was);
+  }
 }
 
 // ../shared/models/ref-5m with tq4 K/V: the greedy text with int8 keys is the
 // exact path's (or the first difference is reported; the bound allows a flip
 // only where two logits are closer than the score error moves them).
 TEST(Int8Keys, ReferenceModelGreedyTextUnchanged) {
+  for (attn::Int8Target target : targets_or_none()) {
+  SCOPED_TRACE(target_name(target));
+  PinTarget pin(target);
   const std::string path = std::string(TKV_SHARED_DIR) + "/models/ref-5m/ref-5m-f32.gguf";
   TKV_NEED_SHARED(path);
   auto m = Model::load(path);
@@ -754,6 +817,7 @@ TEST(Int8Keys, ReferenceModelGreedyTextUnchanged) {
     while (same < texts[i].size() && texts[i][same] == texts[3 + i][same]) ++same;
     std::printf("%s: int8 keys give the exact path's %zu of %zu tokens\n", names[i], same, texts[i].size());
     EXPECT_EQ(texts[i], texts[3 + i]) << names[i] << ": first difference at token " << same;
+  }
   }
 }
 

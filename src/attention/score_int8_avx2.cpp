@@ -1,0 +1,428 @@
+// The integer path's AVX2 kernels (score_int8.h) for CPUs without AVX-512
+// VBMI + VNNI (Zen 2/3, Intel client cores): the specification's integers
+// from vpshufb lookups and vpmaddwd on 16-bit words.
+//
+// Why words and not bytes: AVX2's byte product (vpmaddubsw) saturates at
+// 2 · 255 · 127 > 32767, so the specification's unsigned centroid byte times
+// the query byte cannot be summed in pairs on 16 bits; widened to words
+// (one unpack per 16 coordinates, shared by every query) vpmaddwd sums pairs
+// on 32 bits exactly. Bit for bit the same integers as int8_dots_ref,
+// int8_dots16_ref and int8_values_ref (tests/attention/score_int8_test.cpp).
+//
+// Per row, per 32 coordinates: the codes in natural order (a few shifts,
+// masks and unpacks per plane), one vpshufb to centroid bytes (two for the
+// 16-bit table), two unpacks to words; per query two vpmaddwd and two adds.
+// The f32 path spends on the same work two vpermps, a compare and a blend
+// per 8 coordinates, then 4 FMAs per query (RESULTS §31).
+#include "attention/score_int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "codec/kernels.h"
+
+#if defined(__x86_64__) && !defined(TKV_NO_INT8_KEYS)
+#include <immintrin.h>
+
+namespace tkv::attn {
+
+#define TKV_AVX2_INT8 __attribute__((target("avx2,fma,bmi,bmi2,popcnt")))
+
+bool int8_avx2_cpu() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+}
+
+namespace {
+
+constexpr int kMaxRows = 32;  // rows one call stages at a time (a block)
+
+inline int chunks32(int dp) { return (dp + 31) / 32; }
+
+// 32 codes of one plane in natural order: coordinates c .. c+31 of its part
+// (c a multiple of 32), from the plane's bytes at src = plane + c·W/8 (4·W
+// bytes; nothing past them is read). Fields fill each byte from its low bits
+// (codec/kernels.h pack_plane): coordinate 8/W·b + i is field i of byte b.
+template <int W>
+TKV_AVX2_INT8 inline __m256i plane32(const uint8_t* src) {
+  if constexpr (W == 8) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  } else if constexpr (W == 4) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m128i m = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  } else if constexpr (W == 2) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src));
+    const __m128i m = _mm_set1_epi8(3);
+    const __m128i f0 = _mm_and_si128(b, m), f1 = _mm_and_si128(_mm_srli_epi16(b, 2), m);
+    const __m128i f2 = _mm_and_si128(_mm_srli_epi16(b, 4), m), f3 = _mm_and_si128(_mm_srli_epi16(b, 6), m);
+    const __m128i u01 = _mm_unpacklo_epi8(f0, f1), u23 = _mm_unpacklo_epi8(f2, f3);
+    return _mm256_set_m128i(_mm_unpackhi_epi16(u01, u23), _mm_unpacklo_epi16(u01, u23));
+  } else {
+    static_assert(W == 1, "plane widths are 1, 2, 4 or 8");
+    int32_t v;
+    std::memcpy(&v, src, 4);
+    // Byte i of the result is bit i % 8 of source byte i / 8.
+    const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+    const __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(v), idx), bit);
+    return _mm256_min_epu8(x, _mm256_set1_epi8(1));
+  }
+}
+
+TKV_AVX2_INT8 inline __m256i plane32_any(int w, const uint8_t* src) {
+  switch (w) {
+    case 8: return plane32<8>(src);
+    case 4: return plane32<4>(src);
+    case 2: return plane32<2>(src);
+    default: return plane32<1>(src);
+  }
+}
+
+// The codes of one row in natural order: codes[i] for i in every part
+// (coordinates no part covers are left as they are).
+TKV_AVX2_INT8 void row_codes(const RowLayout& L, const uint8_t* row, uint8_t* codes) {
+  for (int p = 0; p < L.nparts; ++p) {
+    const RowLayout::Part& part = L.parts[p];
+    const int whole = part.count / 32 * 32;
+    for (int c = 0; c < whole; c += 32) {
+      __m256i code = _mm256_setzero_si256();
+      for (int pl = 0; pl < part.nplanes; ++pl) {
+        const RowLayout::Plane& plane = part.planes[pl];
+        __m256i v = plane32_any(plane.width, row + plane.offset + static_cast<size_t>(c) * plane.width / 8);
+        // Fields below 2^8 after the shift (a code has at most 8 bits): no
+        // bit crosses into the next byte of the 16-bit lane.
+        v = _mm256_sll_epi16(v, _mm_cvtsi32_si128(plane.shift));
+        code = _mm256_or_si256(code, v);
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + part.begin + c), code);
+    }
+    if (whole < part.count) {  // the tail: whole bytes from here on (32 coordinates end on a byte)
+      std::memset(codes + part.begin + whole, 0, static_cast<size_t>(part.count - whole));
+      for (int pl = 0; pl < part.nplanes; ++pl) {
+        const RowLayout::Plane& plane = part.planes[pl];
+        unpack_plane_or(row + plane.offset + static_cast<size_t>(whole) * plane.width / 8, part.count - whole,
+                        plane.width, plane.shift, codes + part.begin + whole);
+      }
+    }
+  }
+}
+
+// bytes[i] = table[codes[i]] over coordinates [b, e) of one part: one vpshufb
+// a 32 for codes of up to 4 bits, a tree of blends over 2 or 4 lookups for 5
+// and 6, the table itself for 7 and 8.
+TKV_AVX2_INT8 void lookup(const uint8_t* table, int bits, const uint8_t* codes, int b, int e, uint8_t* bytes) {
+  int i = b;
+  if (bits <= 6) {
+    const int nt = bits <= 4 ? 1 : 1 << (bits - 4);
+    __m256i t[4];
+    for (int k = 0; k < nt; ++k)
+      t[k] = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16 * k)));
+    for (; i + 32 <= e; i += 32) {
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i));
+      __m256i v;
+      if (nt == 1) {
+        v = _mm256_shuffle_epi8(t[0], c);
+      } else {
+        // vpshufb reads index bits 0-3 (bit 7 clear: codes < 64); the blend
+        // reads bit 7 of each byte: bit 4 moved there, then bit 5.
+        __m256i l[4];
+        for (int k = 0; k < nt; ++k) l[k] = _mm256_shuffle_epi8(t[k], c);
+        const __m256i s4 = _mm256_slli_epi16(c, 3);
+        l[0] = _mm256_blendv_epi8(l[0], l[1], s4);
+        if (nt == 4) {
+          l[2] = _mm256_blendv_epi8(l[2], l[3], s4);
+          l[0] = _mm256_blendv_epi8(l[0], l[2], _mm256_slli_epi16(c, 2));
+        }
+        v = l[0];
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bytes + i), v);
+    }
+  }
+  for (; i < e; ++i) bytes[i] = table[codes[i]];
+}
+
+// Centroid bytes (the table's, c8 + 128) of nr rows into stage rows of sdp
+// bytes (sdp >= dp, a multiple of 32), and with t2 a second table's into
+// stage2; bytes past dp and coordinates no part covers hold 128 (centroid 0).
+TKV_AVX2_INT8 void stage_rows(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int nr, int sdp,
+                              uint8_t* stage, const Int8Keys* k2, uint8_t* stage2) {
+  alignas(32) uint8_t codes[1024 + 32];
+  for (int r = 0; r < nr; ++r) {
+    uint8_t* out = stage + static_cast<size_t>(r) * sdp;
+    uint8_t* out2 = k2 ? stage2 + static_cast<size_t>(r) * sdp : nullptr;
+    std::memset(out, 128, static_cast<size_t>(sdp));
+    if (out2) std::memset(out2, 128, static_cast<size_t>(sdp));
+    row_codes(L, rows[r], codes);
+    for (int p = 0; p < L.nparts; ++p) {
+      const RowLayout::Part& part = L.parts[p];
+      const int e = std::min(part.begin + part.count, k.dp);
+      lookup(k.table[p], part.bits, codes, part.begin, e, out);
+      if (out2) lookup(k2->table[p], part.bits, codes, part.begin, e, out2);
+    }
+  }
+}
+
+// A 32-coordinate chunk of words splits by in-lane unpacking into A (the
+// chunk's coordinates 0-7 and 16-23) and B (8-15 and 24-31); the queries'
+// words are laid out the same way once per call: qw[j][c][0..15] = A,
+// [16..31] = B, zero past dp.
+TKV_AVX2_INT8 inline void store_ab(__m256i lo16, __m256i hi16, int16_t* o) {  // words 0-15, 16-31 -> A, B
+  _mm256_store_si256(reinterpret_cast<__m256i*>(o), _mm256_permute2x128_si256(lo16, hi16, 0x20));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(o + 16), _mm256_permute2x128_si256(lo16, hi16, 0x31));
+}
+TKV_AVX2_INT8 void query_words(const int8_t* q, int G, int dp, int16_t* qw) {
+  const int nch = chunks32(dp);
+  alignas(32) int8_t tail[32];
+  for (int j = 0; j < G; ++j)
+    for (int c = 0; c < nch; ++c) {
+      const int8_t* src = q + static_cast<size_t>(j) * dp + 32 * c;
+      if (32 * c + 32 > dp) {  // dp is a multiple of 16: the last chunk's second half is zero
+        std::memset(tail, 0, sizeof(tail));
+        std::memcpy(tail, src, static_cast<size_t>(dp - 32 * c));
+        src = tail;
+      }
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+      store_ab(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(x)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(x, 1)),
+               qw + (static_cast<size_t>(j) * nch + c) * 32);
+    }
+}
+TKV_AVX2_INT8 void query_words(const int16_t* q, int G, int dp, int16_t* qw) {
+  const int nch = chunks32(dp);
+  alignas(32) int16_t tail[32];
+  for (int j = 0; j < G; ++j)
+    for (int c = 0; c < nch; ++c) {
+      const int16_t* src = q + static_cast<size_t>(j) * dp + 32 * c;
+      if (32 * c + 32 > dp) {
+        std::memset(tail, 0, sizeof(tail));
+        std::memcpy(tail, src, sizeof(int16_t) * static_cast<size_t>(dp - 32 * c));
+        src = tail;
+      }
+      store_ab(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)),
+               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)), qw + (static_cast<size_t>(j) * nch + c) * 32);
+    }
+}
+
+// int8_weights (the specification) on 8 lanes: the same bytes.
+TKV_AVX2_INT8 float weights8(const float* w, int n, uint8_t* w8) {
+  __m256 m = _mm256_setzero_ps();
+  int r = 0;
+  for (; r + 8 <= n; r += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(w + r));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+  float mx = _mm_cvtss_f32(m4);
+  for (; r < n; ++r) mx = std::max(mx, w[r]);
+  if (!(mx > 0.0f)) {
+    std::memset(w8, 0, static_cast<size_t>(n));
+    return 0.0f;
+  }
+  const float inv = 255.0f / mx;
+  const __m256 vinv = _mm256_set1_ps(inv), half = _mm256_set1_ps(0.5f);
+  const __m256i top = _mm256_set1_epi32(255);
+  r = 0;
+  for (; r + 8 <= n; r += 8) {
+    const __m256i v = _mm256_min_epi32(_mm256_cvttps_epi32(_mm256_fmadd_ps(_mm256_loadu_ps(w + r), vinv, half)), top);
+    const __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(w8 + r), _mm_packus_epi16(p, p));
+  }
+  for (; r < n; ++r) w8[r] = static_cast<uint8_t>(std::min(255, static_cast<int>(std::fma(w[r], inv, 0.5f))));
+  return mx / 255.0f;
+}
+
+// The sums of 8 accumulators (2 rows x 4 queries) into dots.
+TKV_AVX2_INT8 inline void store8(const __m256i (&acc)[2][4], int r, int nr2, int j0, int nj, int32_t* dots, int ld) {
+  for (int i = 0; i < nr2; ++i) {
+    const __m256i h01 = _mm256_hadd_epi32(acc[i][0], acc[i][1]), h23 = _mm256_hadd_epi32(acc[i][2], acc[i][3]);
+    const __m256i h = _mm256_hadd_epi32(h01, h23);  // per lane: the 4 queries' halves
+    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    alignas(16) int32_t v[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(v), s);
+    for (int jj = 0; jj < nj; ++jj) dots[static_cast<size_t>(j0 + jj) * ld + r + i] = v[jj];
+  }
+}
+
+// dots[j][r] = Σ words(r) · qw[j] for nr rows and G queries; words(r, c, a, b)
+// gives row r's chunk c as A and B words.
+template <class Words>
+TKV_AVX2_INT8 void dot_words(int nr, int nch, const int16_t* qw, int G, int32_t* dots, int ld, int r0, Words&& words) {
+  for (int r = 0; r < nr; r += 2) {
+    const int r1 = std::min(r + 1, nr - 1), nr2 = std::min(2, nr - r);
+    for (int j0 = 0; j0 < G; j0 += 4) {
+      const int nj = std::min(4, G - j0);
+      const __m256i* q[4];
+      for (int jj = 0; jj < 4; ++jj)
+        q[jj] = reinterpret_cast<const __m256i*>(qw + static_cast<size_t>(j0 + std::min(jj, nj - 1)) * nch * 32);
+      __m256i acc[2][4];
+      for (auto& a : acc)
+        for (auto& x : a) x = _mm256_setzero_si256();
+      for (int c = 0; c < nch; ++c) {
+        __m256i a0, b0, a1, b1;
+        words(r, c, a0, b0);
+        words(r1, c, a1, b1);
+        for (int jj = 0; jj < 4; ++jj) {
+          const __m256i qa = _mm256_load_si256(q[jj] + 2 * c), qb = _mm256_load_si256(q[jj] + 2 * c + 1);
+          acc[0][jj] = _mm256_add_epi32(acc[0][jj], _mm256_add_epi32(_mm256_madd_epi16(a0, qa), _mm256_madd_epi16(b0, qb)));
+          acc[1][jj] = _mm256_add_epi32(acc[1][jj], _mm256_add_epi32(_mm256_madd_epi16(a1, qa), _mm256_madd_epi16(b1, qb)));
+        }
+      }
+      store8(acc, r0 + r, nr2, j0, nj, dots, ld);
+    }
+  }
+}
+
+// Thread-local scratch: stages and query words (up to 1024 coordinates, 16
+// queries a table: attention passes G <= 2 x the GQA group).
+struct Scratch {
+  alignas(32) uint8_t stage[kMaxRows * 1024];
+  alignas(32) uint8_t stage2[kMaxRows * 1024];
+  alignas(32) int16_t qw[64 * 1024];
+  alignas(32) int16_t pairs[kMaxRows / 2 * 1024 * 2];
+};
+Scratch& scratch() {
+  static thread_local Scratch s;
+  return s;
+}
+
+}  // namespace
+
+TKV_AVX2_INT8 void int8_dots2_avx2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L,
+                                   const uint8_t* const* rows, int n, const int8_t* q8, int G, int32_t* dots, int G2,
+                                   int32_t* dots2, int ld) {
+  if (G > 64 || k.dp > 1024) {  // past the scratch: the specification itself
+    int8_dots_ref(k, L, rows, n, q8, G, dots, ld);
+    if (k2) int8_dots_ref(*k2, L, rows, n, q8, G2, dots2, ld);
+    return;
+  }
+  Scratch& s = scratch();
+  const int dp = k.dp, nch = chunks32(dp), sdp = nch * 32;
+  query_words(q8, G, dp, s.qw);
+  const __m256i zero = _mm256_setzero_si256();
+  for (int r0 = 0; r0 < n; r0 += kMaxRows) {
+    const int nr = std::min(kMaxRows, n - r0);
+    stage_rows(k, L, rows + r0, nr, sdp, s.stage, k2, k2 ? s.stage2 : nullptr);
+    for (int t = 0; t < (k2 ? 2 : 1); ++t) {
+      const uint8_t* st = t == 0 ? s.stage : s.stage2;
+      auto words = [&](int r, int c, __m256i& a, __m256i& b) TKV_AVX2_INT8 {
+        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(st + static_cast<size_t>(r) * sdp + 32 * c));
+        a = _mm256_unpacklo_epi8(x, zero);  // unsigned bytes c8 + 128 as words
+        b = _mm256_unpackhi_epi8(x, zero);
+      };
+      dot_words(nr, nch, s.qw, t == 0 ? G : G2, t == 0 ? dots : dots2, ld, r0, words);
+    }
+  }
+}
+
+TKV_AVX2_INT8 void int8_dots16_avx2(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                                    const int16_t* q16, int G, int32_t* dots, int ld) {
+  Scratch& s = scratch();
+  const int dp = k.dp, nch = chunks32(dp), sdp = nch * 32;
+  if (G > 64 || dp > 1024 || !k.wide) return int8_dots16_ref(k, L, rows, n, q16, G, dots, ld);
+  query_words(q16, G, dp, s.qw);
+  // The 16-bit table as its low and high bytes (vpshufb looks up bytes).
+  alignas(16) uint8_t lo[16], hi[16];
+  for (int j = 0; j < 16; ++j) {
+    const uint16_t w = static_cast<uint16_t>(k.table16[j]);
+    lo[j] = static_cast<uint8_t>(w & 255);
+    hi[j] = static_cast<uint8_t>(w >> 8);
+  }
+  const __m256i tlo = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(lo)));
+  const __m256i thi = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(hi)));
+  for (int r0 = 0; r0 < n; r0 += kMaxRows) {
+    const int nr = std::min(kMaxRows, n - r0);
+    for (int r = 0; r < nr; ++r) {  // codes (one 4-bit part over dp; past dp: code 0 against zero words)
+      uint8_t* out = s.stage + static_cast<size_t>(r) * sdp;
+      std::memset(out + dp, 0, static_cast<size_t>(sdp - dp));
+      row_codes(L, rows[r0 + r], out);
+    }
+    auto words = [&](int r, int c, __m256i& a, __m256i& b) TKV_AVX2_INT8 {
+      const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(s.stage + static_cast<size_t>(r) * sdp + 32 * c));
+      const __m256i l = _mm256_shuffle_epi8(tlo, x), h = _mm256_shuffle_epi8(thi, x);
+      a = _mm256_unpacklo_epi8(l, h);
+      b = _mm256_unpackhi_epi8(l, h);
+    };
+    dot_words(nr, nch, s.qw, G, dots, ld, r0, words);
+  }
+}
+
+TKV_AVX2_INT8 void int8_values_avx2(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                                    const float* w, int G, int ldw, float* acc) {
+  Scratch& s = scratch();
+  const int dp = k.dp, sdp = chunks32(dp) * 32, n16 = (dp + 15) / 16;
+  if (dp > 1024) return int8_values_ref(k, L, rows, n, w, G, ldw, acc);
+  alignas(32) uint8_t w8[kMaxRows];
+  const __m128i flip = _mm_set1_epi8(static_cast<char>(0x80));
+  for (int r0 = 0; r0 < n; r0 += kMaxRows) {
+    const int nr = std::min(kMaxRows, n - r0), np = (nr + 1) / 2;
+    stage_rows(k, L, rows + r0, nr, sdp, s.stage, nullptr, nullptr);
+    if (nr % 2) std::memset(s.stage + static_cast<size_t>(nr) * sdp, 128, static_cast<size_t>(sdp));
+    // Row pairs as words: pairs[m][c16] = two vectors whose dword lane i holds
+    // rows 2m and 2m+1's signed centroids of one coordinate: coordinates
+    // 0-3 | 8-11 of the 16, then 4-7 | 12-15 (in-lane unpacking).
+    for (int m = 0; m < np; ++m) {
+      const uint8_t* ra = s.stage + static_cast<size_t>(2 * m) * sdp;
+      const uint8_t* rb = ra + sdp;
+      __m256i* o = reinterpret_cast<__m256i*>(s.pairs) + static_cast<size_t>(m) * n16 * 2;
+      for (int c = 0; c < n16; ++c) {
+        const __m256i xa = _mm256_cvtepi8_epi16(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ra + 16 * c)), flip));
+        const __m256i xb = _mm256_cvtepi8_epi16(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rb + 16 * c)), flip));
+        _mm256_store_si256(o + 2 * c, _mm256_unpacklo_epi16(xa, xb));
+        _mm256_store_si256(o + 2 * c + 1, _mm256_unpackhi_epi16(xa, xb));
+      }
+    }
+    for (int j0 = 0; j0 < G; j0 += 4) {
+      const int nj = std::min(4, G - j0);
+      float f[4] = {0, 0, 0, 0};
+      alignas(32) int32_t wp[4][kMaxRows / 2];
+      bool any = false;
+      for (int jj = 0; jj < 4; ++jj) {
+        if (jj < nj) {
+          f[jj] = weights8(w + static_cast<size_t>(j0 + jj) * ldw + r0, nr, w8) * k.cs;
+          if (nr % 2) w8[nr] = 0;
+        }
+        for (int m = 0; m < np; ++m)
+          wp[jj][m] = jj < nj && f[jj] != 0.0f ? int32_t{w8[2 * m]} | int32_t{w8[2 * m + 1]} << 16 : 0;
+        any |= f[jj] != 0.0f;
+      }
+      if (!any) continue;
+      const __m256i* pr = reinterpret_cast<const __m256i*>(s.pairs);
+      for (int c = 0; c < n16; ++c) {
+        __m256i a[4][2];
+        for (auto& x : a) x[0] = x[1] = _mm256_setzero_si256();
+        for (int m = 0; m < np; ++m) {
+          const __m256i p0 = _mm256_load_si256(pr + (static_cast<size_t>(m) * n16 + c) * 2);
+          const __m256i p1 = _mm256_load_si256(pr + (static_cast<size_t>(m) * n16 + c) * 2 + 1);
+          for (int jj = 0; jj < 4; ++jj) {
+            const __m256i wv = _mm256_set1_epi32(wp[jj][m]);
+            a[jj][0] = _mm256_add_epi32(a[jj][0], _mm256_madd_epi16(p0, wv));
+            a[jj][1] = _mm256_add_epi32(a[jj][1], _mm256_madd_epi16(p1, wv));
+          }
+        }
+        for (int jj = 0; jj < nj; ++jj) {
+          if (f[jj] == 0.0f) continue;
+          const __m256 fv = _mm256_set1_ps(f[jj]);
+          float* out = acc + static_cast<size_t>(j0 + jj) * dp + 16 * c;
+          // Natural order: lanes 0 of both hold coordinates 0-7, lanes 1 8-15.
+          const __m256i lo = _mm256_permute2x128_si256(a[jj][0], a[jj][1], 0x20);
+          const __m256i hi = _mm256_permute2x128_si256(a[jj][0], a[jj][1], 0x31);
+          _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), _mm256_mul_ps(_mm256_cvtepi32_ps(lo), fv)));
+          if (16 * c + 8 < dp)
+            _mm256_storeu_ps(out + 8, _mm256_add_ps(_mm256_loadu_ps(out + 8), _mm256_mul_ps(_mm256_cvtepi32_ps(hi), fv)));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tkv::attn
+
+#else
+
+namespace tkv::attn {
+bool int8_avx2_cpu() { return false; }
+}  // namespace tkv::attn
+
+#endif
