@@ -50,8 +50,8 @@ struct KvRows {
 // How rows of tq/tqc formats are read (score_int8.h). kInt8: codes become
 // centroid bytes by an in-register table lookup; K rows are dotted with the
 // int8-quantized query and V rows accumulated with byte weights (AVX-512
-// VBMI + VNNI; other CPUs, other formats and tq/tqc layouts over the error
-// budget keep kExact). kExact: every code decoded to f32. kDefault: the process
+// VBMI + VNNI, or AVX2: the same integers; CPUs without AVX2, other formats
+// and tq/tqc layouts over the error budget keep kExact). kExact: every code decoded to f32. kDefault: the process
 // default (set_key_scoring_default; TKV_KEYS=exact or int8 in the
 // environment sets it at start; int8 otherwise).
 enum class KeyScoring { kDefault, kExact, kInt8 };

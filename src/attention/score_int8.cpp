@@ -1001,13 +1001,11 @@ bool int8_avx512_cpu() { return false; }
 // --- Which kernels run: the best this CPU has, or the one a test pins ---
 
 namespace {
-// The default: AVX-512 where it runs. The AVX2 kernels give the same
-// integers but, on the one AVX2 machine measured (Zen 3, RESULTS §31), no
-// speed over the f32 path: vpmaddwd (16 products, then an add) does per
-// instruction what an FMA does (8 products, accumulated), so only the
-// cheaper lookups remain, and at 64K tq4 ran 0.98x, tq3 1.17x, tq2 1.13x the
-// f32 path's time. They are used when asked for: TKV_INT8_TARGET=avx2 (or
-// avx512, none) in the environment, or int8_set_target.
+// The default: the widest kernel this CPU runs. On AVX2 the integer path
+// gains from the lookups, not the products (vpmaddwd and an add do per two
+// instructions what two FMAs do), and still halved bench-attn's time at 64K
+// on Zen 3 (RESULTS §31). TKV_INT8_TARGET=avx512, avx2 or none in the
+// environment, or int8_set_target, chooses another.
 Int8Target best_target() {
   if (const char* e = std::getenv("TKV_INT8_TARGET")) {
     const std::string v = e;
@@ -1016,6 +1014,7 @@ Int8Target best_target() {
     if (v == "avx512" && int8_avx512_cpu()) return Int8Target::kAvx512;
   }
   if (int8_avx512_cpu()) return Int8Target::kAvx512;
+  if (int8_avx2_cpu()) return Int8Target::kAvx2;
   return Int8Target::kNone;
 }
 std::atomic<int> g_target{-1};

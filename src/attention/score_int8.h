@@ -59,9 +59,8 @@ void int8_keys_prepare(const RowLayout& layout, int d, int dp, const float* coor
 // (the scalar functions serve only as the specification, and attention keeps
 // the exact f32 path). Every kernel gives the specification's integers.
 enum class Int8Target { kNone, kAvx2, kAvx512 };
-// The one in use: AVX-512 where the CPU has it, else none (the AVX2 kernels
-// are not faster than the f32 path on the AVX2 CPU measured: score_int8.cpp),
-// unless TKV_INT8_TARGET (avx512, avx2, none) or int8_set_target chose.
+// The one in use: the widest this CPU has, unless TKV_INT8_TARGET (avx512,
+// avx2, none) in the environment or int8_set_target chose another.
 Int8Target int8_target();
 bool int8_target_supported(Int8Target t);
 // Pins the kernels (tests check every target against the specification);
