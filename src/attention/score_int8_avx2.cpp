@@ -435,29 +435,59 @@ TKV_AVX2_INT8 void int8_dots16_avx2(const Int8Keys& k, const RowLayout& L, const
   }
 }
 
+// Two rows' signed centroid bytes of one 32-coordinate chunk as the four
+// vectors of row pairs: dword lane i of out[v] holds the two rows' words of
+// coordinate 8v + i (interleaved bytes, then sign-extended: a byte pair
+// becomes a word pair in place), natural order.
+TKV_AVX2_INT8 inline void pair_words(__m256i a, __m256i b, __m256i* out) {
+  const __m256i lo = _mm256_unpacklo_epi8(a, b), hi = _mm256_unpackhi_epi8(a, b);  // lanes: 0-7 | 16-23, 8-15 | 24-31
+  _mm256_store_si256(out, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(lo)));
+  _mm256_store_si256(out + 1, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(hi)));
+  _mm256_store_si256(out + 2, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(lo, 1)));
+  _mm256_store_si256(out + 3, _mm256_cvtepi8_epi16(_mm256_extracti128_si256(hi, 1)));
+}
+
+// Row pairs of a fixed layout straight from the codes: the signed table
+// (c8, no +128) looked up, no stage of bytes.
+template <int W0, int W1>
+TKV_AVX2_INT8 void pairs_fixed(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int nr, __m256i* pairs) {
+  const RowLayout::Part& p = L.parts[0];
+  const size_t o0 = p.planes[0].offset, o1 = W1 ? p.planes[1].offset : 0;
+  const int nch = k.dp / 32;
+  const __m256i tab = _mm256_xor_si256(
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k.table[0]))),
+      _mm256_set1_epi8(static_cast<char>(0x80)));
+  for (int m = 0; 2 * m < nr; ++m) {
+    const uint8_t* ra = rows[2 * m];
+    const uint8_t* rb = rows[std::min(2 * m + 1, nr - 1)];  // (an odd block's last pair: weight 0)
+    for (int c = 0; c < nch; ++c)
+      pair_words(_mm256_shuffle_epi8(tab, codes_fixed<W0, W1>(ra, o0, o1, c)),
+                 _mm256_shuffle_epi8(tab, codes_fixed<W0, W1>(rb, o0, o1, c)),
+                 pairs + (static_cast<size_t>(m) * nch + c) * 4);
+  }
+}
+
 TKV_AVX2_INT8 void int8_values_avx2(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
                                     const float* w, int G, int ldw, float* acc) {
   Scratch& s = scratch();
-  const int dp = k.dp, sdp = chunks32(dp) * 32, n16 = (dp + 15) / 16;
-  if (dp > 1024) return int8_values_ref(k, L, rows, n, w, G, ldw, acc);
+  const int dp = k.dp, nch = chunks32(dp), sdp = nch * 32, n8 = dp / 8;
+  if (dp > 1024 || dp % 16 != 0) return int8_values_ref(k, L, rows, n, w, G, ldw, acc);
   alignas(32) uint8_t w8[kMaxRows];
-  const __m128i flip = _mm_set1_epi8(static_cast<char>(0x80));
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i* pairs = reinterpret_cast<__m256i*>(s.pairs);
+  const int sig = sdp == dp ? fixed_sig(k, L) : 0;
   for (int r0 = 0; r0 < n; r0 += kMaxRows) {
     const int nr = std::min(kMaxRows, n - r0), np = (nr + 1) / 2;
-    stage_rows(k, L, rows + r0, nr, sdp, s.stage, nullptr, nullptr);
-    if (nr % 2) std::memset(s.stage + static_cast<size_t>(nr) * sdp, 128, static_cast<size_t>(sdp));
-    // Row pairs as words: pairs[m][c16] = two vectors whose dword lane i holds
-    // rows 2m and 2m+1's signed centroids of one coordinate: coordinates
-    // 0-3 | 8-11 of the 16, then 4-7 | 12-15 (in-lane unpacking).
-    for (int m = 0; m < np; ++m) {
-      const uint8_t* ra = s.stage + static_cast<size_t>(2 * m) * sdp;
-      const uint8_t* rb = ra + sdp;
-      __m256i* o = reinterpret_cast<__m256i*>(s.pairs) + static_cast<size_t>(m) * n16 * 2;
-      for (int c = 0; c < n16; ++c) {
-        const __m256i xa = _mm256_cvtepi8_epi16(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ra + 16 * c)), flip));
-        const __m256i xb = _mm256_cvtepi8_epi16(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rb + 16 * c)), flip));
-        _mm256_store_si256(o + 2 * c, _mm256_unpacklo_epi16(xa, xb));
-        _mm256_store_si256(o + 2 * c + 1, _mm256_unpackhi_epi16(xa, xb));
+    // Row pairs as words, [np][nch][4] vectors (pair_words).
+    if (!with_fixed(sig, [&](auto w0, auto w1) TKV_AVX2_INT8 { pairs_fixed<w0, w1>(k, L, rows + r0, nr, pairs); })) {
+      stage_rows(k, L, rows + r0, nr, sdp, s.stage, nullptr, nullptr);
+      if (nr % 2) std::memset(s.stage + static_cast<size_t>(nr) * sdp, 128, static_cast<size_t>(sdp));
+      for (int m = 0; m < np; ++m) {
+        const __m256i* ra = reinterpret_cast<const __m256i*>(s.stage + static_cast<size_t>(2 * m) * sdp);
+        const __m256i* rb = reinterpret_cast<const __m256i*>(s.stage + static_cast<size_t>(2 * m + 1) * sdp);
+        for (int c = 0; c < nch; ++c)
+          pair_words(_mm256_xor_si256(_mm256_load_si256(ra + c), flip), _mm256_xor_si256(_mm256_load_si256(rb + c), flip),
+                     pairs + (static_cast<size_t>(m) * nch + c) * 4);
       }
     }
     for (int j0 = 0; j0 < G; j0 += 4) {
@@ -475,13 +505,12 @@ TKV_AVX2_INT8 void int8_values_avx2(const Int8Keys& k, const RowLayout& L, const
         any |= f[jj] != 0.0f;
       }
       if (!any) continue;
-      const __m256i* pr = reinterpret_cast<const __m256i*>(s.pairs);
-      for (int c = 0; c < n16; ++c) {
+      for (int v = 0; v < n8; v += 2) {  // 16 coordinates: vectors v and v + 1 of their chunk
         __m256i a[4][2];
         for (auto& x : a) x[0] = x[1] = _mm256_setzero_si256();
         for (int m = 0; m < np; ++m) {
-          const __m256i p0 = _mm256_load_si256(pr + (static_cast<size_t>(m) * n16 + c) * 2);
-          const __m256i p1 = _mm256_load_si256(pr + (static_cast<size_t>(m) * n16 + c) * 2 + 1);
+          const __m256i* pm = pairs + static_cast<size_t>(m) * nch * 4 + v;  // (4 vectors a chunk: vector v is coordinates 8v..)
+          const __m256i p0 = _mm256_load_si256(pm), p1 = _mm256_load_si256(pm + 1);
           for (int jj = 0; jj < 4; ++jj) {
             const __m256i wv = _mm256_set1_epi32(wp[jj][m]);
             a[jj][0] = _mm256_add_epi32(a[jj][0], _mm256_madd_epi16(p0, wv));
@@ -491,13 +520,10 @@ TKV_AVX2_INT8 void int8_values_avx2(const Int8Keys& k, const RowLayout& L, const
         for (int jj = 0; jj < nj; ++jj) {
           if (f[jj] == 0.0f) continue;
           const __m256 fv = _mm256_set1_ps(f[jj]);
-          float* out = acc + static_cast<size_t>(j0 + jj) * dp + 16 * c;
-          // Natural order: lanes 0 of both hold coordinates 0-7, lanes 1 8-15.
-          const __m256i lo = _mm256_permute2x128_si256(a[jj][0], a[jj][1], 0x20);
-          const __m256i hi = _mm256_permute2x128_si256(a[jj][0], a[jj][1], 0x31);
-          _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), _mm256_mul_ps(_mm256_cvtepi32_ps(lo), fv)));
-          if (16 * c + 8 < dp)
-            _mm256_storeu_ps(out + 8, _mm256_add_ps(_mm256_loadu_ps(out + 8), _mm256_mul_ps(_mm256_cvtepi32_ps(hi), fv)));
+          for (int h = 0; h < 2; ++h) {
+            float* out = acc + static_cast<size_t>(j0 + jj) * dp + 8 * (v + h);
+            _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), _mm256_mul_ps(_mm256_cvtepi32_ps(a[jj][h]), fv)));
+          }
         }
       }
     }
