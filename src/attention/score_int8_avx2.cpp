@@ -170,33 +170,6 @@ TKV_AVX2_INT8 inline __m256i codes_fixed(const uint8_t* row, size_t o0, size_t o
   return code;
 }
 
-// Stage rows of a fixed layout: the codes (t == null), or the centroid bytes
-// of t (and of t2 into stage2).
-template <int W0, int W1>
-TKV_AVX2_INT8 void stage_fixed(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int nr,
-                               uint8_t* stage, const uint8_t* t, const uint8_t* t2, uint8_t* stage2) {
-  const RowLayout::Part& p = L.parts[0];
-  const size_t o0 = p.planes[0].offset, o1 = W1 ? p.planes[1].offset : 0;
-  const int nch = k.dp / 32;
-  const __m256i tab = t ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)))
-                        : _mm256_setzero_si256();
-  const __m256i tab2 = t2 ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t2)))
-                          : _mm256_setzero_si256();
-  for (int r = 0; r < nr; ++r) {
-    __m256i* out = reinterpret_cast<__m256i*>(stage + static_cast<size_t>(r) * k.dp);
-    __m256i* out2 = reinterpret_cast<__m256i*>(stage2 + static_cast<size_t>(r) * k.dp);
-    for (int c = 0; c < nch; ++c) {
-      const __m256i code = codes_fixed<W0, W1>(rows[r], o0, o1, c);
-      if (!t) {
-        _mm256_store_si256(out + c, code);
-        continue;
-      }
-      _mm256_store_si256(out + c, _mm256_shuffle_epi8(tab, code));
-      if (t2) _mm256_store_si256(out2 + c, _mm256_shuffle_epi8(tab2, code));
-    }
-  }
-}
-
 // Calls fn(w0, w1) with the fixed layout's plane widths as constants; false
 // for other layouts.
 template <class Fn>
@@ -210,16 +183,42 @@ TKV_AVX2_INT8 bool with_fixed(int sig, Fn&& fn) {
   }
 }
 
+// The words of a fixed layout's rows straight from their codes, [nr][nch]
+// chunks of A then B words: the table's bytes (c8 + 128) widened with zeros,
+// or (WIDE) a 16-bit table's low and high bytes joined; with TWO also the
+// second table's into words2 (the codes unpacked once).
+template <int W0, int W1, bool WIDE, bool TWO>
+TKV_AVX2_INT8 void words_fixed(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int nr, __m256i t0,
+                               __m256i t1, int16_t* words, int16_t* words2) {
+  const RowLayout::Part& p = L.parts[0];
+  const size_t o0 = p.planes[0].offset, o1 = W1 ? p.planes[1].offset : 0;
+  const int nch = k.dp / 32;
+  const __m256i zero = _mm256_setzero_si256();
+  for (int r = 0; r < nr; ++r)
+    for (int c = 0; c < nch; ++c) {
+      const __m256i code = codes_fixed<W0, W1>(rows[r], o0, o1, c);
+      const size_t at = (static_cast<size_t>(r) * nch + c) * 2;
+      __m256i x = _mm256_shuffle_epi8(t0, code);
+      __m256i y = WIDE ? _mm256_shuffle_epi8(t1, code) : zero;
+      _mm256_store_si256(reinterpret_cast<__m256i*>(words) + at, _mm256_unpacklo_epi8(x, y));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(words) + at + 1, _mm256_unpackhi_epi8(x, y));
+      if constexpr (TWO) {
+        x = _mm256_shuffle_epi8(t1, code);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(words2) + at, _mm256_unpacklo_epi8(x, zero));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(words2) + at + 1, _mm256_unpackhi_epi8(x, zero));
+      }
+    }
+}
+
+TKV_AVX2_INT8 inline __m256i table16(const uint8_t* t) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+}
+
 // Centroid bytes (the table's, c8 + 128) of nr rows into stage rows of sdp
 // bytes (sdp >= dp, a multiple of 32), and with t2 a second table's into
 // stage2; bytes past dp and coordinates no part covers hold 128 (centroid 0).
 TKV_AVX2_INT8 void stage_rows(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int nr, int sdp,
                               uint8_t* stage, const Int8Keys* k2, uint8_t* stage2) {
-  if (sdp == k.dp &&
-      with_fixed(fixed_sig(k, L), [&](auto w0, auto w1) TKV_AVX2_INT8 {
-        stage_fixed<w0, w1>(k, L, rows, nr, stage, k.table[0], k2 ? k2->table[0] : nullptr, stage2);
-      }))
-    return;
   alignas(32) uint8_t codes[1024 + 32];
   for (int r = 0; r < nr; ++r) {
     uint8_t* out = stage + static_cast<size_t>(r) * sdp;
@@ -365,6 +364,7 @@ struct Scratch {
   alignas(32) uint8_t stage2[kMaxRows * 1024];
   alignas(32) int16_t qw[64 * 1024];
   alignas(32) int16_t words[kMaxRows * 1024];
+  alignas(32) int16_t words2[kMaxRows * 1024];
   alignas(32) int16_t pairs[kMaxRows / 2 * 1024 * 2];
 };
 // On the heap, made on a thread's first call: a thread_local object of this
@@ -389,13 +389,23 @@ TKV_AVX2_INT8 void int8_dots2_avx2(const Int8Keys& k, const Int8Keys* k2, const 
   Scratch& s = scratch();
   const int dp = k.dp, nch = chunks32(dp), sdp = nch * 32;
   query_words(q8, G, dp, s.qw);
+  const int sig = sdp == dp ? fixed_sig(k, L) : 0;
   for (int r0 = 0; r0 < n; r0 += kMaxRows) {
     const int nr = std::min(kMaxRows, n - r0);
-    stage_rows(k, L, rows + r0, nr, sdp, s.stage, k2, k2 ? s.stage2 : nullptr);
-    for (int t = 0; t < (k2 ? 2 : 1); ++t) {
-      bytes_to_words(t == 0 ? s.stage : s.stage2, nr, nch, s.words);
-      dot_words(nr, nch, s.qw, t == 0 ? G : G2, t == 0 ? dots : dots2, ld, r0, s.words);
+    const bool fixed = with_fixed(sig, [&](auto w0, auto w1) TKV_AVX2_INT8 {
+      if (k2) {
+        words_fixed<w0, w1, false, true>(k, L, rows + r0, nr, table16(k.table[0]), table16(k2->table[0]), s.words, s.words2);
+      } else {
+        words_fixed<w0, w1, false, false>(k, L, rows + r0, nr, table16(k.table[0]), table16(k.table[0]), s.words, nullptr);
+      }
+    });
+    if (!fixed) {
+      stage_rows(k, L, rows + r0, nr, sdp, s.stage, k2, k2 ? s.stage2 : nullptr);
+      bytes_to_words(s.stage, nr, nch, s.words);
+      if (k2) bytes_to_words(s.stage2, nr, nch, s.words2);
     }
+    dot_words(nr, nch, s.qw, G, dots, ld, r0, s.words);
+    if (k2) dot_words(nr, nch, s.qw, G2, dots2, ld, r0, s.words2);
   }
 }
 
@@ -417,19 +427,19 @@ TKV_AVX2_INT8 void int8_dots16_avx2(const Int8Keys& k, const RowLayout& L, const
   for (int r0 = 0; r0 < n; r0 += kMaxRows) {
     const int nr = std::min(kMaxRows, n - r0);
     if (sdp != dp || !with_fixed(fixed_sig(k, L), [&](auto w0, auto w1) TKV_AVX2_INT8 {
-          stage_fixed<w0, w1>(k, L, rows + r0, nr, s.stage, nullptr, nullptr, nullptr);
+          words_fixed<w0, w1, true, false>(k, L, rows + r0, nr, tlo, thi, s.words, nullptr);
         })) {
       for (int r = 0; r < nr; ++r) {  // codes (one 4-bit part over dp; past dp: code 0 against zero words)
         uint8_t* out = s.stage + static_cast<size_t>(r) * sdp;
         std::memset(out + dp, 0, static_cast<size_t>(sdp - dp));
         row_codes(L, rows[r0 + r], out);
       }
-    }
-    for (int i = 0; i < nr * nch; ++i) {  // the table's words of each code
-      const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(s.stage) + i);
-      const __m256i l = _mm256_shuffle_epi8(tlo, x), h = _mm256_shuffle_epi8(thi, x);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(s.words) + 2 * i, _mm256_unpacklo_epi8(l, h));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(s.words) + 2 * i + 1, _mm256_unpackhi_epi8(l, h));
+      for (int i = 0; i < nr * nch; ++i) {  // the table's words of each code
+        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(s.stage) + i);
+        const __m256i l = _mm256_shuffle_epi8(tlo, x), h = _mm256_shuffle_epi8(thi, x);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(s.words) + 2 * i, _mm256_unpacklo_epi8(l, h));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(s.words) + 2 * i + 1, _mm256_unpackhi_epi8(l, h));
+      }
     }
     dot_words(nr, nch, s.qw, G, dots, ld, r0, s.words);
   }
