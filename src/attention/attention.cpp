@@ -73,6 +73,22 @@ bool int8_keys_available(const Codec& codec) {
   return k.usable && attn::int8_keys_cpu();
 }
 
+std::string int8_kernels() {
+  switch (attn::int8_target()) {
+    case attn::Int8Target::kAvx512: return "avx512";
+    case attn::Int8Target::kAvx2: return "avx2";
+    case attn::Int8Target::kNone: break;
+  }
+  return "none";
+}
+
+bool set_int8_kernels(const std::string& name) {
+  if (name == "avx512") return attn::int8_set_target(attn::Int8Target::kAvx512);
+  if (name == "avx2") return attn::int8_set_target(attn::Int8Target::kAvx2);
+  if (name == "none") return attn::int8_set_target(attn::Int8Target::kNone);
+  return false;
+}
+
 Status attention(const AttentionArgs& a) {
   Status st = check_attention_args(a);
   if (!st.ok()) return st;

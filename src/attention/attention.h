@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "codec/format.h"
@@ -59,6 +60,12 @@ void set_key_scoring_default(KeyScoring k);
 KeyScoring key_scoring_default();
 // Whether kInt8 would be used for rows of this codec on this CPU.
 bool int8_keys_available(const Codec& codec);
+// The kernels kInt8 runs on: "avx512" (VBMI + VNNI), "avx2" or "none" (kInt8
+// then reads like kExact); by default the widest this CPU has
+// (TKV_INT8_TARGET in the environment overrides). set_int8_kernels returns
+// false, changing nothing, for a name this CPU cannot run.
+std::string int8_kernels();
+bool set_int8_kernels(const std::string& name);
 
 struct AttnStats {
   uint64_t rows_scored = 0;   // K rows visited (per KV head, per query tile)

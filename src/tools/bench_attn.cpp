@@ -106,6 +106,12 @@ int run(const Options& o) {
     }
     if (bit < 0) throw std::invalid_argument("--simd " + o.simd + ": not a target of this build and machine (" + names + ")");
     simd_force_target(bit);
+    // The integer kernels follow, as on a machine whose best target this is:
+    // AVX-512 ones for AVX3 targets (AVX2 where the CPU lacks VBMI/VNNI),
+    // AVX2 for AVX2, none below.
+    const bool avx3 = o.simd.rfind("AVX3", 0) == 0;
+    if (!(avx3 && set_int8_kernels("avx512")) && !((avx3 || o.simd == "AVX2") && set_int8_kernels("avx2")))
+      set_int8_kernels("none");
   }
   const int max_ctx = *std::max_element(ctxs.begin(), ctxs.end());
   const int max_threads = *std::max_element(threads.begin(), threads.end());
@@ -133,7 +139,7 @@ int run(const Options& o) {
               << "  floor per decode step: memory = KV bytes / copy bandwidth; times are CUDA events around the "
                  "kernels (rows already on the GPU; a prefill also quantizes its rows there)\n";
   } else if (!o.json) {
-    std::cout << "bench-attn: " << simd_current_target() << ", d " << d << ", " << H << " KV heads, " << o.q_heads << " query heads; copy bandwidth "
+    std::cout << "bench-attn: " << simd_current_target() << " (integer kernels: " << int8_kernels() << "), d " << d << ", " << H << " KV heads, " << o.q_heads << " query heads; copy bandwidth "
               << copy_bw << " GB/s (read+write traffic, " << max_threads << " threads), read-only " << read_bw
               << " GB/s\n";
     for (auto [th, g] : fma_gflops)
@@ -335,6 +341,7 @@ int run(const Options& o) {
                               {"layout", o.layout},
                               {"tqc_bases", o.basis_kv.empty() ? "synthetic" : o.basis_kv},
                               {"simd", gpu ? std::string("cuda") : simd_current_target()},
+                              {"int8_kernels", gpu ? std::string("none") : int8_kernels()},
                               {"device", gpu ? gpu_name : std::string("cpu")}};
           if (vs_f16 > 0) r["speedup_vs_f16"] = vs_f16;
           results.push_back(r);

@@ -777,6 +777,29 @@ TEST(Int8Keys, TheProcessDefaultAndTheEnvironment) {
   }
 }
 
+// The kernels by name (bench-attn --simd pins them): an unknown name or one
+// this CPU cannot run changes nothing; "none" turns the integer path off.
+TEST(Int8Keys, KernelsByName) {
+  const std::string was = int8_kernels();
+  EXPECT_FALSE(set_int8_kernels("sse9"));
+  EXPECT_EQ(int8_kernels(), was);
+  if (!attn::int8_avx512_cpu()) {
+    EXPECT_FALSE(set_int8_kernels("avx512"));
+    EXPECT_EQ(int8_kernels(), was);
+  }
+  auto c = make("tq4", 128);
+  ASSERT_TRUE(set_int8_kernels("none"));
+  EXPECT_EQ(int8_kernels(), "none");
+  EXPECT_FALSE(int8_keys_available(*c));
+  for (attn::Int8Target t : targets_here()) {
+    const std::string name = t == attn::Int8Target::kAvx512 ? "avx512" : "avx2";
+    ASSERT_TRUE(set_int8_kernels(name));
+    EXPECT_EQ(int8_kernels(), name);
+    EXPECT_TRUE(int8_keys_available(*c)) << name;
+  }
+  EXPECT_TRUE(set_int8_kernels(was));
+}
+
 // ../shared/models/ref-5m with tq4 K/V: the greedy text with int8 keys is the
 // exact path's (or the first difference is reported; the bound allows a flip
 // only where two logits are closer than the score error moves them).
