@@ -12,8 +12,8 @@
 // Per row, per 32 coordinates: the codes in natural order (a few shifts,
 // masks and unpacks per plane), one vpshufb to centroid bytes (two for the
 // 16-bit table), two unpacks to words; per query two vpmaddwd and two adds.
-// The f32 path spends on the same work two vpermps, a compare and a blend
-// per 8 coordinates, then 4 FMAs per query (RESULTS §31).
+// The f32 path spends two vpermps, a compare and a blend per 8 coordinates
+// of a row to decode them, then one FMA per query (RESULTS §31).
 #include "attention/score_int8.h"
 
 #include <algorithm>

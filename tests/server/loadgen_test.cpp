@@ -420,6 +420,9 @@ TEST_F(LoadgenTest, GptOssChatIsHarmonyAndShowsOnlyTheFinalChannel) {
       {"-np", "2", "-c", "512", "--kv-budget", "16MiB", "-t", "1", "--cache-type-k", "f16", "--cache-type-v", "f16"},
       model));
   httplib::Client cli("127.0.0.1", port_);
+  // (httplib's default 5 s read timeout: 64 tokens under the sanitizers beside
+  // another test's load took longer on a 2-core Zen 3 and read "no response".)
+  cli.set_read_timeout(300, 0);
   auto props = cli.Get("/props");
   ASSERT_TRUE(props && props->status == 200);
   const auto pj = nlohmann::json::parse(props->body);
