@@ -413,7 +413,10 @@ TKV_AVX2_INT8 void int8_dots16_avx2(const Int8Keys& k, const RowLayout& L, const
                                     const int16_t* q16, int G, int32_t* dots, int ld) {
   Scratch& s = scratch();
   const int dp = k.dp, nch = chunks32(dp), sdp = nch * 32;
-  if (G > 64 || dp > 1024 || !k.wide) return int8_dots16_ref(k, L, rows, n, q16, G, dots, ld);
+  // A wide layout is one 4-bit part over dp 64, 128 or 256 (int8_keys_prepare):
+  // always a fixed one; anything else is the specification's to answer.
+  const int sig = sdp == dp ? fixed_sig(k, L) : 0;
+  if (G > 64 || dp > 1024 || !k.wide || sig != 40) return int8_dots16_ref(k, L, rows, n, q16, G, dots, ld);
   query_words(q16, G, dp, s.qw);
   // The 16-bit table as its low and high bytes (vpshufb looks up bytes).
   alignas(16) uint8_t lo[16], hi[16];
@@ -426,21 +429,7 @@ TKV_AVX2_INT8 void int8_dots16_avx2(const Int8Keys& k, const RowLayout& L, const
   const __m256i thi = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(hi)));
   for (int r0 = 0; r0 < n; r0 += kMaxRows) {
     const int nr = std::min(kMaxRows, n - r0);
-    if (sdp != dp || !with_fixed(fixed_sig(k, L), [&](auto w0, auto w1) TKV_AVX2_INT8 {
-          words_fixed<w0, w1, true, false>(k, L, rows + r0, nr, tlo, thi, s.words, nullptr);
-        })) {
-      for (int r = 0; r < nr; ++r) {  // codes (one 4-bit part over dp; past dp: code 0 against zero words)
-        uint8_t* out = s.stage + static_cast<size_t>(r) * sdp;
-        std::memset(out + dp, 0, static_cast<size_t>(sdp - dp));
-        row_codes(L, rows[r0 + r], out);
-      }
-      for (int i = 0; i < nr * nch; ++i) {  // the table's words of each code
-        const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(s.stage) + i);
-        const __m256i l = _mm256_shuffle_epi8(tlo, x), h = _mm256_shuffle_epi8(thi, x);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(s.words) + 2 * i, _mm256_unpacklo_epi8(l, h));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(s.words) + 2 * i + 1, _mm256_unpackhi_epi8(l, h));
-      }
-    }
+    words_fixed<4, 0, true, false>(k, L, rows + r0, nr, tlo, thi, s.words, nullptr);
     dot_words(nr, nch, s.qw, G, dots, ld, r0, s.words);
   }
 }
