@@ -21,6 +21,14 @@
 //   off += float(Σ_j m_j Σq_j) * (dmin_b * dx_b)   (4 lanes).
 // The scalar specification is decode_kquants_ref (float64 from the same
 // integers); the kernel differs from it by its f32 rounding only.
+//
+// AVX2 (no AVX-512: Zen 2/3, older Intel), the same integers on 32 bytes:
+// the activations stay in natural order (a 32-byte vector of nibbles is one
+// Q4_K sub-block in its low and the next in its high nibbles), vpmaddubsw
+// then vpmaddwd by the sub-block's scale broadcast to words (one vpshufb)
+// and vpaddd, 8 dword lanes; the mins and Q6_K's -32 as above. Before it an
+// AVX2 CPU expanded Q4_K rows to floats with scalar code (row core) and Q6_K
+// went through the prefill core one token at a time.
 // Each (row, token) does exactly these operations whatever rows and tokens
 // share the call, so a token's bits do not depend on the group
 // (matmul_tokens), nor on the thread count.
@@ -44,6 +52,7 @@
 #include <immintrin.h>
 #define TKV_KQ_VNNI 1
 #define TKV_KQ_ATTR __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+#define TKV_KQ2_ATTR __attribute__((target("avx2,fma,f16c")))
 #endif
 
 namespace tkv {
@@ -83,8 +92,41 @@ TKV_KQ_ATTR void quantize_256(const float* x, int8_t* q, float* d) {
 }
 #endif
 
-// permute: Q4_K/Q5_K's order (Q6_K reads the codes in their own order).
-KActs k_acts(const float* x, int64_t cols, bool permute) {
+#ifdef TKV_KQ_VNNI
+// quantize_256 with AVX2, the same bits: the max is exact in any order, the
+// rounding the same instruction's (vroundps nearest-even), the clamp the same
+// operand order (maxps returns its second operand for a NaN), and the int32
+// codes packed to bytes with signed saturation (no-op: |q| <= 127), lanes put
+// back in order by one vpermd.
+TKV_KQ2_ATTR void quantize_256_avx2(const float* x, int8_t* q, float* d) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < 256; i += 8) amax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), amax);
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float db = _mm_cvtss_f32(m) / 127.0f, id = recip_or_zero(db);
+  const __m256 vid = _mm256_set1_ps(id), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int i = 0; i < 256; i += 32) {
+    __m256i v[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), vid),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      v[k] = _mm256_cvttps_epi32(_mm256_min_ps(hi, _mm256_max_ps(r, lo)));
+    }
+    // packs work per 128-bit lane: dwords 0-3 of v0 v1 v2 v3, then 4-7 of each.
+    const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm256_permutevar8x32_epi32(w, order));
+  }
+  *d = db;
+}
+#endif
+
+// permute: Q4_K/Q5_K's order for the AVX-512 kernel (Q6_K and the AVX2
+// kernels read the codes in their natural order). avx2: quantize with AVX2
+// (the same bits as the AVX-512 and scalar quantizers).
+KActs k_acts(const float* x, int64_t cols, bool permute, bool avx2 = false) {
   KActs a;
   const int64_t nb = cols / 256;
   a.q.resize(cols);
@@ -93,7 +135,8 @@ KActs k_acts(const float* x, int64_t cols, bool permute) {
   a.s16.resize(cols / 16);
   for (int64_t b = 0; b < nb; ++b) {
 #ifdef TKV_KQ_VNNI
-    quantize_256(x + b * 256, &a.q[b * 256], &a.d[b]);
+    if (avx2) quantize_256_avx2(x + b * 256, &a.q[b * 256], &a.d[b]);
+    else quantize_256(x + b * 256, &a.q[b * 256], &a.d[b]);
 #else
     quantize_block_q8(x + b * 256, 256, &a.q[b * 256], &a.d[b]);
 #endif
@@ -142,7 +185,7 @@ const SpreadIdx kIdx;
 // m = (k[j + 4] >> 4) | (k[j] >> 6) << 4. In registers (bytes built in memory
 // and loaded back stalled store forwarding; scale_min_k4 called per
 // sub-block for the mins was 30 % of a one-thread Q4_K decode).
-TKV_KQ_ATTR inline void scales_mins_k4(const uint8_t* p, __m128i& sc8, __m128i& mn8) {
+TKV_KQ2_ATTR inline void scales_mins_k4(const uint8_t* p, __m128i& sc8, __m128i& mn8) {
   const __m128i k = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));  // 12 bytes used
   const __m128i m63 = _mm_set1_epi8(63), m15 = _mm_set1_epi8(15), m3 = _mm_set1_epi8(3);
   const __m128i k0_3 = _mm_shuffle_epi8(k, _mm_setr_epi8(0, 1, 2, 3, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
@@ -262,10 +305,133 @@ TKV_KQ_ATTR float row_q6k(const uint8_t* row, int64_t nb, const KActs& a) {
   return _mm512_reduce_add_ps(f);
 }
 
+// The AVX2 kernels. Word j of a 128-bit lane broadcast to all 8 words of
+// the lane: vpshufb controls (bytes 2j, 2j + 1 repeated).
+struct WordBcast {
+  alignas(32) int8_t w[8][32];
+  // Q6_K: lane 0 takes word 2p, lane 1 word 2p + 1 (the two scales of 32 values).
+  alignas(32) int8_t q6[4][32];
+  WordBcast() {
+    for (int j = 0; j < 8; ++j)
+      for (int b = 0; b < 32; ++b) w[j][b] = static_cast<int8_t>(2 * j + (b & 1));
+    for (int p = 0; p < 4; ++p)
+      for (int b = 0; b < 32; ++b) q6[p][b] = static_cast<int8_t>(2 * (2 * p + (b >= 16 ? 1 : 0)) + (b & 1));
+  }
+};
+const WordBcast kBcast;
+
+TKV_KQ2_ATTR inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// Q4_K and Q5_K on AVX2: per 32 bytes of nibbles, sub-blocks 2k (low
+// nibbles) and 2k + 1 (high) against the activations in natural order;
+// vpmaddubsw (codes <= 31 x |q| <= 127: pair sums <= 7874), vpmaddwd by the
+// broadcast scale (<= 63), vpaddd: each dword lane gains sc x 4 products,
+// exact. Q5_K's fifth bit of sub-block j is bit j of qh[l]: compared to the
+// bit and turned into 0x10.
+template <bool kQ5>
+TKV_KQ2_ATTR float row_q45k_avx2(const uint8_t* row, int64_t nb, const KActs& a) {
+  constexpr int64_t kBytes = kQ5 ? 176 : 144;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+  __m256 f = _mm256_setzero_ps();
+  __m128 off = _mm_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * kBytes;
+    const uint8_t* qs = blk + (kQ5 ? 48 : 16);
+    for (int64_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T0);
+    __m128i sc8, mn8;
+    scales_mins_k4(blk + 4, sc8, mn8);
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc8));  // words 0-7, both lanes
+    __m256i qh;
+    if (kQ5) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+    const int8_t* xq = a.q.data() + b * 256;
+    __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * k));
+      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      if (kQ5) {
+        const __m256i bl = _mm256_set1_epi8(static_cast<char>(1 << (2 * k)));
+        const __m256i bh = _mm256_set1_epi8(static_cast<char>(1 << (2 * k + 1)));
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl), b4));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh), b4));
+      }
+      const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * k)));
+      const __m256i phi =
+          _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * k + 32)));
+      const __m256i slo = _mm256_shuffle_epi8(sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(kBcast.w[2 * k])));
+      const __m256i shi =
+          _mm256_shuffle_epi8(sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(kBcast.w[2 * k + 1])));
+      isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(plo, slo), _mm256_madd_epi16(phi, shi)));
+    }
+    uint32_t dd;
+    std::memcpy(&dd, blk, 4);
+    const __m128 sd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd))), _mm_set1_ps(a.d[b]));
+    const __m128i msum = _mm_madd_epi16(_mm_cvtepu8_epi16(mn8),
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.s32.data() + b * 8)));
+    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_broadcastss_ps(sd), f);
+    off = _mm_fmadd_ps(_mm_cvtepi32_ps(msum), _mm_shuffle_ps(sd, sd, 0x55), off);
+  }
+  const __m128 o2 = _mm_add_ps(off, _mm_movehl_ps(off, off));
+  return hsum8(f) - _mm_cvtss_f32(_mm_add_ss(o2, _mm_movehdup_ps(o2)));
+}
+
+// Q6_K on AVX2: per half h, 64 bytes of ql and 32 of qh give four vectors of
+// 32 codes (values 32p + l); the two scales of a vector (16 values each)
+// spread over its two 128-bit lanes by one vpshufb of the half's 8 scales.
+TKV_KQ2_ATTR float row_q6k_avx2(const uint8_t* row, int64_t nb, const KActs& a) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+  __m256 f = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * 210;
+    for (int64_t o = 0; o < 210; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T0);
+    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+    const __m256i osum = _mm256_madd_epi16(sc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s16.data() + b * 16)));
+    __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(osum, 5));
+    const int8_t* xq = a.q.data() + b * 256;
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i sch = h == 0 ? _mm256_permute2x128_si256(sc, sc, 0x00) : _mm256_permute2x128_si256(sc, sc, 0x11);
+      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
+      const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p) {
+        const __m256i prod =
+            _mm256_maddubs_epi16(q[p], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 128 * h + 32 * p)));
+        const __m256i s = _mm256_shuffle_epi8(sch, _mm256_load_si256(reinterpret_cast<const __m256i*>(kBcast.q6[p])));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(prod, s));
+      }
+    }
+    uint16_t hd;
+    std::memcpy(&hd, blk + 208, 2);
+    const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(hd)));
+    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * a.d[b]), f);
+  }
+  return hsum8(f);
+}
+
 float decode_row(uint32_t type, const uint8_t* row, int64_t nb, const KActs& a) {
   if (type == kQ4K) return row_q45k<false>(row, nb, a);
   if (type == kQ5K) return row_q45k<true>(row, nb, a);
   return row_q6k(row, nb, a);
+}
+
+float decode_row_avx2(uint32_t type, const uint8_t* row, int64_t nb, const KActs& a) {
+  if (type == kQ4K) return row_q45k_avx2<false>(row, nb, a);
+  if (type == kQ5K) return row_q45k_avx2<true>(row, nb, a);
+  return row_q6k_avx2(row, nb, a);
 }
 #endif
 
@@ -327,10 +493,16 @@ void decode_kquants_ref(const Matrix& w, const float* x, int n_tok, double* y, d
 
 void decode_kquants_team(const Matrix& w, const float* x, float* y) {
 #ifdef TKV_KQ_VNNI
-  const KActs a = k_acts(x, w.cols, w.type != kQ6K);
+  const bool vnni = vnni_available();
+  const KActs a = k_acts(x, w.cols, vnni && w.type != kQ6K, !vnni);
   const int64_t nb = w.cols / 256;
+  if (vnni) {
 #pragma omp for schedule(static) nowait
-  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.type, w.data + r * w.row_bytes, nb, a);
+    for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.type, w.data + r * w.row_bytes, nb, a);
+  } else {
+#pragma omp for schedule(static) nowait
+    for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row_avx2(w.type, w.data + r * w.row_bytes, nb, a);
+  }
 #else
   (void)w;
   (void)x;
@@ -339,15 +511,20 @@ void decode_kquants_team(const Matrix& w, const float* x, float* y) {
 }
 
 bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
-  if ((w.type != kQ4K && w.type != kQ5K && w.type != kQ6K) || w.cols % 256 != 0 || n_tok < 1 || !vnni_available())
-    return false;
+  if ((w.type != kQ4K && w.type != kQ5K && w.type != kQ6K) || w.cols % 256 != 0 || n_tok < 1) return false;
+  const bool vnni = vnni_available();
+  if (!vnni && !avx2_decode_available()) return false;
 #ifdef TKV_KQ_VNNI
   std::vector<KActs> acts;
-  for (int t = 0; t < n_tok; ++t) acts.push_back(k_acts(x + int64_t(t) * w.cols, w.cols, w.type != kQ6K));
+  for (int t = 0; t < n_tok; ++t)
+    acts.push_back(k_acts(x + int64_t(t) * w.cols, w.cols, vnni && w.type != kQ6K, !vnni));
   const int64_t nb = w.cols / 256;
 #pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
   for (int64_t r = 0; r < w.rows; ++r)
-    for (int t = 0; t < n_tok; ++t) y[int64_t(t) * w.rows + r] = decode_row(w.type, w.data + r * w.row_bytes, nb, acts[t]);
+    for (int t = 0; t < n_tok; ++t) {
+      const uint8_t* row = w.data + r * w.row_bytes;
+      y[int64_t(t) * w.rows + r] = vnni ? decode_row(w.type, row, nb, acts[t]) : decode_row_avx2(w.type, row, nb, acts[t]);
+    }
   return true;
 #else
   (void)x;

@@ -40,6 +40,7 @@
 #include <immintrin.h>
 #define TKV_Q8R_VNNI 1
 #define TKV_Q8R_ATTR __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+#define TKV_Q8R2_ATTR __attribute__((target("avx2,fma,f16c")))
 #endif
 
 namespace tkv {
@@ -47,11 +48,17 @@ namespace {
 
 constexpr int kQ8Block = 34;  // f16 scale + 32 int8 codes
 constexpr int kMxBlock = 17;  // E8M0 scale + 16 bytes of E2M1 nibbles
+constexpr int kQ40Block = 18;  // f16 scale + 16 bytes of nibbles (value j low, j + 16 high), code - 8
+constexpr uint32_t kQ40 = 2;
 // kMxfp4[code] + 12 for the 16 codes, once per 128-bit lane (vpshufb).
 alignas(64) constexpr int8_t kMxTable[64] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
                                              12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
                                              12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
                                              12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+// kMxfp4[code] as signed bytes, once per 128-bit lane (the AVX2 kernel).
+alignas(32) constexpr int8_t kMxSigned[32] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                              0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // One token's activations: codes, block scales d_x and the code sums (for
 // the +128 offset of the unsigned weight operand).
@@ -198,6 +205,86 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
     for (int r = 0; r < nrows; ++r) out[tk * out_stride + r] = o[r];
   }
 }
+// ---- AVX2: 8 rows in the 8 lanes (no AVX-512: Zen 2/3, older Intel) ----
+// Per block and row, the 32 codes as signed bytes w (Q8_0 as stored, MXFP4
+// kMxfp4[code] by vpshufb, Q4_0 nibble - 8), dotted with the activations by
+// llama.cpp's AVX2 trick: vpmaddubsw(|w|, sign(q, w)) (|w| <= 128, |q| <=
+// 127: pair sums <= 32512, exact), vpmaddwd by ones; the 8 rows' 8 dwords
+// summed across by two levels of vphaddd and one lane exchange, so lane r
+// holds row r's exact block dot; then the scale step of the specification
+//   f = fma(float(dot), d_w * d_x, f)
+// in block order: every (row, token) lane gives decode_q8_rows_ref's bits.
+enum class RowKind { kQ8, kMx, kQ40 };
+
+template <RowKind K>
+TKV_Q8R2_ATTR inline __m256i codes_avx2(const uint8_t* blk) {
+  if constexpr (K == RowKind::kQ8) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+  } else {
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (K == RowKind::kMx ? 1 : 2)));
+    const __m256i n = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(c, 4), c), _mm256_set1_epi8(0x0F));
+    if constexpr (K == RowKind::kMx) {
+      return _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(kMxSigned)), n);
+    } else {
+      return _mm256_sub_epi8(n, _mm256_set1_epi8(8));
+    }
+  }
+}
+
+template <int NT, RowKind K>
+TKV_Q8R2_ATTR void rows8_tokens_avx2(const uint8_t* base, int64_t rb, int nrows, bool more, int64_t nb,
+                                     const Q8Acts* const* a, float* out, int64_t out_stride) {
+  constexpr int kBlock = K == RowKind::kQ8 ? kQ8Block : K == RowKind::kMx ? kMxBlock : kQ40Block;
+  const uint8_t* row[8];
+  for (int r = 0; r < 8; ++r) row[r] = base + std::min(r, nrows - 1) * rb;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 f[NT];
+  for (int t = 0; t < NT; ++t) f[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t bo = b * kBlock;
+    if (more) {  // the next group's region, in address order (as the AVX-512 kernel)
+      const uint8_t* pf = base + 8 * rb + b * 8 * kBlock;
+      for (int l = 0; l < 8 * kBlock; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
+    }
+    __m256i w[8], aw[8];
+    for (int i = 0; i < 8; ++i) {
+      w[i] = codes_avx2<K>(row[i] + bo);
+      aw[i] = _mm256_sign_epi8(w[i], w[i]);
+    }
+    __m256 dw;
+    if constexpr (K == RowKind::kMx) {
+      const __m256i e = _mm256_setr_epi32(row[0][bo], row[1][bo], row[2][bo], row[3][bo], row[4][bo], row[5][bo],
+                                          row[6][bo], row[7][bo]);
+      const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+      const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+      dw = _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+    } else {
+      auto h = [&](int r) {
+        uint16_t v;
+        std::memcpy(&v, row[r] + bo, 2);
+        return static_cast<short>(v);
+      };
+      dw = _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)));
+    }
+    for (int tk = 0; tk < NT; ++tk) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[tk]->q.data() + b * 32));
+      __m256i s[8];
+      for (int i = 0; i < 8; ++i)
+        s[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(q, w[i])), ones);
+      // Per 128-bit lane: [r0 r1 r2 r3] of the low dwords' sums, then the high.
+      const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+      const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+      const __m256i dot = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+      f[tk] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(a[tk]->d[b])), f[tk]);
+    }
+  }
+  alignas(32) float o[8];
+  for (int tk = 0; tk < NT; ++tk) {
+    _mm256_store_ps(o, f[tk]);
+    for (int r = 0; r < nrows; ++r) out[tk * out_stride + r] = o[r];
+  }
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -222,6 +309,13 @@ void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y) {
             dot += int32_t(kMxfp4[blk[1 + k] >> 4]) * a.q[b * 32 + 16 + k];
           }
           dw = mxfp4_scale(blk[0]);
+        } else if (w.type == kQ40) {  // value k: (nibble - 8) * d
+          const uint8_t* blk = row + b * kQ40Block;
+          for (int k = 0; k < 16; ++k) {
+            dot += (int32_t(blk[2 + k] & 15) - 8) * a.q[b * 32 + k];
+            dot += (int32_t(blk[2 + k] >> 4) - 8) * a.q[b * 32 + 16 + k];
+          }
+          dw = f16_scale(blk);
         } else {
           const int8_t* wq = reinterpret_cast<const int8_t*>(row + b * kQ8Block + 2);
           for (int k = 0; k < 32; ++k) dot += int32_t(wq[k]) * a.q[b * 32 + k];
@@ -234,10 +328,44 @@ void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y) {
   }
 }
 
+namespace {
+#ifdef TKV_Q8R_VNNI
+// The AVX2 kernel for rows r0.. (up to 8) and up to 8 tokens.
+void rows8_avx2(uint32_t type, int nt, const uint8_t* base, int64_t rb, int nr, bool more, int64_t nb,
+                const Q8Acts* const* at, float* out, int64_t out_stride) {
+#define TKV_Q8R2_KIND(NT)                                                                                      \
+  (type == kMxfp4Type ? rows8_tokens_avx2<NT, RowKind::kMx>(base, rb, nr, more, nb, at, out, out_stride)   \
+   : type == kQ40     ? rows8_tokens_avx2<NT, RowKind::kQ40>(base, rb, nr, more, nb, at, out, out_stride) \
+                      : rows8_tokens_avx2<NT, RowKind::kQ8>(base, rb, nr, more, nb, at, out, out_stride))
+  switch (nt) {
+    case 1: TKV_Q8R2_KIND(1); break;
+    case 2: TKV_Q8R2_KIND(2); break;
+    case 3: TKV_Q8R2_KIND(3); break;
+    default: TKV_Q8R2_KIND(4); break;
+  }
+#undef TKV_Q8R2_KIND
+}
+#endif
+}  // namespace
+
+bool decode_q8_rows_avx2_used(uint32_t type) {
+  return (type == 8 || type == kMxfp4Type || type == kQ40) && !vnni_available() && avx2_decode_available();
+}
+
 void decode_q8_rows_team(const Matrix& w, const float* x, float* y) {
 #ifdef TKV_Q8R_VNNI
   const Q8Acts a = q8_acts(x, w.cols);
   const Q8Acts* ap = &a;
+  if (!vnni_available()) {
+    const int64_t nb = w.cols / 32, groups = (w.rows + 7) / 8;
+#pragma omp for schedule(static) nowait
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t r0 = g * 8;
+      const int nr = static_cast<int>(std::min<int64_t>(8, w.rows - r0));
+      rows8_avx2(w.type, 1, w.data + r0 * w.row_bytes, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
+    }
+    return;
+  }
   const int64_t nb = w.cols / 32, groups = (w.rows + 15) / 16;
 #pragma omp for schedule(static) nowait
   for (int64_t g = 0; g < groups; ++g) {
@@ -255,13 +383,29 @@ void decode_q8_rows_team(const Matrix& w, const float* x, float* y) {
 }
 
 bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
-  if ((w.type != 8 && w.type != kMxfp4Type) || w.cols % 32 != 0 || n_tok < 1 || !vnni_available()) return false;
+  if (w.cols % 32 != 0 || n_tok < 1) return false;
+  const bool avx2 = decode_q8_rows_avx2_used(w.type);
+  if (!avx2 && ((w.type != 8 && w.type != kMxfp4Type) || !vnni_available())) return false;
 #ifdef TKV_Q8R_VNNI
   const bool mx = w.type == kMxfp4Type;
   std::vector<Q8Acts> acts;
   for (int t = 0; t < n_tok; ++t) acts.push_back(q8_acts(x + t * w.cols, w.cols));
   std::vector<const Q8Acts*> ap;
   for (const auto& a : acts) ap.push_back(&a);
+  if (avx2) {
+    // 8 rows x up to 4 tokens: 4 f32 accumulators, 8 code and 8 |code|
+    // vectors would spill past AVX2's 16 registers at more tokens anyway.
+    const int64_t nb = w.cols / 32, groups = (w.rows + 7) / 8;
+#pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t r0 = g * 8;
+      const int nr = static_cast<int>(std::min<int64_t>(8, w.rows - r0));
+      for (int t0 = 0; t0 < n_tok; t0 += 4)
+        rows8_avx2(w.type, std::min(4, n_tok - t0), w.data + r0 * w.row_bytes, w.row_bytes, nr, g + 1 < groups, nb,
+                   ap.data() + t0, y + int64_t(t0) * w.rows + r0, w.rows);
+    }
+    return true;
+  }
   const int64_t nb = w.cols / 32, groups = (w.rows + 15) / 16;
 #pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
   for (int64_t g = 0; g < groups; ++g) {

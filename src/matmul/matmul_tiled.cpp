@@ -494,8 +494,18 @@ bool vnni_available() {
 #endif
 }
 
+bool avx2_decode_available() {
+#ifdef TKV_VNNI
+  const int64_t t = simd_supported_targets();
+  return (t & (HWY_AVX2 | HWY_AVX3 | HWY_AVX3_DL)) != 0 && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
 bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) {
-  if (w.type == 8 || w.type == kMxfp4Type) return decode_q8_rows(w, x, 1, y, threads);
+  if (w.type == 8 || w.type == kMxfp4Type || decode_q8_rows_avx2_used(w.type)) return decode_q8_rows(w, x, 1, y, threads);
   if (w.type == 12 || w.type == 13 || w.type == 14) return decode_kquants(w, x, 1, y, threads);
   if (w.type != 2 || w.cols % 32 != 0 || !vnni_available()) return false;
 #ifdef TKV_VNNI
@@ -510,14 +520,16 @@ bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) 
 }
 
 bool int8_decode_team_supported(const Matrix& w) {
+  if (w.type == 12 || w.type == 13 || w.type == 14)
+    return w.cols % 256 == 0 && (vnni_available() || avx2_decode_available());
+  if (decode_q8_rows_avx2_used(w.type)) return w.cols % 32 == 0;
   if (!vnni_available()) return false;
   if (w.type == 8 || w.type == kMxfp4Type || w.type == 2) return w.cols % 32 == 0;
-  if (w.type == 12 || w.type == 13 || w.type == 14) return w.cols % 256 == 0;
   return false;
 }
 
 void int8_decode_team(const Matrix& w, const float* x, float* y) {
-  if (w.type == 8 || w.type == kMxfp4Type) return decode_q8_rows_team(w, x, y);
+  if (w.type == 8 || w.type == kMxfp4Type || decode_q8_rows_avx2_used(w.type)) return decode_q8_rows_team(w, x, y);
   if (w.type == 12 || w.type == 13 || w.type == 14) return decode_kquants_team(w, x, y);
 #ifdef TKV_VNNI
   const DecodeActs a = decode_acts(x, w.cols);
@@ -531,7 +543,8 @@ void int8_decode_team(const Matrix& w, const float* x, float* y) {
 }
 
 bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
-  if (w.type == 8 || w.type == kMxfp4Type) return decode_q8_rows(w, x, n_tok, y, threads);
+  if (w.type == 8 || w.type == kMxfp4Type || decode_q8_rows_avx2_used(w.type))
+    return decode_q8_rows(w, x, n_tok, y, threads);
   if (w.type == 12 || w.type == 13 || w.type == 14) return decode_kquants(w, x, n_tok, y, threads);
   if (w.type != 2 || w.cols % 32 != 0 || !vnni_available()) return false;
 #ifdef TKV_VNNI

@@ -34,6 +34,9 @@ bool bf16_dot_available();
 // AVX512-VNNI usable now (the CPU has it and dispatch may pick an AVX-512
 // target): the decode kernels below need it.
 bool vnni_available();
+// The AVX2 decode kernels usable now (AVX2 + FMA + F16C, and dispatch may
+// pick the AVX2 target or wider): Q4_K/Q5_K/Q6_K where VNNI is absent.
+bool avx2_decode_available();
 // Decode (one token) with int8 activations for Q8_0, MXFP4 and Q4_0: Q8_0
 // and MXFP4 by decode_q8_rows (below), Q4_K/Q5_K/Q6_K by decode_kquants; Q4_0 rows streamed straight from their blocks, two
 // blocks per vpdpbusd, scales applied per lane. False (nothing written) for
@@ -52,8 +55,9 @@ void decode_kquants_team(const Matrix& w, const float* x, float* y);
 void decode_q8_rows_team(const Matrix& w, const float* x, float* y);
 // Q4_K, Q5_K, Q6_K decode (decode_kquants.cpp) for one token or a group:
 // activations per 256 (Q8_K-like), integer sub-block scales and mins, one
-// float step per super-block; each token's bits its own alone. False for
-// other types or without AVX512-VNNI.
+// float step per super-block; each token's bits its own alone. AVX512-VNNI
+// where vnni_available(), else AVX2 (avx2_decode_available()). False for
+// other types or without either.
 bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 // Its scalar specification, in float64 (cols a multiple of 256): per row,
 // token and super-block b the exact integers I_b = Σ_j sc_j Σ_{c in j} u_c q_c
@@ -64,16 +68,20 @@ bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int th
 // rounding alone separates the two: |y_kernel - y| <= (2 nb + 16) 2^-24 mag.
 void decode_kquants_ref(const Matrix& w, const float* x, int n_tok, double* y, double* mag);
 // Q8_0 and MXFP4 decode with rows in lanes (decode_q8_rows.cpp) for one
-// token or a group: 16 rows per vector, each block's int32 dots completed
+// token or a group: 16 rows per vector (AVX2: 8), each block's int32 dots completed
 // before one scale step, so scales cost 3 operations per 512 weights per
 // token; every token's bits are decode_q8_rows_ref's for it alone. MXFP4's
 // codes are looked up in place (vpshufb on the nibbles, E2M1 doubled + 12 as
 // unsigned operands), its E8M0 byte made 2^(e - 128) by integer shifts.
-// False for other types or without AVX512-VNNI.
+// False for other types or without AVX512-VNNI or AVX2.
 bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+// On a CPU without AVX512-VNNI (avx2_decode_available()), decode_q8_rows
+// also takes Q4_0 (code - 8), 8 rows in the lanes of an AVX2 kernel with
+// the same specification; true where that kernel runs for this type.
+bool decode_q8_rows_avx2_used(uint32_t type);
 // Its scalar specification: per row and token, f = fma(float(dot_b), d_w(b) * d_x(b), f)
 // over the blocks in order, dot_b the exact integer dot of the block's codes
-// (MXFP4: the values kMxfp4[code], d_w = mxfp4_scale(e)).
+// (MXFP4: the values kMxfp4[code], d_w = mxfp4_scale(e); Q4_0: code - 8).
 void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y);
 // The decode kernel for n_tok tokens at once (matmul_tokens): each row is
 // read from memory once and dotted with every token's activations by the

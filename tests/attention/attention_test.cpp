@@ -485,8 +485,12 @@ TEST(Attention, RealDataErrorPerFormat) {
     // RESULTS §13's claim, asserted: the -nc and -ip norms beat the plain
     // norm at every width on both layers (same bits).
     for (const std::string w : {"tq2", "tq3", "tq4", "tq4.5"}) {
-      if (err.count(w + "-nc")) EXPECT_LT(err[w + "-nc"], err[w]) << w << "-nc, layer " << layer;
-      if (err.count(w + "-ip")) EXPECT_LT(err[w + "-ip"], err[w]) << w << "-ip, layer " << layer;
+      if (err.count(w + "-nc")) {
+        EXPECT_LT(err[w + "-nc"], err[w]) << w << "-nc, layer " << layer;
+      }
+      if (err.count(w + "-ip")) {
+        EXPECT_LT(err[w + "-ip"], err[w]) << w << "-ip, layer " << layer;
+      }
     }
   }
 }
