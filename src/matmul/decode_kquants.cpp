@@ -201,6 +201,25 @@ TKV_KQ2_ATTR inline void scales_mins_k4(const uint8_t* p, __m128i& sc8, __m128i&
                      _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hi4, 6), m3), 4));
 }
 
+// A Q4_K/Q5_K super-block's float step, shared by both kernels: returns
+// [d, dmin] * dx in lanes 0, 1 (vcvtph2ps: exact, as f16_to_f32) and adds
+// the mins term Σ_j m_j Σq_j (one vpmaddwd of the 8 mins by the 8 Σq) times
+// dmin * dx into the 4 lanes of off.
+TKV_KQ2_ATTR inline __m128 super_block_step(const uint8_t* blk, __m128i mn8, const KActs& a, int64_t b, __m128& off) {
+  uint32_t dd;
+  std::memcpy(&dd, blk, 4);
+  const __m128 sd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd))), _mm_set1_ps(a.d[b]));
+  const __m128i msum =
+      _mm_madd_epi16(_mm_cvtepu8_epi16(mn8), _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.s32.data() + b * 8)));
+  off = _mm_fmadd_ps(_mm_cvtepi32_ps(msum), _mm_shuffle_ps(sd, sd, 0x55), off);
+  return sd;
+}
+
+TKV_KQ2_ATTR inline float hsum4(__m128 v) {
+  const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
 // Bytes ahead of the loads that the row kernels prefetch (as the float rows
 // of matmul.cpp: AMD's stream prefetcher stops at 4 KB pages; past a row's
 // end it is the next row's, which the same thread reads next).
@@ -251,17 +270,10 @@ TKV_KQ_ATTR float row_q45k(const uint8_t* row, int64_t nb, const KActs& a) {
       isum = _mm512_dpwssd_epi32(isum, plo, _mm512_permutexvar_epi16(sidx[2 * h], sc16));
       isum = _mm512_dpwssd_epi32(isum, phi, _mm512_permutexvar_epi16(sidx[2 * h + 1], sc16));
     }
-    // [d, dmin] * dx in lanes 0, 1 (vcvtph2ps: exact, as f16_to_f32).
-    uint32_t dd;
-    std::memcpy(&dd, blk, 4);
-    const __m128 sd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd))), _mm_set1_ps(a.d[b]));
-    const __m128i msum = _mm_madd_epi16(_mm_cvtepu8_epi16(mn8),
-                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.s32.data() + b * 8)));
+    const __m128 sd = super_block_step(blk, mn8, a, b, off);
     f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_broadcastss_ps(sd), f);
-    off = _mm_fmadd_ps(_mm_cvtepi32_ps(msum), _mm_shuffle_ps(sd, sd, 0x55), off);
   }
-  const __m128 o2 = _mm_add_ps(off, _mm_movehl_ps(off, off));
-  return _mm512_reduce_add_ps(f) - _mm_cvtss_f32(_mm_add_ss(o2, _mm_movehdup_ps(o2)));
+  return _mm512_reduce_add_ps(f) - hsum4(off);
 }
 
 // Q6_K: 210 bytes per super-block; codes in natural order, 16 per scale.
@@ -367,16 +379,10 @@ TKV_KQ2_ATTR float row_q45k_avx2(const uint8_t* row, int64_t nb, const KActs& a)
           _mm256_shuffle_epi8(sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(kBcast.w[2 * k + 1])));
       isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(plo, slo), _mm256_madd_epi16(phi, shi)));
     }
-    uint32_t dd;
-    std::memcpy(&dd, blk, 4);
-    const __m128 sd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd))), _mm_set1_ps(a.d[b]));
-    const __m128i msum = _mm_madd_epi16(_mm_cvtepu8_epi16(mn8),
-                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.s32.data() + b * 8)));
+    const __m128 sd = super_block_step(blk, mn8, a, b, off);
     f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_broadcastss_ps(sd), f);
-    off = _mm_fmadd_ps(_mm_cvtepi32_ps(msum), _mm_shuffle_ps(sd, sd, 0x55), off);
   }
-  const __m128 o2 = _mm_add_ps(off, _mm_movehl_ps(off, off));
-  return hsum8(f) - _mm_cvtss_f32(_mm_add_ss(o2, _mm_movehdup_ps(o2)));
+  return hsum8(f) - hsum4(off);
 }
 
 // Q6_K on AVX2: per half h, 64 bytes of ql and 32 of qh give four vectors of
