@@ -243,35 +243,29 @@ TKV_AVX2_INT8 inline void store_ab(__m256i lo16, __m256i hi16, int16_t* o) {  //
   _mm256_store_si256(reinterpret_cast<__m256i*>(o), _mm256_permute2x128_si256(lo16, hi16, 0x20));
   _mm256_store_si256(reinterpret_cast<__m256i*>(o + 16), _mm256_permute2x128_si256(lo16, hi16, 0x31));
 }
-TKV_AVX2_INT8 void query_words(const int8_t* q, int G, int dp, int16_t* qw) {
+// One template for the byte (tq2/tq3) and the word (tq4) queries: they
+// differ only in how a chunk of 32 becomes two vectors of 16 words.
+template <typename T>
+TKV_AVX2_INT8 void query_words(const T* q, int G, int dp, int16_t* qw) {
+  static_assert(std::is_same_v<T, int8_t> || std::is_same_v<T, int16_t>, "byte or word queries");
   const int nch = chunks32(dp);
-  alignas(32) int8_t tail[32];
+  alignas(32) T tail[32];
   for (int j = 0; j < G; ++j)
     for (int c = 0; c < nch; ++c) {
-      const int8_t* src = q + static_cast<size_t>(j) * dp + 32 * c;
+      const T* src = q + static_cast<size_t>(j) * dp + 32 * c;
       if (32 * c + 32 > dp) {  // dp is a multiple of 16: the last chunk's second half is zero
         std::memset(tail, 0, sizeof(tail));
-        std::memcpy(tail, src, static_cast<size_t>(dp - 32 * c));
+        std::memcpy(tail, src, sizeof(T) * static_cast<size_t>(dp - 32 * c));
         src = tail;
       }
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-      store_ab(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(x)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(x, 1)),
-               qw + (static_cast<size_t>(j) * nch + c) * 32);
-    }
-}
-TKV_AVX2_INT8 void query_words(const int16_t* q, int G, int dp, int16_t* qw) {
-  const int nch = chunks32(dp);
-  alignas(32) int16_t tail[32];
-  for (int j = 0; j < G; ++j)
-    for (int c = 0; c < nch; ++c) {
-      const int16_t* src = q + static_cast<size_t>(j) * dp + 32 * c;
-      if (32 * c + 32 > dp) {
-        std::memset(tail, 0, sizeof(tail));
-        std::memcpy(tail, src, sizeof(int16_t) * static_cast<size_t>(dp - 32 * c));
-        src = tail;
+      int16_t* o = qw + (static_cast<size_t>(j) * nch + c) * 32;
+      if constexpr (std::is_same_v<T, int8_t>) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+        store_ab(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(x)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(x, 1)), o);
+      } else {
+        store_ab(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)),
+                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)), o);
       }
-      store_ab(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)),
-               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)), qw + (static_cast<size_t>(j) * nch + c) * 32);
     }
 }
 
