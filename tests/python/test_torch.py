@@ -134,9 +134,11 @@ def test_cache_attends_as_the_kernel_on_the_same_codes(gen):
 
 def test_cache_with_mean_centring_is_close_to_float64_attention(gen):
     """The engine's cache: f16 rows until 64 tokens fix the means, then codes
-    of x - mean. q8_0 K/V: attention within 2e-2 of float64 on the true rows
-    (q8_0's step is 1/127 of a block's largest value), before and after the
-    means are fixed."""
+    of x - mean. q8_0 K/V: attention within half a q8_0 step of the largest
+    |v| plus 1e-2 of float64 on the true rows, before and after the means are
+    fixed. (The first query of a chunk reads one V row alone, so its error is
+    that row's rounding, up to max|v| / 254: the former flat 2e-2 failed for
+    about 1 seed in 100, e.g. 1306602581: 0.0205 with max|v| 5.2.)"""
     hkv, d = 2, 128
     cache = CompressedKVCache(1, hkv, d, "q8_0", capacity=200)
     k = torch.randn(150, hkv, d, generator=gen) + 3.0
@@ -149,7 +151,8 @@ def test_cache_with_mean_centring_is_close_to_float64_attention(gen):
         mask = torch.arange(hi)[None, :] > torch.arange(lo, hi)[:, None]
         s = s.masked_fill(mask[:, None, :], float("-inf"))
         want = torch.einsum("qht,thd->qhd", s.softmax(-1), v[:hi].double().repeat_interleave(2, dim=1))
-        assert (got - want).abs().max() < 2e-2, (lo, hi, (got - want).abs().max())
+        bound = float(v[:hi].abs().max()) / 254 + 1e-2
+        assert (got - want).abs().max() < bound, (lo, hi, (got - want).abs().max(), bound)
 
 
 def test_cache_memory_formats_presets_and_errors(gen):
