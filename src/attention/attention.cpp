@@ -115,17 +115,17 @@ Status attention(const AttentionArgs& a) {
       attn::int8_keys_prepare(r.layout, r.d, r.dp, r.codec->coord_scale(), r.i8);
       r.int8 = r.i8.usable;
       if (r.int8 && r.i8.residual) attn::int8_residual_table(r.i8, r.layout, r.i8r);
+      r.i8_ordered = r.int8 && attn::int8_query_order(r.i8, r.i8_order);
     }
   }
   for (size_t h = 0; h < vr_store.size(); ++h) {
     attn::RowReader& r = vr_store[h];
     init_reader(r, a.v.head(static_cast<int>(h)));
     r.int8 = false;
-    if (int8_v) {  // V on int8 too: accumulators in natural order
+    if (int8_v) {  // V on int8 too: accumulators in the kernels' order (natural, or the lane kernels')
       attn::int8_keys_prepare(r.layout, r.d, r.dp, r.codec->coord_scale(), r.i8);
       r.int8 = r.i8.usable;
-      if (r.int8)
-        for (int i = 0; i < r.dp; ++i) r.perm[i] = i;
+      if (r.int8) attn::int8_values_order(r.i8, r.perm);
     }
   }
   const attn::RowReader* Kr = kr_store.data();
@@ -218,6 +218,11 @@ Status attention(const AttentionArgs& a) {
         }
         if (!KR.int8) continue;
         for (int c = 0; c < dp; ++c) nat[c] = c < d ? tmp[c] * (cs ? cs[c] : 1.0f) * scale : 0.0f;
+        if (KR.i8_ordered) {  // the lane kernels' order (the quantizers are per coordinate and max |q|: order-free)
+          alignas(64) float ord[1024 + 16];
+          for (int c = 0; c < dp; ++c) ord[c] = nat[KR.i8_order[c]];
+          std::memcpy(nat, ord, sizeof(float) * dp);
+        }
         const int qi = i / H, t = qi / tile;
         const int G_t = (std::min(a.n_q, (t + 1) * tile) - t * tile) * g;
         const size_t row = static_cast<size_t>(t) * H * 2 * G_max + static_cast<size_t>(h) * 2 * G_t +

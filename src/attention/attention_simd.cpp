@@ -798,7 +798,12 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
     if (dots_c_store.size() < static_cast<size_t>(G) * kBlock) dots_c_store.resize(static_cast<size_t>(G) * kBlock);
     dots_c = dots_c_store.data();
   }
-  int8_dots2(K.i8, K.i8.residual ? &K.i8r : nullptr, K.layout, rows, nb, w.q8 + hq * dp, R, dots, G, dots_c, kBlock);
+  if (K.i8_ordered) {  // (never residual)
+    int8_dots_ordered(K.i8, K.layout, rows, nb, w.q8 + hq * dp, G, dots, kBlock);
+  } else {
+    int8_dots2(K.i8, K.i8.residual ? &K.i8r : nullptr, K.layout, rows, nb, w.q8 + hq * dp, R, dots, G, dots_c,
+               kBlock);
+  }
   for (int j = 0; j < G; ++j) {
     const auto f = hn::Set(df, w.q8_scale[hq + j] * K.i8.cs);
     const auto bias = hn::Set(di, w.q8_bias[hq + j]);
@@ -822,8 +827,7 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
 
 // V accumulation of one block of tq rows on int8 (score_int8.h): the weights
 // p[j][r] · s_r (0 for rows sparse V skips) as bytes per query, centroid
-// bytes from the codes; acch in natural coordinate order (V.perm is the
-// identity for these readers).
+// bytes from the codes; acch in int8_values_order (V.perm, set by attention.cpp).
 void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const float* p, const bool* keep,
                 float* acch) {
   const DF df;
@@ -832,15 +836,16 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const 
   const uint8_t* rows[kBlock];
   alignas(64) float scale[kBlock];
   BlockScales(w.v, V.row_bytes, h, b0, nb, rows, scale);
-  for (int i = 0; i < nb; ++i)
-    if (!keep[i]) scale[i] = 0.0f;
+  if (w.sparse_v > 0.0f)  // (keep is all true otherwise)
+    for (int i = 0; i < nb; ++i)
+      if (!keep[i]) scale[i] = 0.0f;
   thread_local std::vector<float> wts_store;  // [G][kBlock]
   if (wts_store.size() < static_cast<size_t>(G) * kBlock) wts_store.resize(static_cast<size_t>(G) * kBlock);
   float* wts = wts_store.data();
   for (int j = 0; j < G; ++j)
     for (int r = 0; r < kBlock; r += N)
       hn::StoreU(hn::Mul(hn::LoadU(df, p + j * kBlock + r), hn::Load(df, scale + r)), df, wts + j * kBlock + r);
-  int8_values(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);
+  int8_values_ordered(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);  // acch in V.perm's order
 }
 
 // Scores, softmax update and V accumulation of one block of rows for the G

@@ -24,6 +24,8 @@ struct RowReader {
   int perm[1024 + 16];      // SIMD decoders emit coordinate perm[pos] at position pos
   // K only: scores from int8 codes and queries (score_int8.h) when int8 is set.
   bool int8 = false;
+  bool i8_ordered = false;  // K: the queries go to the kernels in int8_query_order (i8.lanes_dots)
+  int i8_order[1024];       // that order: position p holds coordinate i8_order[p]
   Int8Keys i8;
   Int8Keys i8r;  // i8's residual centroid table (K, where i8.residual)
 };
@@ -60,12 +62,13 @@ struct Work {
   const uint8_t* v_end;
   float sparse_v;
   // K read by the integer path (K.int8): the queries as int8 in natural
-  // coordinate order [H][2G][dp] (rows G..2G-1: the residual bytes, where
+  // coordinate order, or int8_query_order where K.i8_ordered, [H][2G][dp] (rows G..2G-1: the residual bytes, where
   // K.i8.residual), their scales and biases 128·Σq8 [H][2G].
   const int8_t* q8 = nullptr;
   const float* q8_scale = nullptr;
   const int32_t* q8_bias = nullptr;
-  // K.i8.wide: the queries as 16-bit words [H][G][dp] (natural order); their
+  // K.i8.wide: the queries as 16-bit words [H][G][dp] (natural order, or as
+  // q8 where K.i8_ordered); their
   // scales in q8_scale at the int8 rows' places.
   const int16_t* q16 = nullptr;
   // Outputs: running max, sum and accumulator (V's domain) per head and query.

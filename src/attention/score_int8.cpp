@@ -106,6 +106,23 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     k.predicted = codec > 0 ? (cw + qs16 * qs16 / 12.0 * covered) / codec : 1e30;
   }
   k.usable = k.predicted <= kInt8MaxPredicted;
+  // The lane kernels' layouts (score_int8.h): one part, planes 2 (+1) or 4.
+  static const bool lanes_on = [] {
+    const char* e = std::getenv("TKV_INT8_LANES");
+    return !(e && std::string(e) == "0");
+  }();
+  if (!lanes_on || !k.aligned || L.nparts != 1 || !(dp == 64 || dp == 128 || dp == 256)) return;
+  const int w0 = p0.planes[0].width, w1 = p0.nplanes > 1 ? p0.planes[1].width : 0;
+  if (p0.planes[0].shift != 0 || p0.nplanes > 2 || (p0.nplanes == 2 && p0.planes[1].shift != w0)) return;
+  // (4-bit codes were measured too, keys on words and values on bytes: 7 and
+  // 12 % slower than the row kernels above, RESULTS §33; they keep those.)
+  const bool two = w0 == 2 && (w1 == 0 || w1 == 1);
+  k.lanes_values = two;
+  k.lanes_dots = two && !k.residual && !k.wide;
+  for (int x = 0; x < 64; ++x) {  // the codes' bits below 6 not theirs are ignored: the table repeats
+    k.lanes_table[x] = k.table[0][x % (4 << w1)];
+    k.lanes_vtable[x] = static_cast<uint8_t>(k.table[0][x % (4 << w1)] ^ 0x80);
+  }
 }
 
 float int8_quantize_query_ref(const float* q, int dp, int8_t* q8, int32_t* bias) {
@@ -819,6 +836,27 @@ TKV_AVX512_INT8 inline float weights_avx512(const float* w, int n, uint8_t* w8) 
   return m / 255.0f;
 }
 
+// The weight bytes of queries j0 .. j0+3 (of G) over n <= 32 rows, as 4 rows
+// a dword (w4[jj][g]: rows 4g .. 4g+3, 0 past n and past G), and their
+// scales times cs in f; false when every one is 0.
+TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int ldw, float cs, float* f,
+                                     int32_t (*w4)[8]) {
+  alignas(64) uint8_t w8[4][32];
+  bool any = false;
+  for (int jj = 0; jj < 4; ++jj) {
+    if (j0 + jj < G) {
+      f[jj] = weights_avx512(w + static_cast<size_t>(j0 + jj) * ldw, n, w8[jj]) * cs;
+    } else {
+      std::memset(w8[jj], 0, 32);
+      f[jj] = 0.0f;
+    }
+    for (int r = n; r < 32; ++r) w8[jj][r] = 0;
+    any |= f[jj] != 0.0f;
+  }
+  std::memcpy(w4, w8, sizeof(w8));
+  return any;
+}
+
 // Back to natural order and into the f32 accumulators: block b of the 4
 // sums a0..a3 holds coordinates 16b .. 16b+15 of the chunk in the order
 // m = 0..3 (the interleaving below); out += f · sums.
@@ -847,23 +885,10 @@ TKV_AVX512_INT8 void values_fixed(const Unpack& u, const RowLayout::Part& part, 
   t.t1 = _mm512_xor_si512(t.t1, flip);
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
   const int ng = (n + 3) / 4;
-  alignas(64) uint8_t w8[4][32];
   for (int j0 = 0; j0 < G; j0 += 4) {
     float f[4];
-    bool any = false;
-    for (int jj = 0; jj < 4; ++jj) {
-      if (j0 + jj < G) {
-        f[jj] = weights_avx512(w + static_cast<size_t>(j0 + jj) * ldw, n, w8[jj]) * cs;
-      } else {
-        std::memset(w8[jj], 0, 32);
-        f[jj] = 0.0f;
-      }
-      for (int r = n; r < 32; ++r) w8[jj][r] = 0;
-      any |= f[jj] != 0.0f;
-    }
-    if (!any) continue;
     int32_t w4[4][8];
-    std::memcpy(w4, w8, sizeof(w4));
+    if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
     for (int c = 0; c < NCH; ++c) {
       __m512i s[4][4];
       for (int jj = 0; jj < 4; ++jj)
@@ -992,6 +1017,221 @@ void dots16_avx512(const Int8Keys& k, const RowLayout& L, const uint8_t* const* 
   }
 }
 
+
+// --- Lane kernels ---------------------------------------------------------
+// Intel's cores run 512-bit shuffles on one port and vpdpbusd / vpdpwssd on
+// two (measured on this session's Xeon, independent chains at ~2 GHz:
+// vpermb, vpermw, unpacks 0.45-0.47 ns, vpmultishiftqb 0.56, vpdpbusd and
+// vpdpwssd 0.30, vpaddd 0.27). The row kernels above spend ~14 shuffles a
+// row on keys (extracting a row's codes, and reducing its 16 lanes of sums
+// per query: sum16) and ~10 on values (extracting, and interleaving 4 rows'
+// centroid bytes for vpdpbusd). Here four rows' code bytes sit side by side
+// in the 128-bit lanes of one vector, put there by masked broadcast loads
+// (a load and a blend, no shuffle), and a code's bits are reached by a
+// 16-bit shift (vpermb reads 6 index bits; the tables repeat with the code's
+// period) instead of an extraction. Keys: per 4 rows and 16 coordinates one
+// shift, one lookup and one vpdpbusd per query; a row's sum is the 4 lanes
+// of its 128-bit lane (1.5 shuffles a row and query group). Values: the 4
+// rows' raw code bytes interleaved once (one vpermb), then shift, lookup
+// and vpdpbusd per 16 coordinates, accumulated in the kernel order (no
+// shuffle back). Queries and accumulators are in int8_query_order /
+// int8_values_order. Measured alone in L1 (RESULTS §33): tq2 keys 6-21 %
+// and values 11-20 % faster than the row kernels, tq3 0-19 %; the dots
+// (8 a row for keys, 8 for values, G = 4) are now most of the work. 4-bit
+// codes in lanes (keys on words, values on bytes) ran 7-12 % slower: tq4
+// keeps the row kernels.
+
+// Row l's 16 bytes at off in 128-bit lane l (rp: 4 row pointers).
+TKV_AVX512_INT8 inline __m512i lanes4(const uint8_t* const* rp, size_t off) {
+  __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[0] + off)));
+  z = _mm512_mask_broadcast_i32x4(z, 0x00F0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[1] + off)));
+  z = _mm512_mask_broadcast_i32x4(z, 0x0F00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[2] + off)));
+  return _mm512_mask_broadcast_i32x4(z, 0xF000, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[3] + off)));
+}
+
+// Row l's 8 bytes at off in the qwords selected by mask << (bits per row):
+// per_row 2 (both qwords of lane l) or 1 (qword l; qwords 4..7 hold row 0's).
+template <int PER_ROW>
+TKV_AVX512_INT8 inline __m512i qwords4(const uint8_t* const* rp, size_t off) {
+  constexpr __mmask8 m = PER_ROW == 2 ? 0x03 : 0x01;
+  __m512i h = _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rp[0] + off)));
+  h = _mm512_mask_broadcastq_epi64(h, m << PER_ROW, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rp[1] + off)));
+  h = _mm512_mask_broadcastq_epi64(h, m << (2 * PER_ROW), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rp[2] + off)));
+  return _mm512_mask_broadcastq_epi64(h, m << (3 * PER_ROW), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rp[3] + off)));
+}
+
+// The lane kernels' constant vectors (built once: per call they were ~14
+// scalar operations a row).
+struct LaneConsts {
+  alignas(64) uint8_t kctrl[4][64];  // keys: lane byte b <- bit 4b + s at bit 2 (both qwords hold the row's 64 bits)
+  alignas(64) uint8_t vctrl[4][64];  // values: byte 4i + m <- row m's bit 4i + s = bit 8m + 4 (i % 2) + s of qword i / 2
+  alignas(64) uint8_t ileave[64];    // dword i byte m <- lane m byte i
+  alignas(64) uint8_t hileave[64];   // qword Q byte p <- qword p % 4's byte Q
+  LaneConsts() {
+    for (int e = 0; e < 64; ++e) {
+      for (int s = 0; s < 4; ++s) {
+        kctrl[s][e] = static_cast<uint8_t>((4 * (e % 16) + s - 2) & 63);  // (the rotation wraps within the qword)
+        vctrl[s][e] = static_cast<uint8_t>((8 * (e % 4) + 4 * (e / 4 % 2) + s - 2) & 63);
+      }
+      ileave[e] = static_cast<uint8_t>(16 * (e % 4) + e / 4);
+      hileave[e] = static_cast<uint8_t>(8 * (e % 8 % 4) + e / 8);
+    }
+  }
+};
+const LaneConsts& lane_consts() {
+  static const LaneConsts c;
+  return c;
+}
+
+// vpternlogd: bits where c is set from a, the others from b.
+constexpr int kSelectAC = 0xE4;
+
+// Lane l dword j = Σ of the 4 dwords of a[j]'s lane l (rows in lanes, 4 queries).
+TKV_AVX512_INT8 inline void lanes_store(const __m512i* a, int nr, int j0, int G, int32_t* dots, int ld, int r0) {
+  const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
+  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
+  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+  // u: lane l dword j = dot(row r0 + l, query j0 + j) -> lane j dword l.
+  const __m512i qmajor = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i s = _mm512_permutexvar_epi32(qmajor, u);
+  const __mmask16 rows_mask = static_cast<__mmask16>((1u << nr) - 1);
+  int32_t* o = dots + static_cast<size_t>(j0) * ld + r0;
+  _mm_mask_storeu_epi32(o, rows_mask, _mm512_castsi512_si128(s));
+  if (j0 + 1 < G) _mm_mask_storeu_epi32(o + ld, rows_mask, _mm512_extracti32x4_epi32(s, 1));
+  if (j0 + 2 < G) _mm_mask_storeu_epi32(o + 2 * ld, rows_mask, _mm512_extracti32x4_epi32(s, 2));
+  if (j0 + 3 < G) _mm_mask_storeu_epi32(o + 3 * ld, rows_mask, _mm512_extracti32x4_epi32(s, 3));
+}
+
+// Keys, one part of 2-bit codes (+ a 1-bit high plane when W1 = 1) over
+// dp = 64 NCH; q8 in int8_query_order. Per 64-coordinate chunk c: z holds
+// the 4 rows' 16 low-plane bytes; (z >> 2s)'s byte b indexes code 4b + s.
+template <int W1, int NCH>
+TKV_AVX512_INT8 void dots_lanes2(const RowLayout::Part& part, const uint8_t* table, const uint8_t* const* rows, int n,
+                                 const int8_t* q8, int G, int32_t* dots, int ld) {
+  const int dp = 64 * NCH;
+  const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_table
+  const __m512i low2 = _mm512_set1_epi8(3);
+  __m512i hctrl[4];
+  if constexpr (W1 == 1)
+    for (int s = 0; s < 4; ++s) hctrl[s] = _mm512_load_si512(lane_consts().kctrl[s]);
+  const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
+  for (int j0 = 0; j0 < G; j0 += 4) {
+    const int8_t* q[4];
+    for (int jj = 0; jj < 4; ++jj) q[jj] = q8 + static_cast<size_t>(std::min(j0 + jj, G - 1)) * dp;
+    for (int r0 = 0; r0 < n; r0 += 4) {
+      const int nr = std::min(4, n - r0);
+      const uint8_t* rp[4];
+      for (int i = 0; i < 4; ++i) rp[i] = rows[r0 + std::min(i, nr - 1)];  // past n: the last row again, not stored
+      __m512i a[4][2];
+      for (int jj = 0; jj < 4; ++jj) a[jj][0] = a[jj][1] = _mm512_setzero_si512();
+      for (int c = 0; c < NCH; ++c) {
+        const __m512i z = lanes4(rp, off0 + 16 * c);
+        __m512i h = _mm512_setzero_si512();
+        if constexpr (W1 == 1) h = qwords4<2>(rp, off1 + 8 * c);
+        for (int s = 0; s < 4; ++s) {
+          __m512i code = s ? _mm512_srli_epi16(z, 2 * s) : z;
+          if constexpr (W1 == 1)
+            code = _mm512_ternarylogic_epi32(code, _mm512_multishift_epi64_epi8(hctrl[s], h), low2, kSelectAC);
+          const __m512i x = _mm512_permutexvar_epi8(code, tab);
+          for (int jj = 0; jj < 4; ++jj) {
+            const __m512i qv = _mm512_broadcast_i32x4(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[jj] + 64 * c + 16 * s)));
+            a[jj][s & 1] = _mm512_dpbusd_epi32(a[jj][s & 1], x, qv);
+          }
+        }
+      }
+      __m512i sums[4];
+      for (int jj = 0; jj < 4; ++jj) sums[jj] = _mm512_add_epi32(a[jj][0], a[jj][1]);
+      lanes_store(sums, nr, j0, G, dots, ld, r0);
+    }
+  }
+}
+
+// Values, one part of 2-bit codes (+ a 1-bit plane when W1 = 1), dp = 64
+// NCH, n <= 32 rows; acc in int8_values_order. Per 64-coordinate chunk c and
+// 4 rows: the rows' 16 low-plane bytes interleaved so that dword i holds
+// byte i of rows 0..3; (that >> 2s)'s bytes index coordinate 64c + 4i + s
+// of the 4 rows, and vpdpbusd with the 4 rows' weight bytes sums over them.
+template <int W1, int NCH>
+TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* table, float cs,
+                                   const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
+  const int dp = 64 * NCH;
+  const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_vtable (signed c8)
+  const LaneConsts& lc = lane_consts();
+  const __m512i ileave = _mm512_load_si512(lc.ileave), hileave = _mm512_load_si512(lc.hileave);
+  __m512i hctrl[4];
+  if constexpr (W1 == 1)
+    for (int s = 0; s < 4; ++s) hctrl[s] = _mm512_load_si512(lc.vctrl[s]);
+  const __m512i low2 = _mm512_set1_epi8(3);
+  const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
+  const int ng = (n + 3) / 4;
+  for (int j0 = 0; j0 < G; j0 += 4) {
+    float f[4];
+    int32_t w4[4][8];
+    if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
+    for (int u = 0; u < NCH; ++u) {
+      __m512i s4[4][4];
+      for (int jj = 0; jj < 4; ++jj)
+        for (int s = 0; s < 4; ++s) s4[jj][s] = _mm512_setzero_si512();
+      for (int g = 0; g < ng; ++g) {
+        const uint8_t* rp[4];
+        for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)];  // past n: weight 0
+        const __m512i z = _mm512_permutexvar_epi8(ileave, lanes4(rp, off0 + 16 * u));
+        __m512i hi = _mm512_setzero_si512();
+        if constexpr (W1 == 1) hi = _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u));
+        for (int s = 0; s < 4; ++s) {
+          __m512i code = s ? _mm512_srli_epi16(z, 2 * s) : z;
+          if constexpr (W1 == 1)
+            code = _mm512_ternarylogic_epi32(code, _mm512_multishift_epi64_epi8(hctrl[s], hi), low2, kSelectAC);
+          const __m512i x = _mm512_permutexvar_epi8(code, tab);
+          for (int jj = 0; jj < 4; ++jj) s4[jj][s] = _mm512_dpbusd_epi32(s4[jj][s], _mm512_set1_epi32(w4[jj][g]), x);
+        }
+      }
+      for (int jj = 0; jj < 4; ++jj) {
+        if (j0 + jj >= G || f[jj] == 0.0f) continue;
+        const __m512 fv = _mm512_set1_ps(f[jj]);
+        float* out = acc + static_cast<size_t>(j0 + jj) * dp + 64 * u;
+        for (int s = 0; s < 4; ++s)
+          _mm512_storeu_ps(out + 16 * s,
+                           _mm512_fmadd_ps(_mm512_cvtepi32_ps(s4[jj][s]), fv, _mm512_loadu_ps(out + 16 * s)));
+      }
+    }
+  }
+}
+
+template <class Fn>
+TKV_AVX512_INT8 void with_nch(int dp, Fn&& fn) {
+  switch (dp) {
+    case 64: return fn(Int<1>{});
+    case 128: return fn(Int<2>{});
+    default: return fn(Int<4>{});
+  }
+}
+
+TKV_AVX512_INT8 void dots_lanes_avx512(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                                       const int8_t* q8, int G, int32_t* dots, int ld) {
+  const RowLayout::Part& p = L.parts[0];
+  with_nch(k.dp, [&](auto nch) TKV_AVX512_INT8 {
+    if (p.nplanes > 1) {
+      dots_lanes2<1, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
+    } else {
+      dots_lanes2<0, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
+    }
+  });
+}
+
+TKV_AVX512_INT8 void values_lanes_avx512(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                                         const float* w, int G, int ldw, float* acc) {
+  const RowLayout::Part& p = L.parts[0];
+  with_nch(k.dp, [&](auto nch) TKV_AVX512_INT8 {
+    if (p.nplanes > 1) {
+      values_lanes2<1, nch>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
+    } else {
+      values_lanes2<0, nch>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
+    }
+  });
+}
+
 #else
 
 bool int8_avx512_cpu() { return false; }
@@ -1071,16 +1311,18 @@ float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8,
 #endif
   return int8_quantize_residual_ref(q, dp, qs, q8, r8, bias);
 }
-void int8_dots16(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int16_t* q16, int G,
-                 int32_t* dots, int ld) {
+namespace {
+// The kernels without the lane kernels (natural order).
+void dots16_plain(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int16_t* q16, int G,
+                  int32_t* dots, int ld) {
 #if TKV_INT8_KEYS_X86
   if (k.wide && TKV_INT8_AVX512) return dots16_avx512(k, L, rows, n, q16, G, dots, ld);
   if (k.wide && TKV_INT8_AVX2) return int8_dots16_avx2(k, L, rows, n, q16, G, dots, ld);
 #endif
   int8_dots16_ref(k, L, rows, n, q16, G, dots, ld);
 }
-void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows, int n,
-                const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
+void dots2_plain(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows, int n,
+                 const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
 #if TKV_INT8_KEYS_X86
   if (TKV_INT8_AVX512) return dots2_avx512(k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
   if (TKV_INT8_AVX2) return int8_dots2_avx2(k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
@@ -1088,17 +1330,109 @@ void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const
   int8_dots_ref(k, L, rows, n, q8, G, dots, ld);
   if (k2) int8_dots_ref(*k2, L, rows, n, q8, G2, dots2, ld);
 }
+void values_plain(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w, int G,
+                  int ldw, float* acc) {
+#if TKV_INT8_KEYS_X86
+  if (TKV_INT8_AVX512) return values_avx512(k, L, rows, n, w, G, ldw, acc);
+  if (TKV_INT8_AVX2) return int8_values_avx2(k, L, rows, n, w, G, ldw, acc);
+#endif
+  int8_values_ref(k, L, rows, n, w, G, ldw, acc);
+}
+// Whether the lane kernels run (the flags, and AVX-512 in use).
+bool lanes_run(bool flag) {
+#if TKV_INT8_KEYS_X86
+  return flag && TKV_INT8_AVX512;
+#else
+  (void)flag;
+  return false;
+#endif
+}
+// G rows of dp: out[j][perm[p]] = in[j][p] (to natural: perm the order) or
+// out[j][p] = in[j][perm[p]] (to the order).
+template <class T>
+void reorder(const T* in, T* out, int G, int dp, const int* perm, bool to_natural) {
+  for (int j = 0; j < G; ++j)
+    for (int p = 0; p < dp; ++p) {
+      const size_t r = static_cast<size_t>(j) * dp;
+      if (to_natural) {
+        out[r + perm[p]] = in[r + p];
+      } else {
+        out[r + p] = in[r + perm[p]];
+      }
+    }
+}
+}  // namespace
+
+bool int8_query_order(const Int8Keys& k, int* perm) {
+  for (int p = 0; p < k.dp; ++p) perm[p] = p;
+  if (!lanes_run(k.lanes_dots)) return false;
+  for (int c = 0; c < k.dp / 64; ++c)
+    for (int s = 0; s < 4; ++s)
+      for (int b = 0; b < 16; ++b) perm[64 * c + 16 * s + b] = 64 * c + 4 * b + s;
+  return true;
+}
+bool int8_values_order(const Int8Keys& k, int* perm) {
+  for (int p = 0; p < k.dp; ++p) perm[p] = p;
+  if (!lanes_run(k.lanes_values)) return false;
+  for (int c = 0; c < k.dp / 64; ++c)
+    for (int s = 0; s < 4; ++s)
+      for (int i = 0; i < 16; ++i) perm[64 * c + 16 * s + i] = 64 * c + 4 * i + s;
+  return true;
+}
+
+// (Where the lane kernels do not run, the orders are natural.)
+void int8_dots_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8,
+                       int G, int32_t* dots, int ld) {
+#if TKV_INT8_KEYS_X86
+  if (lanes_run(k.lanes_dots)) return dots_lanes_avx512(k, L, rows, n, q8, G, dots, ld);
+#endif
+  dots2_plain(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld);
+}
+
+void int8_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w,
+                         int G, int ldw, float* acc) {
+#if TKV_INT8_KEYS_X86
+  if (lanes_run(k.lanes_values)) {
+    if (n >= 1 && n <= 32) return values_lanes_avx512(k, L, rows, n, w, G, ldw, acc);
+    int perm[1024];  // (more rows than one block: in the order, through natural)
+    int8_values_order(k, perm);
+    std::vector<float> nat(static_cast<size_t>(G) * k.dp);
+    reorder(acc, nat.data(), G, k.dp, perm, true);
+    values_plain(k, L, rows, n, w, G, ldw, nat.data());
+    return reorder(nat.data(), acc, G, k.dp, perm, false);
+  }
+#endif
+  values_plain(k, L, rows, n, w, G, ldw, acc);
+}
+
+// The natural-order functions: where the lane kernels run, the queries (or
+// accumulators) are put in their order and back.
+void int8_dots16(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int16_t* q16, int G,
+                 int32_t* dots, int ld) {
+  dots16_plain(k, L, rows, n, q16, G, dots, ld);
+}
+void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows, int n,
+                const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
+  if (k2 || !lanes_run(k.lanes_dots)) return dots2_plain(k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
+  int perm[1024];
+  int8_query_order(k, perm);
+  std::vector<int8_t> ord(static_cast<size_t>(G) * k.dp);
+  reorder(q8, ord.data(), G, k.dp, perm, false);
+  int8_dots_ordered(k, L, rows, n, ord.data(), G, dots, ld);
+}
 void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
                int32_t* dots, int ld) {
   int8_dots2(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld);
 }
 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w, int G,
                  int ldw, float* acc) {
-#if TKV_INT8_KEYS_X86
-  if (TKV_INT8_AVX512) return values_avx512(k, L, rows, n, w, G, ldw, acc);
-  if (TKV_INT8_AVX2) return int8_values_avx2(k, L, rows, n, w, G, ldw, acc);
-#endif
-  int8_values_ref(k, L, rows, n, w, G, ldw, acc);
+  if (!lanes_run(k.lanes_values) || n < 1 || n > 32) return values_plain(k, L, rows, n, w, G, ldw, acc);
+  int perm[1024];
+  int8_values_order(k, perm);
+  std::vector<float> ord(static_cast<size_t>(G) * k.dp);
+  reorder(acc, ord.data(), G, k.dp, perm, false);
+  int8_values_ordered(k, L, rows, n, w, G, ldw, ord.data());
+  reorder(ord.data(), acc, G, k.dp, perm, true);
 }
 
 }  // namespace tkv::attn

@@ -39,6 +39,17 @@ struct Int8Keys {
   float cs = 0.0f;       // centroid scale
   float cmax = 0.0f;     // max |c_j| over the tables (for the bound)
   uint8_t table[RowLayout::kMaxParts][256];  // c8_j + 128 per part
+  // The lane kernels (AVX-512, score_int8.cpp): four rows' code bytes side by
+  // side in the 128-bit lanes of one vector, so that the lookups, shifts and
+  // dots serve 4 rows at once and a row's sum needs 1.5 shuffles, not 8.
+  // They read queries and write accumulators in a kernel order
+  // (int8_query_order, int8_values_order). One part of 2-bit codes (+ a
+  // 1-bit plane: tq2, tq3) over dp = 64, 128 or 256.
+  // TKV_INT8_LANES=0 in the environment turns them off (for comparison).
+  bool lanes_dots = false;
+  bool lanes_values = false;
+  uint8_t lanes_table[64];   // c8 + 128 of code x mod 2^bits (vpermb reads 6 index bits)
+  uint8_t lanes_vtable[64];  // c8 (signed) likewise, for values
 };
 
 // The budget: the integer path may add this fraction of the codec's own score
@@ -122,6 +133,24 @@ void int8_values_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t* 
                      int G, int ldw, float* acc);
 void int8_values(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w, int G,
                  int ldw, float* acc);
+
+// The orders of the lane kernels: position p of a query (int8_dots_ordered,
+// int8_dots16_ordered) or of an accumulator row (int8_values_ordered) holds
+// coordinate perm[p]; the identity (and false) where the lane kernels do not
+// run (k.lanes_* not set, or a target other than AVX-512 in use).
+//   p = 64c + 16s + b  <->  coordinate 64c + 4b + s   (b < 16, s < 4)
+// (chunk c of 64 coordinates; in a 2-bit plane, byte b of the chunk holds
+// coordinates 4b .. 4b+3 and s picks one).
+bool int8_query_order(const Int8Keys& k, int* perm);
+bool int8_values_order(const Int8Keys& k, int* perm);
+// int8_dots / int8_values with queries and accumulators in
+// those orders (attention's path: its queries are reordered once per work
+// item, its accumulators once per call). The same integers as the natural
+// functions, which reorder and call these where the lane kernels run.
+void int8_dots_ordered(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n,
+                       const int8_t* q8, int G, int32_t* dots, int ld);
+void int8_values_ordered(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w,
+                         int G, int ldw, float* acc);
 
 // The AVX2 kernels (score_int8_avx2.cpp; int8_avx2_cpu() only), called
 // through the functions above.

@@ -211,6 +211,76 @@ TEST(Int8Values, KernelGivesTheSpecificationsSums) {
   }
 }
 
+// The lane kernels (score_int8.h: tq2 and tq3 on AVX-512) read queries and
+// write accumulators in their own order. The order is a permutation of the
+// coordinates that puts byte b's code s of each 64-coordinate chunk at
+// 64c + 16s + b (written out here, not read from the engine); the ordered
+// entry points, given the query and accumulators in that order, give the
+// specification's integers and sums; on other targets the order is natural.
+TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
+  int lanes_checked = 0;
+  for (attn::Int8Target target : targets_or_none()) {
+    SCOPED_TRACE(target_name(target));
+    PinTarget pin(target);
+    for (const std::string& f : {"tq2", "tq3", "tq4", "tq2.5"})
+      for (int d : {64, 80, 128, 256}) {
+        auto c = make(f, d);
+        ASSERT_TRUE(c) << f;
+        const int dp = padded(d), n = 37;
+        Int8Keys k;
+        attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k);
+        k.usable = true;
+        std::vector<int> order(dp), vorder(dp);
+        const bool lanes = attn::int8_query_order(k, order.data());
+        const bool vlanes = attn::int8_values_order(k, vorder.data());
+        // Where they run: tq2 and tq3 (one 2-bit plane, + a 1-bit one) at d 64, 128, 256, on AVX-512.
+        const bool expect = target == attn::Int8Target::kAvx512 && (f == "tq2" || f == "tq3") && d != 80;
+        ASSERT_EQ(lanes, expect) << f << " d=" << d;
+        ASSERT_EQ(vlanes, expect) << f << " d=" << d;
+        for (int p = 0; p < dp; ++p) {
+          const int c64 = p / 64, s = p % 64 / 16, b = p % 16;
+          const int want = expect ? 64 * c64 + 4 * b + s : p;
+          ASSERT_EQ(order[p], want) << f << " d=" << d << " position " << p;
+          ASSERT_EQ(vorder[p], want) << f << " d=" << d << " position " << p;
+        }
+        lanes_checked += expect;
+        const auto x = gaussian(size_t(n) * d, 300 + d);
+        const CodedRows rows = coded_rows(*c, x, n);
+        for (int G : {1, 4, 5}) {
+          std::vector<int8_t> q8(size_t(G) * dp, 0), q8o(q8.size());
+          Rng rng(G * 13 + d);
+          for (int j = 0; j < G; ++j)
+            for (int i = 0; i < d; ++i) q8[size_t(j) * dp + i] = int8_t(int(rng.next() % 255) - 127);
+          for (int j = 0; j < G; ++j)
+            for (int p = 0; p < dp; ++p) q8o[size_t(j) * dp + p] = q8[size_t(j) * dp + order[p]];
+          std::vector<int32_t> fast(size_t(G) * 40, -1), ref(size_t(G) * 40, -1);
+          attn::int8_dots_ordered(k, c->layout(), rows.ptr.data(), n, q8o.data(), G, fast.data(), 40);
+          attn::int8_dots_ref(k, c->layout(), rows.ptr.data(), n, q8.data(), G, ref.data(), 40);
+          ASSERT_EQ(fast, ref) << f << " d=" << d << " G=" << G;
+          // Values: one block of up to 32 rows, accumulators in the order.
+          for (int nv : {32, 5}) {
+            const int ldw = 32;
+            std::vector<float> w(size_t(G) * ldw, 0.0f);
+            for (auto& v : w) v = rng.next() % 4 == 0 ? 0.0f : float(std::exp(-3.0 * rng.uniform()));
+            std::vector<float> ref_acc(size_t(G) * dp), acc_o(ref_acc.size());
+            for (size_t i = 0; i < ref_acc.size(); ++i) ref_acc[i] = float(i % 5) - 2.0f;
+            for (int j = 0; j < G; ++j)
+              for (int p = 0; p < dp; ++p) acc_o[size_t(j) * dp + p] = ref_acc[size_t(j) * dp + vorder[p]];
+            attn::int8_values_ordered(k, c->layout(), rows.ptr.data(), nv, w.data(), G, ldw, acc_o.data());
+            attn::int8_values_ref(k, c->layout(), rows.ptr.data(), nv, w.data(), G, ldw, ref_acc.data());
+            for (int j = 0; j < G; ++j)
+              for (int p = 0; p < dp; ++p) {
+                const float r = ref_acc[size_t(j) * dp + vorder[p]];
+                ASSERT_NEAR(acc_o[size_t(j) * dp + p], r, 1e-6 * (1 + std::fabs(r)))
+                    << f << " d=" << d << " G=" << G << " n=" << nv << " position " << p;
+              }
+          }
+        }
+      }
+  }
+  if (attn::int8_target_supported(attn::Int8Target::kAvx512)) EXPECT_EQ(lanes_checked, 2 * 3);
+}
+
 // The query's bytes (main and residual) are the specification's, on random
 // queries of every length and on exact halves (ties round to even), zeros
 // and a single nonzero coordinate.
