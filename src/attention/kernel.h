@@ -61,14 +61,14 @@ struct Work {
   const uint8_t* k_end;     // one past the last readable byte of K / V data
   const uint8_t* v_end;
   float sparse_v;
-  // K read by the integer path (K.int8): the queries as int8 in natural
-  // coordinate order, or int8_query_order where K.i8_ordered, [H][2G][dp] (rows G..2G-1: the residual bytes, where
-  // K.i8.residual), their scales and biases 128·Σq8 [H][2G].
+  // K read by the integer path (K.int8): the queries as int8 [H][2G][dp] in
+  // natural coordinate order, or in int8_query_order where K.i8_ordered
+  // (rows G..2G-1: the residual bytes, where K.i8.residual), their scales
+  // and biases 128·Σq8 [H][2G].
   const int8_t* q8 = nullptr;
   const float* q8_scale = nullptr;
   const int32_t* q8_bias = nullptr;
-  // K.i8.wide: the queries as 16-bit words [H][G][dp] (natural order, or as
-  // q8 where K.i8_ordered); their
+  // K.i8.wide: the queries as 16-bit words [H][G][dp] (natural order); their
   // scales in q8_scale at the int8 rows' places.
   const int16_t* q16 = nullptr;
   // Outputs: running max, sum and accumulator (V's domain) per head and query.

@@ -134,8 +134,8 @@ void int8_values_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t* 
 void int8_values(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w, int G,
                  int ldw, float* acc);
 
-// The orders of the lane kernels: position p of a query (int8_dots_ordered,
-// int8_dots16_ordered) or of an accumulator row (int8_values_ordered) holds
+// The orders of the lane kernels: position p of a query (int8_dots_ordered)
+// or of an accumulator row (int8_values_ordered) holds
 // coordinate perm[p]; the identity (and false) where the lane kernels do not
 // run (k.lanes_* not set, or a target other than AVX-512 in use).
 //   p = 64c + 16s + b  <->  coordinate 64c + 4b + s   (b < 16, s < 4)
@@ -143,10 +143,11 @@ void int8_values(const Int8Keys& k, const RowLayout& layout, const uint8_t* cons
 // coordinates 4b .. 4b+3 and s picks one).
 bool int8_query_order(const Int8Keys& k, int* perm);
 bool int8_values_order(const Int8Keys& k, int* perm);
-// int8_dots / int8_values with queries and accumulators in
-// those orders (attention's path: its queries are reordered once per work
-// item, its accumulators once per call). The same integers as the natural
-// functions, which reorder and call these where the lane kernels run.
+// int8_dots / int8_values with queries and accumulators in those orders
+// (attention's path: its queries are reordered when they are quantized, its
+// accumulators put back in natural order by the output stage through the V
+// reader's perm). The same integers as the natural functions, which reorder
+// and call these where the lane kernels run.
 void int8_dots_ordered(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n,
                        const int8_t* q8, int G, int32_t* dots, int ld);
 void int8_values_ordered(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w,
