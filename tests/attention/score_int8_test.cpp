@@ -518,13 +518,14 @@ struct AttnCase {
   int d = 128, gqa = 4, n_kv = 300, n_q = 1;
   bool paged = false;
   int window = 0;
+  std::string fv = "tq4";  // V's format (tq2 and tq3 V: the lane kernels on AVX-512)
 };
 
 void check_attention(const AttnCase& ac) {
-  SCOPED_TRACE(ac.f + " d=" + std::to_string(ac.d) + " gqa=" + std::to_string(ac.gqa) +
+  SCOPED_TRACE(ac.f + "/" + ac.fv + " d=" + std::to_string(ac.d) + " gqa=" + std::to_string(ac.gqa) +
                (ac.paged ? " paged" : "") + " window=" + std::to_string(ac.window) + " n_q=" + std::to_string(ac.n_q));
   const int d = ac.d, H = 2, Hq = H * ac.gqa, n = ac.n_kv;
-  auto ck = make(ac.f, d), cv = make("tq4", d);
+  auto ck = make(ac.f, d), cv = make(ac.fv, d);
   ASSERT_TRUE(ck && cv);
   const auto k = gaussian(size_t(n) * H * d, 1), v = gaussian(size_t(n) * H * d, 2);
   const auto q = gaussian(size_t(ac.n_q) * Hq * d, 3, 2.0);
@@ -554,6 +555,7 @@ void check_attention(const AttnCase& ac) {
   a.d = d;
   a.k = {ck.get(), kq.data(), 0, 0};
   a.v = {cv.get(), vq.data(), 0, 0};
+  const AttentionArgs flat = a;  // contiguous: the paged run must give its bits
   if (ac.paged) {
     const size_t kb = page(kq, ck->row_bytes(), kp), vb = page(vq, cv->row_bytes(), vp);
     a.k.data = kp.data();
@@ -576,6 +578,18 @@ void check_attention(const AttnCase& ac) {
   a.out = out_i8.data();
   a.lse = lse_i8.data();
   ASSERT_TRUE(attention(a).ok());
+  if (ac.paged) {
+    std::vector<float> out_flat(q.size()), lse_flat(lse_i8.size());
+    AttentionArgs b = flat;
+    b.window = ac.window;
+    b.causal_offset = a.causal_offset;
+    b.keys = KeyScoring::kInt8;
+    b.out = out_flat.data();
+    b.lse = lse_flat.data();
+    ASSERT_TRUE(attention(b).ok());
+    EXPECT_EQ(0, std::memcmp(out_flat.data(), out_i8.data(), sizeof(float) * out_flat.size())) << "paged = contiguous";
+    EXPECT_EQ(0, std::memcmp(lse_flat.data(), lse_i8.data(), sizeof(float) * lse_flat.size())) << "paged = contiguous";
+  }
   Int8Keys ik;
   attn::int8_keys_prepare(ck->layout(), d, padded(d), ck->coord_scale(), ik);
   const bool expect_int8 = attn::int8_keys_cpu() && ik.usable;
@@ -629,9 +643,10 @@ TEST(Int8Keys, AttentionWithinTheImpliedBound) {
   for (const char* f : {"tq2", "tq3", "tq4", "tq3.5", "tqc3", "tqc6"})
     for (int d : {64, 80, 128, 256})
       for (int gqa : {1, 4, 8}) check_attention({f, d, gqa});
-  for (bool paged : {false, true})
-    for (int window : {0, 40})
-      for (int n_q : {1, 5}) check_attention({"tq4", 128, 4, 300, n_q, paged, window});
+  for (const char* f : {"tq4", "tq2", "tq3"})  // K and V of one format: tq2/tq3 V in the lane kernels' order
+    for (bool paged : {false, true})
+      for (int window : {0, 40})
+        for (int n_q : {1, 5}) check_attention({f, 128, 4, 300, n_q, paged, window, f});
   }
 }
 
