@@ -106,7 +106,7 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     k.predicted = codec > 0 ? (cw + qs16 * qs16 / 12.0 * covered) / codec : 1e30;
   }
   k.usable = k.predicted <= kInt8MaxPredicted;
-  // The lane kernels' layouts (score_int8.h): one part, planes 2 (+1) or 4.
+  // The lane kernels' layouts (score_int8.h): one part, a 2-bit plane (+ a 1-bit one).
   static const bool lanes_on = [] {
     const char* e = std::getenv("TKV_INT8_LANES");
     return !(e && std::string(e) == "0");
@@ -121,7 +121,7 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   k.lanes_dots = two && !k.residual && !k.wide;
   for (int x = 0; x < 64; ++x) {  // the codes' bits below 6 not theirs are ignored: the table repeats
     k.lanes_table[x] = k.table[0][x % (4 << w1)];
-    k.lanes_vtable[x] = static_cast<uint8_t>(k.table[0][x % (4 << w1)] ^ 0x80);
+    k.lanes_vtable[x] = static_cast<uint8_t>(k.lanes_table[x] ^ 0x80);
   }
 }
 
@@ -1313,14 +1313,6 @@ float int8_quantize_residual(const float* q, int dp, float qs, const int8_t* q8,
 }
 namespace {
 // The kernels without the lane kernels (natural order).
-void dots16_plain(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int16_t* q16, int G,
-                  int32_t* dots, int ld) {
-#if TKV_INT8_KEYS_X86
-  if (k.wide && TKV_INT8_AVX512) return dots16_avx512(k, L, rows, n, q16, G, dots, ld);
-  if (k.wide && TKV_INT8_AVX2) return int8_dots16_avx2(k, L, rows, n, q16, G, dots, ld);
-#endif
-  int8_dots16_ref(k, L, rows, n, q16, G, dots, ld);
-}
 void dots2_plain(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows, int n,
                  const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
 #if TKV_INT8_KEYS_X86
@@ -1409,7 +1401,11 @@ void int8_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* c
 // accumulators) are put in their order and back.
 void int8_dots16(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int16_t* q16, int G,
                  int32_t* dots, int ld) {
-  dots16_plain(k, L, rows, n, q16, G, dots, ld);
+#if TKV_INT8_KEYS_X86
+  if (k.wide && TKV_INT8_AVX512) return dots16_avx512(k, L, rows, n, q16, G, dots, ld);
+  if (k.wide && TKV_INT8_AVX2) return int8_dots16_avx2(k, L, rows, n, q16, G, dots, ld);
+#endif
+  int8_dots16_ref(k, L, rows, n, q16, G, dots, ld);
 }
 void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows, int n,
                 const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
