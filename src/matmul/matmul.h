@@ -31,8 +31,9 @@ Expected<Matrix> matrix_from(const gguf::Tensor& t, const std::string& path);
 //   rows x tokens (every weight type, every SIMD target);
 // kInt8: activations quantized per block of 32, integer dot products
 //   (AVX512-VNNI, else AVX2) for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
-//   Q6_K; BF16 weights with activations rounded to bf16 and AVX512-BF16
-//   dot products; other types or CPUs fall back to kTiled;
+//   Q6_K; F16 and BF16 weights on AMX tiles (weights and activations split
+//   into bf16 halves, matmul_amx.cpp), else BF16 with activations rounded to
+//   bf16 and AVX512-BF16 dot products; other types or CPUs fall back to kTiled;
 //   One token (decode) of Q8_0, Q4_0, MXFP4 and the K-quants takes a
 //   weight-streaming int8 kernel;
 // kAuto: kInt8 for one token of those types and from kTiledMinTokens tokens,

@@ -31,6 +31,11 @@ bool int8_supports(uint32_t type);
 // without the instruction (or the AVX-512 target).
 bool matmul_bf16(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 bool bf16_dot_available();
+// F16 and BF16 weights on Intel AMX (matmul_amx.cpp): weights and
+// activations split into bf16 halves, TDPBF16PS tile products; each product
+// within 2^-15 of w x (BF16 weights: 2^-16) before the f32 sums. False
+// (nothing written) for other types or where amx_usable() is false.
+bool matmul_amx(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 // AVX512-VNNI usable now (the CPU has it and dispatch may pick an AVX-512
 // target): the decode kernels below need it.
 bool vnni_available();

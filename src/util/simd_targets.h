@@ -23,5 +23,11 @@ void simd_force_target(int64_t bit);
 // in a VM (perf: 3.5 % of a one-thread Q4_K decode, ~20 us a call, from the
 // kernels' availability checks once per matrix product).
 int64_t simd_supported_targets();
+// Intel AMX (tile registers with AMX-BF16 and AMX-INT8) usable now: the CPU
+// has them, Linux granted this process the tile state (arch_prctl
+// ARCH_REQ_XCOMP_PERM, asked once), dispatch may pick an AVX-512 target (the
+// AMX kernels prepare their operands with AVX-512; forcing AVX2 turns them
+// off, so tests reach the kernels below them), and TKV_AMX is not 0.
+bool amx_usable();
 
 }  // namespace tkv

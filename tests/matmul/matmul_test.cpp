@@ -579,6 +579,56 @@ TEST(Matmul, Bf16DotWithinTheActivationRoundingBound) {
   EXPECT_TRUE(f32_tolerance_fails);
 }
 
+// F16 and BF16 weights on AMX (matmul_amx.cpp): weights and activations
+// split into bf16 halves, each product within 2^-15 |w x| (BF16 weights:
+// 2^-16) before the f32 sums, whose worst case over the 3 kp / 2 pair
+// additions (kp: cols rounded up to 32) is added below. Shapes around the
+// 16 x 16 tiles, the 32-column steps and the panels of 32 rows: partial
+// tiles go through a bounce buffer, full ones straight into y; a guard past
+// y and NaN-filled outputs show every output written and nothing past it.
+// 1 and 3 threads give the same bits (each panel's sums do not depend on
+// the split).
+TEST(Matmul, AmxSplitBf16WithinItsBoundOnTileEdges) {
+  if (!amx_usable()) GTEST_SKIP() << "no AMX on this CPU (or TKV_AMX=0): F16 and BF16 take the other cores";
+  struct S {
+    int64_t rows, cols;
+    int n_tok;
+  };
+  const S shapes[] = {{1, 7, 1},    {15, 32, 16},  {16, 33, 15},  {17, 64, 17}, {33, 100, 33},
+                      {130, 257, 40}, {300, 96, 100}, {64, 2048, 5}, {47, 31, 64}};
+  uint64_t seed = 900;
+  for (uint32_t id : {1u, 30u}) {
+    const auto& ti = *std::find_if(std::begin(kTypes), std::end(kTypes), [&](const auto& t) { return t.id == id; });
+    for (const auto& s : shapes) {
+      const TestMatrix tm = make_matrix(ti, s.rows, s.cols, seed++);
+      const auto x = make_acts(s.n_tok, s.cols, seed++);
+      const size_t n = static_cast<size_t>(s.n_tok * s.rows);
+      std::vector<float> y1(n + 64, std::nanf("")), y3(n + 64, std::nanf(""));
+      ASSERT_TRUE(matmul_amx(tm.m, x.data(), s.n_tok, y1.data(), 1));
+      ASSERT_TRUE(matmul_amx(tm.m, x.data(), s.n_tok, y3.data(), 3));
+      for (size_t i = n; i < n + 64; ++i) ASSERT_TRUE(std::isnan(y1[i]) && std::isnan(y3[i])) << "written past y";
+      ASSERT_EQ(0, std::memcmp(y1.data(), y3.data(), sizeof(float) * n)) << ti.name << " " << s.rows << "x" << s.cols;
+      const int64_t kp = (s.cols + 31) / 32 * 32;
+      const double split = id == 1 ? std::ldexp(1.0, -15) : std::ldexp(1.0, -16);
+      const double sums = std::ldexp(1.0, -24) * (3.0 * kp / 2 + 2);
+      double worst = 0;
+      for (int t = 0; t < s.n_tok; ++t)
+        for (int64_t r = 0; r < s.rows; ++r) {
+          double ref = 0, abs_sum = 0;
+          for (int64_t c = 0; c < s.cols; ++c) {
+            const double p = tm.w[r * s.cols + c] * x[t * s.cols + c];
+            ref += p;
+            abs_sum += std::fabs(p);
+          }
+          const float v = y1[t * s.rows + r];
+          ASSERT_TRUE(std::isfinite(v)) << "output " << t << "," << r << " not written";
+          worst = std::max(worst, std::fabs(v - ref) / ((1.001 * split + sums) * abs_sum + 1e-30));
+        }
+      EXPECT_LE(worst, 1.0) << ti.name << " " << s.rows << "x" << s.cols << " tokens " << s.n_tok;
+    }
+  }
+}
+
 TEST(Matmul, SimdActivationQuantizerEqualsTheScalarOneOnEveryTarget) {
   TargetGuard guard;
   const int64_t cols = 32 * 37;
