@@ -33,21 +33,13 @@
 #include "matmul/matmul_tiled.h"
 #include "util/simd_targets.h"
 
-#if defined(__x86_64__) && defined(__linux__) && !defined(TKV_NO_VNNI)
+#include "matmul/amx_tiles.h"
+
+#ifdef TKV_X86_AMX
 // GCC 12's avx512fintrin.h: see matmul_int8.cpp.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
-#define TKV_X86_AMX 1
 #define TKV_AMX_ATTR __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512bf16")))
-// The tile instructions as assembly with a memory clobber: GCC's _tile_*
-// macros tell the compiler nothing of the memory they read and write, so a
-// store into a buffer a tile then loads could be moved past the load.
-#define TKV_TILE_LOAD(t, base, stride) \
-  asm volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"(static_cast<long>(stride)) : "memory")
-#define TKV_TILE_STORE(t, base, stride) \
-  asm volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"(static_cast<long>(stride)) : "memory")
-#define TKV_TILE_ZERO(t) asm volatile("tilezero %%tmm" #t ::: "memory")
-#define TKV_TILE_BF16(c, a, b) asm volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 #endif
 
 namespace tkv {
@@ -60,24 +52,15 @@ constexpr int kKS = 32;   // columns per tile (16 bf16 pairs)
 constexpr int kTileBf16 = 16 * kKS;  // bf16 values in a 1 KiB B tile
 
 #ifdef TKV_X86_AMX
-// ldtilecfg's 64-byte operand: palette 1, every tile 16 rows x 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-TKV_AMX_ATTR void tiles_configure() {
+// Every tile 16 rows x 64 bytes.
+void tiles_configure() {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.colsb[t] = 64;
     cfg.rows[t] = 16;
   }
-  asm volatile("ldtilecfg %0" ::"m"(cfg) : "memory");
+  tiles_load_config(cfg);
 }
-
-void tiles_release() { asm volatile("tilerelease" ::: "memory"); }
 
 // 16 f32 of a vector rounded to bf16 (nearest even) and back to f32.
 TKV_AMX_ATTR inline __m512 bf16_round(__m512 v) {
