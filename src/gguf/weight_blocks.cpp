@@ -172,30 +172,18 @@ bool has_u8_unpack(uint32_t type) {
          type == kMxfp4Type;
 }
 
-void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* d, float* m) {
+void unpack_u8_scales(uint32_t type, const uint8_t* row, int64_t j, float* d, float* m) {
   if (type == 12 || type == 13) {
-    const bool q5 = type == 13;
-    const uint8_t* blk = row + (j / 8) * (q5 ? 176 : 144);
-    const int sub = static_cast<int>(j % 8), pair = sub / 2;
-    const uint8_t* qh = blk + 16;
-    const uint8_t* q = blk + (q5 ? 48 : 16) + 32 * pair;
+    const uint8_t* blk = row + (j / 8) * (type == 13 ? 176 : 144);
     int s, mm;
-    scale_min_k4(sub, blk + 4, s, mm);
-    const int hbit = (sub & 1 ? 2 : 1) << (2 * pair);
-    for (int l = 0; l < 32; ++l)
-      u[l] = static_cast<uint8_t>((sub & 1 ? q[l] >> 4 : q[l] & 0xF) + (q5 && (qh[l] & hbit) ? 16 : 0));
+    scale_min_k4(static_cast<int>(j % 8), blk + 4, s, mm);
     // The float dequantizer computes d * s * q - dmin * m, left to right.
     *d = half(blk) * s;
     *m = -(half(blk + 2) * mm);
     return;
   }
   if (type == kMxfp4Type) {  // codes kMxfp4 + 12 in 0..24: value = d * u - 12 d exactly
-    const uint8_t* blk = row + j * 17;
-    for (int l = 0; l < 16; ++l) {
-      u[l] = static_cast<uint8_t>(kMxfp4[blk[1 + l] & 15] + 12);
-      u[l + 16] = static_cast<uint8_t>(kMxfp4[blk[1 + l] >> 4] + 12);
-    }
-    *d = mxfp4_scale(blk[0]);
+    *d = mxfp4_scale(row[j * 17]);
     *m = -12.0f * *d;
     return;
   }
@@ -203,9 +191,38 @@ void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* 
   const float dd = half(blk);
   *d = dd;
   switch (type) {
+    case 8: *m = -128.0f * dd; return;
+    case 2: case 3: *m = type == 2 ? -8.0f * dd : half(blk + 2); return;
+    case 6: case 7: *m = type == 7 ? half(blk + 2) : -16.0f * dd; return;
+    default: *m = 0.0f; return;
+  }
+}
+
+void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* d, float* m) {
+  unpack_u8_scales(type, row, j, d, m);
+  if (type == 12 || type == 13) {
+    const bool q5 = type == 13;
+    const uint8_t* blk = row + (j / 8) * (q5 ? 176 : 144);
+    const int sub = static_cast<int>(j % 8), pair = sub / 2;
+    const uint8_t* qh = blk + 16;
+    const uint8_t* q = blk + (q5 ? 48 : 16) + 32 * pair;
+    const int hbit = (sub & 1 ? 2 : 1) << (2 * pair);
+    for (int l = 0; l < 32; ++l)
+      u[l] = static_cast<uint8_t>((sub & 1 ? q[l] >> 4 : q[l] & 0xF) + (q5 && (qh[l] & hbit) ? 16 : 0));
+    return;
+  }
+  if (type == kMxfp4Type) {
+    const uint8_t* blk = row + j * 17;
+    for (int l = 0; l < 16; ++l) {
+      u[l] = static_cast<uint8_t>(kMxfp4[blk[1 + l] & 15] + 12);
+      u[l + 16] = static_cast<uint8_t>(kMxfp4[blk[1 + l] >> 4] + 12);
+    }
+    return;
+  }
+  const uint8_t* blk = row + j * weight_block_bytes(type);
+  switch (type) {
     case 8:
       for (int l = 0; l < 32; ++l) u[l] = static_cast<uint8_t>(blk[2 + l] ^ 0x80);  // int8 q + 128
-      *m = -128.0f * dd;
       return;
     case 2: case 3: {
       const uint8_t* qs = blk + (type == 2 ? 2 : 4);
@@ -213,7 +230,6 @@ void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* 
         u[l] = qs[l] & 15;
         u[l + 16] = qs[l] >> 4;
       }
-      *m = type == 2 ? -8.0f * dd : half(blk + 2);
       return;
     }
     case 6: case 7: {
@@ -226,7 +242,6 @@ void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* 
         u[l] = static_cast<uint8_t>((qs[l] & 15) | (((qh >> l) << 4) & 0x10));
         u[l + 16] = static_cast<uint8_t>((qs[l] >> 4) | ((qh >> (l + 12)) & 0x10));
       }
-      *m = q51 ? half(blk + 2) : -16.0f * dd;
       return;
     }
     default: return;

@@ -33,6 +33,8 @@ bool has_u8_unpack(uint32_t type);
 // floats unpack_f32 multiplies by (Q8_0: u = q + 128, m = -128 d; Q4_0:
 // u = q, m = -8 d; Q4_K: d = d_super * scale, m = -(dmin * min); ...).
 void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* d, float* m);
+// unpack_u8's d and m alone (for kernels that expand the codes themselves).
+void unpack_u8_scales(uint32_t type, const uint8_t* row, int64_t j, float* d, float* m);
 // llama.cpp's get_scale_min_k4: the 6-bit scale and min of sub-block j of a
 // Q4_K / Q5_K super-block, from its 12 packed bytes q.
 void scale_min_k4(int j, const uint8_t* q, int& d, int& m);

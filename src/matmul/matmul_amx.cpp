@@ -34,6 +34,7 @@
 #include "util/simd_targets.h"
 
 #include "matmul/amx_tiles.h"
+#include "matmul/transpose16.h"
 
 #ifdef TKV_X86_AMX
 // GCC 12's avx512fintrin.h: see matmul_int8.cpp.
@@ -73,31 +74,6 @@ TKV_AMX_ATTR inline __m512i bf16_pack(__m512 lo16, __m512 hi16) {
   return (__m512i)_mm512_cvtne2ps_pbh(hi16, lo16);
 }
 
-// r[i] dword p -> r[p] dword i: unpacks within 128-bit lanes, then a 4 x 4
-// transpose of the lanes (64 shuffles; 16 scatters of 16 dwords took 8x as
-// long, 28 % of an F16 product).
-TKV_AMX_ATTR void transpose16(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // u[4 i + k], lane L: rows 4 i .. 4 i + 3, dword 4 L + k
-    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int k = 0; k < 4; ++k) {
-    const __m512i v0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x44), v1 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xEE);
-    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x44), v3 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xEE);
-    r[k] = _mm512_shuffle_i32x4(v0, v2, 0x88);
-    r[4 + k] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
-    r[8 + k] = _mm512_shuffle_i32x4(v1, v3, 0x88);
-    r[12 + k] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
-  }
-}
-
 // Rows r0 .. r0 + nr - 1 of F16 or BF16 weights into a panel's wh and wl,
 // pr rows in pr / 16 blocks; rows and columns past the matrix are 0. The
 // tile of row block i and step s is 1 KiB at (i * steps + s) * 512, in the
@@ -127,10 +103,10 @@ TKV_AMX_ATTR void fill_panel(const Matrix& w, int64_t r0, int64_t nr, int64_t pr
         l[e] = bf16_pack(_mm512_sub_ps(v0, h0), _mm512_sub_ps(v1, h1));
       }
       const int64_t o = ((i0 / 16) * steps + c / kKS) * kTileBf16;
-      transpose16(h);
+      transpose16_epi32(h);
       for (int p = 0; p < 16; ++p) _mm512_store_si512(wh + o + p * kKS, h[p]);
       if (!f16) continue;
-      transpose16(l);
+      transpose16_epi32(l);
       for (int p = 0; p < 16; ++p) _mm512_store_si512(wl + o + p * kKS, l[p]);
     }
   }
