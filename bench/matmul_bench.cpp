@@ -98,6 +98,10 @@ int register_all() {
       benchmark::RegisterBenchmark((std::string("matmul/") + name + "/" + matmul_core_name(core)).c_str(), BM_matmul,
                                    std::string(name), id, core, int64_t{0})
           ->Arg(1)
+          ->Arg(8)
+          ->Arg(32)
+          ->Arg(64)
+          ->Arg(128)
           ->Arg(512)
           ->Unit(benchmark::kMillisecond);
   // The AVX2 kernels (f32 tiles and the vpmaddubsw int8 core), where this CPU has AVX2.

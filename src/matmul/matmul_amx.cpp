@@ -199,6 +199,8 @@ TKV_AMX_ATTR void store_c(float* y, int64_t rows, int n_tok, int64_t t0, int64_t
 
 }  // namespace
 
+int amx_min_tokens(uint32_t type) { return type == kF16 ? 64 : 1; }
+
 bool matmul_amx(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   if ((w.type != kF16 && w.type != kBF16) || !amx_usable()) return false;
 #ifdef TKV_X86_AMX

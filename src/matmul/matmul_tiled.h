@@ -36,6 +36,15 @@ bool bf16_dot_available();
 // within 2^-15 of w x (BF16 weights: 2^-16) before the f32 sums. False
 // (nothing written) for other types or where amx_usable() is false.
 bool matmul_amx(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+// The fewest tokens for which matmul() takes matmul_amx: each call converts
+// every weight to bf16 halves first (F16: ~0.6 ns a weight), which fewer
+// tokens do not repay. Measured with tkv_bench matmul/F16|BF16 at 2048 x
+// 2048, one thread: F16 8 tokens AMX 4.2-4.5 ms against the f32 tiles'
+// 1.75, 32: 4.4-4.8 against 3.9-4.3, 64: 4.7-6.5 against 6.3-7.1. BF16
+// takes AMX from any count: 8 tokens 1.9-2.3 ms against 9.0 for the
+// vdpbf16ps core it replaces there (its panels re-laid per value) and 1.65
+// for the f32 tiles; 32: 1.7-2.0 against 4.0-4.1.
+int amx_min_tokens(uint32_t type);
 // AVX512-VNNI usable now (the CPU has it and dispatch may pick an AVX-512
 // target): the decode kernels below need it.
 bool vnni_available();
