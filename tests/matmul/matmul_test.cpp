@@ -629,6 +629,34 @@ TEST(Matmul, AmxSplitBf16WithinItsBoundOnTileEdges) {
   }
 }
 
+// Which core matmul() gives F16 and BF16 by token count: AMX from
+// amx_min_tokens (F16 64: the weights' conversion is not repaid below),
+// the f32 tiles (F16) or the vdpbf16ps core (BF16) under it; bit for bit
+// the core called alone.
+TEST(Matmul, F16AndBf16TakeAmxFromTheirMinimumTokenCount) {
+  if (!amx_usable()) GTEST_SKIP() << "no AMX on this CPU (or TKV_AMX=0): F16 and BF16 take the other cores";
+  EXPECT_EQ(amx_min_tokens(1), 64);
+  EXPECT_EQ(amx_min_tokens(30), 1);
+  uint64_t seed = 950;
+  for (uint32_t id : {1u, 30u}) {
+    const auto& ti = *std::find_if(std::begin(kTypes), std::end(kTypes), [&](const auto& t) { return t.id == id; });
+    const TestMatrix tm = make_matrix(ti, 40, 96, seed++);
+    for (int n_tok : {4, 63, 64, 65}) {
+      const auto x = make_acts(n_tok, 96, seed++);
+      std::vector<float> y(static_cast<size_t>(n_tok * 40)), want(y.size());
+      matmul_with(MatmulCore::kAuto, tm.m, x.data(), n_tok, y.data(), 2);
+      if (n_tok >= amx_min_tokens(id)) {
+        ASSERT_TRUE(matmul_amx(tm.m, x.data(), n_tok, want.data(), 2));
+      } else if (id == 30 && bf16_dot_available()) {
+        ASSERT_TRUE(matmul_bf16(tm.m, x.data(), n_tok, want.data(), 2));
+      } else {
+        matmul_tiled_f32(tm.m, x.data(), n_tok, want.data(), 2);
+      }
+      EXPECT_EQ(0, std::memcmp(y.data(), want.data(), sizeof(float) * y.size())) << ti.name << " tokens " << n_tok;
+    }
+  }
+}
+
 TEST(Matmul, SimdActivationQuantizerEqualsTheScalarOneOnEveryTarget) {
   TargetGuard guard;
   const int64_t cols = 32 * 37;
