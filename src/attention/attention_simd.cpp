@@ -848,6 +848,28 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const 
   int8_values_ordered(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);  // acch in V.perm's order
 }
 
+// e^x for x <= 0 (-inf included: 0), the integer path's softmax weights,
+// which its V kernel rounds to bytes (2^-8) and the lane sums add in f32:
+// 2^t with t = x log2(e) clamped at -127 (below e^-88 the result is 0),
+// n = floor(t), 2^(t - n) by a degree-4 polynomial fitted to the relative
+// error (at most 2.9e-6 on [0, 1), against hn::Exp's ~1e-7), 2^n put into
+// the exponent field. 13 operations a vector against hn::Exp's ~22 and the
+// -inf select.
+template <class D, class V>
+HWY_INLINE V ExpNonPositive(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  const auto t = hn::Max(hn::Mul(x, hn::Set(d, 1.44269504088896341f)), hn::Set(d, -127.0f));
+  const auto n = hn::Floor(t);
+  const auto f = hn::Sub(t, n);
+  auto p = hn::Set(d, 0.013426551100833566f);
+  p = hn::MulAdd(p, f, hn::Set(d, 0.05224089699072618f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.24128268806092731f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.6930440082949276f));
+  p = hn::MulAdd(p, f, hn::Set(d, 1.0f));
+  const auto two_n = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+  return hn::Mul(p, two_n);
+}
+
 // Scores, softmax update and V accumulation of one block of rows for the G
 // queries of KV head h.
 void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, const TurboConsts& vtc, const Work& w,
@@ -912,11 +934,19 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
     }
     const auto vm = hn::Set(df, mh[j]);
     auto vsum = lane_sums ? hn::Load(df, lvh + static_cast<size_t>(j) * N) : hn::Zero(df);
-    for (int i = 0; i < kBlock; i += N) {
-      const auto x = hn::LoadU(df, pj + i);
-      const auto e = hn::IfThenZeroElse(hn::Eq(x, neg_inf), hn::Exp(df, hn::Sub(x, vm)));
-      hn::StoreU(e, df, pj + i);
-      vsum = hn::Add(vsum, e);
+    if (lane_sums) {  // the integer path: its V kernel rounds these weights to bytes
+      for (int i = 0; i < kBlock; i += N) {
+        const auto e = ExpNonPositive(df, hn::Sub(hn::LoadU(df, pj + i), vm));
+        hn::StoreU(e, df, pj + i);
+        vsum = hn::Add(vsum, e);
+      }
+    } else {
+      for (int i = 0; i < kBlock; i += N) {
+        const auto x = hn::LoadU(df, pj + i);
+        const auto e = hn::IfThenZeroElse(hn::Eq(x, neg_inf), hn::Exp(df, hn::Sub(x, vm)));
+        hn::StoreU(e, df, pj + i);
+        vsum = hn::Add(vsum, e);
+      }
     }
     if (lane_sums) {
       hn::Store(vsum, df, lvh + static_cast<size_t>(j) * N);
