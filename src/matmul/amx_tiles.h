@@ -1,5 +1,5 @@
-// The AMX tile instructions the matmul kernels use (matmul_amx.cpp,
-// matmul_int8.cpp), as assembly with a memory clobber: GCC's _tile_*
+// The AMX tile instructions the matmul kernels use (matmul_amx.cpp), as
+// assembly with a memory clobber: GCC's _tile_*
 // macros tell the compiler nothing of the memory they read and write, so a
 // store into a buffer that a tile then loads could be moved past the load.
 // Internal to matmul/; callers check amx_usable() (util/simd_targets.h).
@@ -13,9 +13,8 @@
 #define TKV_TILE_STORE(t, base, stride) \
   asm volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"(static_cast<long>(stride)) : "memory")
 #define TKV_TILE_ZERO(t) asm volatile("tilezero %%tmm" #t ::: "memory")
-// c += a b: bf16 pairs into f32; signed bytes (a) times unsigned (b) into int32.
+// c += a b: bf16 pairs into f32.
 #define TKV_TILE_BF16(c, a, b) asm volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
-#define TKV_TILE_SU8(c, a, b) asm volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
 
 namespace tkv {
 

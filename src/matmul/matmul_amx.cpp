@@ -14,19 +14,17 @@
 // own F16 path rounds the activations to f16 (2^-11 of each product).
 //
 // Layout (the operand shapes TDPBF16PS reads):
-//   A = weights, a panel of 32 rows (two tiles of 16) as bf16 rows of kp
-//     columns (cols rounded up to 32, zero padded), wh and wl apart: a tile
-//     is 16 rows x 64 bytes at the row stride, no reordering.
-//   B = activations, per 16 tokens and 32 columns a 1 KiB tile whose row p
-//     holds, for each of the 16 tokens, the pair of columns (2p, 2p + 1):
-//     written once a call (xh and xl apart) and read by every panel.
-//   C = 2 x 2 tiles of 16 rows x 16 tokens, read out once after all columns.
-// A 32-row panel of 5632 columns (the FFN down matrix) is 704 KiB for wh and
-// wl, in the 2 MiB L2 while it meets every token; the activations (4 bytes a
-// value, 11.5 MiB at 512 x 5632) stream from the L3 once a panel.
+//   A = activations, per 16 tokens and 32 columns a contiguous 1 KiB tile
+//     (16 tokens x 32 bf16, cols rounded up to 32 and zero padded), xh and
+//     xl apart: written once a call and read by every panel.
+//   B = weights, per 16 rows and 32 columns a 1 KiB tile whose row p holds,
+//     for each of the 16 rows, the pair of columns (2p, 2p + 1) (a 16 x 16
+//     dword transpose), wh and wl apart; panels of up to 128 rows, within
+//     ~1 MiB of the 2 MiB L2 (32 rows at 5632 columns: 704 KiB).
+//   C = 2 x 2 tiles of 16 tokens x 16 rows, stored into y at its row
+//     stride once after all columns.
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include <hwy/aligned_allocator.h>
 
@@ -47,10 +45,9 @@ namespace tkv {
 namespace {
 
 constexpr uint32_t kF16 = 1, kBF16 = 30;
-constexpr int kAR = 32;   // weight rows per panel: two A tiles
-constexpr int kBT = 32;   // tokens per step: two B tiles
+constexpr int kAR = 32;   // weight rows per pair of B tiles (panels hold 1-4 pairs)
 constexpr int kKS = 32;   // columns per tile (16 bf16 pairs)
-constexpr int kTileBf16 = 16 * kKS;  // bf16 values in a 1 KiB B tile
+constexpr int kTileBf16 = 16 * kKS;  // bf16 values in a 1 KiB tile
 
 #ifdef TKV_X86_AMX
 // Every tile 16 rows x 64 bytes.
@@ -128,13 +125,6 @@ TKV_AMX_ATTR void fill_token(const float* x, int64_t cols, int64_t kp, int t_in_
   }
 }
 
-// C (2 x 2 tiles) of 32 tokens and 32 rows over every column:
-//   C += xl wh + xh wh (+ xh wl for F16). Tiles: 0-3 C[tokens j][rows i]
-// at 2 j + i, 4-5 the token tiles, 6-7 the weight tiles. xh/xl: the first
-// token block's tiles (the second's follow, steps tiles on); wh/wl: the
-// first row block's. Each tile load costs about what a product does here
-// (15 and 16 ns, one after the other, measured on this Xeon), so the order
-// takes 8 loads for the 12 products (BF16: 6 for 8).
 // C[j][i] += A_j B_i for the token tiles 4-5 and the weight tiles 6-7.
 inline void products_2x2() {
   TKV_TILE_BF16(0, 4, 6);
@@ -143,6 +133,13 @@ inline void products_2x2() {
   TKV_TILE_BF16(3, 5, 7);
 }
 
+// C (2 x 2 tiles) of 32 tokens and 32 rows over every column:
+//   C += xl wh + xh wh (+ xh wl for F16). Tiles: 0-3 C[tokens j][rows i]
+// at 2 j + i, 4-5 the token tiles, 6-7 the weight tiles. xh/xl: the first
+// token block's tiles (the second's follow, steps tiles on); wh/wl: the
+// first row block's. Each tile load costs about what a product does here
+// (15 and 16 ns, one after the other, measured on this Xeon), so the order
+// takes 8 loads for the 12 products (BF16: 6 for 8).
 TKV_AMX_ATTR void pair_tokens(const uint16_t* xh, const uint16_t* xl, const uint16_t* wh, const uint16_t* wl,
                               int64_t steps) {
   const int64_t next = steps * kTileBf16;  // the second block of tokens or rows
