@@ -191,8 +191,8 @@ void unpack_u8_scales(uint32_t type, const uint8_t* row, int64_t j, float* d, fl
   const float dd = half(blk);
   *d = dd;
   switch (type) {
-    case 8: *m = -128.0f * dd; return;
-    case 2: case 3: *m = type == 2 ? -8.0f * dd : half(blk + 2); return;
+    case 8: case 2: *m = u8_offset_per_scale(type) * dd; return;
+    case 3: *m = half(blk + 2); return;
     case 6: case 7: *m = type == 7 ? half(blk + 2) : -16.0f * dd; return;
     default: *m = 0.0f; return;
   }

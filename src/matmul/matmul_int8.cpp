@@ -185,10 +185,10 @@ TKV_VNNI_ATTR void pack_panel_fast(const Matrix& w, int64_t r0, int64_t nr, Pack
       for (int64_t j = 0; j < nb; ++j) unpack_u8_scales(w.type, row, j, &p.d[j * kR8 + i], &p.m[j * kR8 + i]);
       continue;
     }
-    // Q4_0 and Q8_0: unpack_u8_scales' d (the f16 scale, exactly) and m =
-    // -8 d or -128 d, without its call per block (4.6 % of the product).
-    const int bytes = w.type == 2 ? 18 : 34;
-    const float mul = w.type == 2 ? -8.0f : -128.0f;
+    // Q4_0 and Q8_0: unpack_u8_scales' d (the f16 scale, exactly) and m,
+    // without its call per block (4.6 % of the product).
+    const int bytes = weight_block_bytes(w.type);
+    const float mul = u8_offset_per_scale(w.type);
     for (int64_t j = 0; j < nb; ++j) {
       uint16_t h;
       std::memcpy(&h, row + j * bytes, 2);
