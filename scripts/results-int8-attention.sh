@@ -28,6 +28,6 @@ done
 [ "${TKV_RESULTS_SKIP_BENCH:-}" = 1 ] && exit 0
 for k in exact int8; do
   echo "bench-attn, TKV_KEYS=$k:"
-  TKV_KEYS=$k "$B" bench-attn --d 128 --kv-heads 8 --q-heads 32 --ctx 65536 --formats f16,tq4,tq3,tq2 -t 2 2>&1 | tail -5
+  TKV_KEYS=$k "$B" bench-attn --d 128 --kv-heads 8 --q-heads 32 --ctx 65536 --formats f16,tq4,tq3,tq2 -t 2 -r 9 --no-progress 2>&1 | tail -5
 done
 uptime

@@ -29,6 +29,7 @@
 #include "util/bandwidth.h"
 #include "util/fma_peak.h"
 #include "util/huge_buffer.h"
+#include "util/progress.h"
 #include "util/rng.h"
 #include "util/simd_targets.h"
 
@@ -45,6 +46,8 @@ struct Options {
   std::string threads = "0";
   int prefill_max = 4096;
   double min_time = 0.3;
+  int repetitions = 1;  // rounds over the pairs, each ratio against f16 in the same round
+  bool no_progress = false;
   bool json = false;
   std::string layout = "head";
   std::string basis_kv;  // "K.bin[,V.bin]": tqc bases fitted on real rows instead of synthetic ones
@@ -239,21 +242,39 @@ int run(const Options& o) {
   };
 
   nlohmann::json results = nlohmann::json::array();
-  if (!o.json)
-    std::printf("%-7s %-7s %7s %-8s %3s %12s %10s %10s %8s %7s %9s %8s %8s\n", "type_k", "type_v", "ctx", "mode",
-                "thr", "tokens/s", "ms", "KV MB/step", "GB/s", "bw %", "vs f16", "mem ms", "flop ms");
-  std::map<std::string, double> f16_rate;  // "mode/ctx/threads" -> tokens/s of the f16 pair
-  for (const auto& [tk, tv] : pairs) {
-    Quantized& K = quantized(tk, false);
-    Quantized& V = quantized(tv, true);
-    for (int ctx : ctxs)
-      for (int th : threads) {
-        for (int mode = 0; mode < 2; ++mode) {
-          const bool prefill = mode == 1;
-          if (prefill && ctx > o.prefill_max) continue;
-          const int n_q = prefill ? ctx : 1;
-          std::vector<float> q(size_t(n_q) * o.q_heads * d), out(q.size());
-          for (size_t i = 0; i < q.size(); ++i) q[i] = pool[(i * 31) % pool.size()];
+  const int reps = o.repetitions;
+  if (!o.json) {
+    std::printf("%-7s %-7s %7s %-8s %3s %12s %10s %10s %8s %7s %9s %8s %8s", "type_k", "type_v", "ctx", "mode", "thr",
+                "tokens/s", "ms", "KV MB/step", "GB/s", "bw %", "vs f16", "mem ms", "flop ms");
+    if (reps > 1) std::printf(" %13s", "vs f16 range");
+    std::printf("\n");
+  }
+  // Per setting (context, threads, mode) every pair is measured in turn,
+  // -r times over: a host whose speed drifts between seconds moves f16 and
+  // the others alike within a round, so each ratio is taken against f16 in
+  // the same round, and the table gives the medians (of the times, and of
+  // the ratios) with the ratios' range.
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  int f16_pair = -1;
+  for (size_t i = 0; i < pairs.size(); ++i)
+    if (pairs[i].first == "f16" && pairs[i].second == "f16") f16_pair = static_cast<int>(i);
+  for (int ctx : ctxs)
+    for (int th : threads)
+      for (int mode = 0; mode < 2; ++mode) {
+        const bool prefill = mode == 1;
+        if (prefill && ctx > o.prefill_max) continue;
+        const int n_q = prefill ? ctx : 1;
+        std::vector<float> q(size_t(n_q) * o.q_heads * d), out(q.size());
+        for (size_t i = 0; i < q.size(); ++i) q[i] = pool[(i * 31) % pool.size()];
+        // One decode step (or prefill) of pair i: seconds, the median of its repeats.
+        auto measure = [&](size_t i) {
+          const auto& [tk, tv] = pairs[i];
+          Quantized& K = quantized(tk, false);
+          Quantized& V = quantized(tv, true);
           AttentionArgs a;
           a.q = q.data();
           a.n_q = n_q;
@@ -291,42 +312,63 @@ int run(const Options& o) {
             Status s = attention(a);
             if (!s.ok()) throw std::runtime_error(s.message());
           };
-          double t = 0;
           if (gpu) {
             auto ms = cuda::time_attention(a, prefill ? kf.data() : nullptr, prefill ? vf.data() : nullptr, o.min_time);
             if (!ms) throw std::runtime_error(tk + "/" + tv + " ctx " + std::to_string(ctx) + ": " + ms.error());
-            t = *ms * 1e-3;
-          } else {
-            step();  // warm-up
-            std::vector<double> times;
-            const auto t_all = Clock::now();
-            while (times.size() < 3 || (seconds_since(t_all) < o.min_time && times.size() < 100000)) {
-              const auto t0 = Clock::now();
-              step();
-              times.push_back(seconds_since(t0));
-            }
-            std::sort(times.begin(), times.end());
-            t = times[times.size() / 2];
+            return *ms * 1e-3;
           }
+          step();  // warm-up
+          std::vector<double> times;
+          const auto t_all = Clock::now();
+          while (times.size() < 3 || (seconds_since(t_all) < o.min_time && times.size() < 100000)) {
+            const auto t0 = Clock::now();
+            step();
+            times.push_back(seconds_since(t0));
+          }
+          std::sort(times.begin(), times.end());
+          return times[times.size() / 2];
+        };
+        std::vector<std::vector<double>> t(pairs.size());  // [pair][round] seconds
+        {
+          Progress progress("bench-attn", int64_t(reps) * int64_t(pairs.size()), "runs", !o.no_progress);
+          const std::string what = "ctx " + std::to_string(ctx) + ", " + std::to_string(th) + " threads, " +
+                                   (prefill ? "prefill" : "decode");
+          for (int r = 0; r < reps; ++r)
+            for (size_t i = 0; i < pairs.size(); ++i) {
+              progress.update(int64_t(r) * int64_t(pairs.size()) + int64_t(i),
+                              what + ", round " + std::to_string(r + 1) + ": " + pairs[i].first + "/" + pairs[i].second);
+              t[i].push_back(measure(i));
+            }
+        }
+        for (size_t i = 0; i < pairs.size(); ++i) {
+          const auto& [tk, tv] = pairs[i];
+          const Quantized& K = quantized(tk, false);
+          const Quantized& V = quantized(tv, true);
+          const double tm = median(t[i]);
+          // tokens/s against f16's in the same round: f16's time over this pair's.
+          std::vector<double> ratios;
+          if (f16_pair >= 0)
+            for (int r = 0; r < reps; ++r) ratios.push_back(t[f16_pair][r] / t[i][r]);
+          const double vs_f16 = ratios.empty() ? 0.0 : median(ratios);
           const double kv_bytes = double(ctx) * H * (K.codec->row_bytes() + V.codec->row_bytes());
-          const double tps = n_q / t;
-          const double gbs = prefill ? 0.0 : kv_bytes / t / 1e9;
-          const std::string key = std::string(prefill ? "prefill/" : "decode/") + std::to_string(ctx) + "/" +
-                                  std::to_string(th);
-          if (tk == "f16" && tv == "f16") f16_rate[key] = tps;
-          const double vs_f16 = f16_rate.count(key) ? tps / f16_rate[key] : 0.0;
+          const double tps = n_q / tm;
+          const double gbs = prefill ? 0.0 : kv_bytes / tm / 1e9;
           // Floors: QK and PV each cost 2 flops per (query head, visible token, dim).
           const double visible = prefill ? 0.5 * double(ctx) * (ctx + 1) : double(ctx);
           const double flops = 4.0 * o.q_heads * d * visible;
           const double floor_mem_ms = kv_bytes / (read_bw * 1e9) * 1e3;
           const double floor_flop_ms = fma_gflops[th] > 0 ? flops / (fma_gflops[th] * 1e9) * 1e3 : 0.0;
+          std::vector<double> ms_each;
+          for (double x : t[i]) ms_each.push_back(x * 1e3);
           nlohmann::json r = {{"type_k", tk},
                               {"type_v", tv},
                               {"ctx", ctx},
                               {"mode", prefill ? "prefill" : "decode"},
                               {"threads", th},
                               {"tokens_per_s", tps},
-                              {"ms", t * 1e3},
+                              {"ms", tm * 1e3},
+                              {"repetitions", reps},
+                              {"ms_each", ms_each},
                               {"kv_bytes_per_step", prefill ? 0.0 : kv_bytes},
                               {"gb_per_s", gbs},
                               {"bandwidth_pct", prefill ? 0.0 : 100.0 * gbs / copy_bw},
@@ -343,19 +385,30 @@ int run(const Options& o) {
                               {"simd", gpu ? std::string("cuda") : simd_current_target()},
                               {"int8_kernels", gpu ? std::string("none") : int8_kernels()},
                               {"device", gpu ? gpu_name : std::string("cpu")}};
-          if (vs_f16 > 0) r["speedup_vs_f16"] = vs_f16;
+          const double lo = ratios.empty() ? 0.0 : *std::min_element(ratios.begin(), ratios.end());
+          const double hi = ratios.empty() ? 0.0 : *std::max_element(ratios.begin(), ratios.end());
+          if (vs_f16 > 0) {
+            r["speedup_vs_f16"] = vs_f16;
+            r["speedup_vs_f16_min"] = lo;
+            r["speedup_vs_f16_max"] = hi;
+          }
           results.push_back(r);
           if (!o.json) {
-            std::printf("%-7s %-7s %7d %-8s %3d %12.1f %10.3f %10.2f %8.2f %7.1f %9s %8.3f %8.3f\n", tk.c_str(),
-                        tv.c_str(), ctx, prefill ? "prefill" : "decode", th, tps, t * 1e3,
-                        prefill ? 0.0 : kv_bytes / 1e6, gbs, prefill ? 0.0 : 100.0 * gbs / copy_bw,
-                        vs_f16 > 0 ? (std::to_string(vs_f16).substr(0, 4) + "x").c_str() : "-", floor_mem_ms,
-                        floor_flop_ms);
+            char ratio[32] = "-", range[32] = "-";
+            if (vs_f16 > 0) {
+              std::snprintf(ratio, sizeof(ratio), "%.2fx", vs_f16);
+              std::snprintf(range, sizeof(range), "%.2f-%.2fx", lo, hi);
+            }
+            std::printf("%-7s %-7s %7d %-8s %3d %12.1f %10.3f %10.2f %8.2f %7.1f %9s %8.3f %8.3f", tk.c_str(),
+                        tv.c_str(), ctx, prefill ? "prefill" : "decode", th, tps, tm * 1e3,
+                        prefill ? 0.0 : kv_bytes / 1e6, gbs, prefill ? 0.0 : 100.0 * gbs / copy_bw, ratio,
+                        floor_mem_ms, floor_flop_ms);
+            if (reps > 1) std::printf(" %13s", range);
+            std::printf("\n");
             std::fflush(stdout);
           }
         }
       }
-  }
   if (o.json) std::cout << json_text(results, 2) << "\n";
   return 0;
 }
@@ -374,7 +427,11 @@ void register_bench_attn(CLI::App& app) {
   cmd->add_option("--cache-type-v", opt->ctv, "V formats (every K x V pair; -ctv); default: same as K");
   add_threads_list_flag(cmd, opt->threads);
   cmd->add_option("--prefill-max", opt->prefill_max, "largest context also run as a prefill");
-  cmd->add_option("--min-time", opt->min_time, "seconds to repeat each measurement");
+  cmd->add_option("--min-time", opt->min_time, "seconds to repeat each measurement")->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("-r,--repetitions", opt->repetitions,
+                  "rounds: every pair measured in turn this many times, each ratio taken against f16 in the same "
+                  "round; the table gives the medians and the ratios' range")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--simd", opt->simd, "run on this SIMD target only (e.g. AVX2 on an AVX-512 machine)");
   cmd->add_option_function<std::string>("--basis-kv", [opt](const std::string& v) { opt->basis_kv = v; opt->basis_kv_given = true; },
                   "tqc formats: fit each KV head's basis on a KV file's rows (K.bin or K.bin,V.bin; head h uses the "
@@ -382,6 +439,7 @@ void register_bench_attn(CLI::App& app) {
   cmd->add_option("--device", opt->device, "cpu, or cuda: the GPU kernels, with the GPU's copy bandwidth as the ceiling")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--json", opt->json, "print a JSON list");
+  add_no_progress_flag(cmd, opt->no_progress);
   cmd->add_option("--layout", opt->layout, "cache layout: head (head-major, each head's rows contiguous) or token")
       ->check(CLI::IsMember({"head", "token"}));
   cmd->callback([opt]() {

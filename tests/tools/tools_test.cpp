@@ -5,11 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -264,6 +267,62 @@ TEST_F(Cli, JsonHasEveryKeyForEveryFormatAndVariant) {
     seen[o["format"].get<std::string>()] += o["mean_centered"].get<bool>() ? 10 : 1;
   }
   EXPECT_EQ(seen, (std::map<std::string, int>{{"f32", 11}, {"q4_0r", 11}, {"tq4", 11}}));
+}
+
+// bench-attn -r N: every pair measured in turn N times per setting, each
+// ratio against f16 in the same round (a drifting host moves both), the
+// medians reported. The test recomputes the ratios from the per-round times
+// the JSON gives (it times nothing itself).
+TEST_F(Cli, BenchAttnTakesEachRatioAgainstF16InTheSameRound) {
+  CliResult r = run("bench-attn --d 64 --kv-heads 2 --q-heads 4 --ctx 256,512 --prefill-max 256 --formats tq4,f16,tq2 "
+                    "--min-time 0 -t 1 -r 4 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 9u);  // (256 decode, 256 prefill, 512 decode) x 3 pairs
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return 0.5 * (v[1] + v[2]);  // of 4
+  };
+  std::map<std::string, std::vector<double>> f16_ms;  // "ctx/mode" -> f16's per-round ms
+  for (const auto& o : j)
+    if (o["type_k"] == "f16") f16_ms[std::to_string(o["ctx"].get<int>()) + o["mode"].get<std::string>()] =
+          o["ms_each"].get<std::vector<double>>();
+  ASSERT_EQ(f16_ms.size(), 3u);
+  for (const auto& o : j) {
+    const std::string what = o["type_k"].get<std::string>() + " " + std::to_string(o["ctx"].get<int>()) + " " +
+                             o["mode"].get<std::string>();
+    EXPECT_EQ(o["repetitions"], 4) << what;
+    const auto ms = o["ms_each"].get<std::vector<double>>();
+    ASSERT_EQ(ms.size(), 4u) << what;
+    EXPECT_NEAR(o["ms"].get<double>(), median(ms), 1e-9 * median(ms)) << what;
+    const int n_q = o["mode"] == "prefill" ? o["ctx"].get<int>() : 1;
+    EXPECT_NEAR(o["tokens_per_s"].get<double>(), n_q / (median(ms) * 1e-3), 1e-6 * o["tokens_per_s"].get<double>());
+    const auto& f = f16_ms[std::to_string(o["ctx"].get<int>()) + o["mode"].get<std::string>()];
+    std::vector<double> ratios;
+    for (int k = 0; k < 4; ++k) ratios.push_back(f[k] / ms[k]);
+    const double want = median(ratios);
+    ASSERT_TRUE(o.contains("speedup_vs_f16")) << what;
+    EXPECT_NEAR(o["speedup_vs_f16"].get<double>(), want, 1e-9 * want) << what;
+    EXPECT_DOUBLE_EQ(o["speedup_vs_f16_min"].get<double>(), *std::min_element(ratios.begin(), ratios.end())) << what;
+    EXPECT_DOUBLE_EQ(o["speedup_vs_f16_max"].get<double>(), *std::max_element(ratios.begin(), ratios.end())) << what;
+    if (o["type_k"] == "f16") {
+      EXPECT_EQ(o["speedup_vs_f16"].get<double>(), 1.0);
+    }
+  }
+  // The text table: one row per pair and setting, the range column with -r > 1.
+  r = run("bench-attn --d 64 --kv-heads 2 --q-heads 4 --ctx 256 --prefill-max 0 --formats f16,tq4 --min-time 0 -t 1 -r 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("vs f16 range"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1.00-1.00x"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << "no progress on a pipe";
+  // Bad counts are refused, naming the flag.
+  for (const char* bad : {"-r 0", "-r -3", "-r x", "--min-time -1"}) {
+    r = run(std::string("bench-attn --ctx 256 --formats tq4 ") + bad);
+    EXPECT_NE(r.rc, 0) << bad;
+    EXPECT_NE(r.err.find(std::string(bad).substr(0, 2) == "-r" ? "--repetitions" : "--min-time"), std::string::npos)
+        << bad << ": " << r.err;
+  }
 }
 
 TEST_F(Cli, SeveralKvFilesAreEachReported) {
