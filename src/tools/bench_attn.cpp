@@ -427,7 +427,7 @@ void register_bench_attn(CLI::App& app) {
   cmd->add_option("--cache-type-v", opt->ctv, "V formats (every K x V pair; -ctv); default: same as K");
   add_threads_list_flag(cmd, opt->threads);
   cmd->add_option("--prefill-max", opt->prefill_max, "largest context also run as a prefill");
-  cmd->add_option("--min-time", opt->min_time, "seconds to repeat each measurement")->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--min-time", opt->min_time, "seconds to repeat each measurement")->check(finite_range(0.0, 3600.0));
   cmd->add_option("-r,--repetitions", opt->repetitions,
                   "rounds: every pair measured in turn this many times, each ratio taken against f16 in the same "
                   "round; the table gives the medians and the ratios' range")

@@ -33,9 +33,9 @@ void register_calibrate(CLI::App& app) {
   cmd->add_option("-c,--ctx-size", o->c.n_ctx, "chunk length")->capture_default_str()->check(CLI::Range(8, 1 << 20));
   auto* b = cmd->add_option("--budget", o->c.budget,
                             "average bits per value (scales included); per-layer K and V widths by measured KLD")
-                ->check(CLI::Range(1.0, 8.0));
+                ->check(finite_range(1.0, 8.0));
   cmd->add_option("--bits", o->c.bits, "bits per value of every layer when there is no budget")
-      ->capture_default_str()->check(CLI::Range(1.0, 8.5))->excludes(b);
+      ->capture_default_str()->check(finite_range(1.0, 8.5))->excludes(b);
   cmd->add_option("--kld-tokens", o->c.kld_tokens, "tokens of each sensitivity run (with --budget)")
       ->capture_default_str()->check(CLI::Range(8, 1 << 20));
   add_threads_flag(cmd, o->threads);

@@ -36,4 +36,16 @@ CLI::Option* add_no_progress_flag(CLI::App* cmd, bool& no_progress) {
                        "no progress line on stderr (none is drawn anyway when stderr is not a terminal)");
 }
 
+CLI::Validator finite_range(double lo, double hi) {
+  const std::string range = CLI::detail::to_string(lo) + " to " + CLI::detail::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "Value " + text + " is not a number";
+        if (!(v >= lo && v <= hi)) return "Value " + text + " not in range " + range;  // (NaN too)
+        return {};
+      },
+      "FLOAT in [" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]");
+}
+
 }  // namespace tkv

@@ -26,6 +26,10 @@ CLI::Option* add_json_out_flag(CLI::App* cmd, std::string& path);
 // a terminal).
 CLI::Option* add_no_progress_flag(CLI::App* cmd, bool& no_progress);
 
+// A real-valued flag's range, lo <= value <= hi: CLI::Range lets NaN through
+// (its comparisons with NaN are false), so every float flag checks with this.
+CLI::Validator finite_range(double lo, double hi);
+
 // The one description of -t, shared by every tool (tests compare --help).
 std::string threads_help();
 

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "model/gen_model.h"
+#include "tools/common_flags.h"
 #include "tools/subcommands.h"
 
 namespace tkv {
@@ -54,7 +55,7 @@ void register_gen_model(CLI::App& app) {
                   "original context (default 0: none)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--yarn-factor", o->yarn_factor, "YaRN: rope.scaling.type yarn with this factor (default 0: none)")
-      ->check(CLI::Range(0.0, 1e4));
+      ->check(finite_range(0.0, 1e4));
   cmd->add_option("--yarn-orig-ctx", o->yarn_orig_ctx, "YaRN: rope.scaling.original_context_length")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--embedding-scale", o->embedding_scale, "granite: embedding scale");

@@ -49,11 +49,11 @@ void register_run(CLI::App& app) {
   cmd->add_option("-b,--batch-size", o->batch, "prompt tokens per forward pass (as serve -b)")->check(CLI::Range(1, 1 << 16));
   add_cache_flags(cmd, o->cache);
   cmd->add_option("--seed", o->s.seed, "sampling seed");
-  cmd->add_option("--temp", o->s.temperature, "temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--temp", o->s.temperature, "temperature (0 = greedy)")->check(finite_range(0.0, 100.0));
   cmd->add_option("--top-k", o->s.top_k, "top-k (0 = off)")->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--top-p", o->s.top_p, "top-p (1 = off)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--min-p", o->s.min_p, "min-p (0 = off)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--repeat-penalty", o->s.repeat_penalty, "repetition penalty (1 = off)")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-p", o->s.top_p, "top-p (1 = off)")->check(finite_range(0.0, 1.0));
+  cmd->add_option("--min-p", o->s.min_p, "min-p (0 = off)")->check(finite_range(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", o->s.repeat_penalty, "repetition penalty (1 = off)")->check(finite_range(0.0, 100.0));
   cmd->add_flag("--no-display-prompt", o->no_display_prompt, "print only the generated text");
   cmd->add_option("--prompt-cache", o->prompt_cache, "file to keep the prompt's KV state in: its common prefix with the prompt is reused");
   cmd->add_flag("--prompt-cache-ro", o->prompt_cache_ro, "use --prompt-cache but do not update it");

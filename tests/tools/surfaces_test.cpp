@@ -12,6 +12,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -259,6 +260,28 @@ TEST(Flags, ThreadsHaveOneDefaultAndOneDescriptionInEveryTool) {
       EXPECT_NE(help.find("-m,--model"), std::string::npos) << t;
     }
   }
+}
+
+// Real-valued flags refuse NaN by name (CLI::Range's comparisons let it
+// through: --temp nan used to sample with a NaN temperature), and keep their
+// bounds.
+TEST(Flags, RealValuedRangesRefuseNaN) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"run -m x.gguf", "--temp"},           {"run -m x.gguf", "--top-p"},
+      {"run -m x.gguf", "--min-p"},          {"run -m x.gguf", "--repeat-penalty"},
+      {"bench-attn", "--min-time"},          {"gen-model -o x.gguf", "--yarn-factor"},
+      {"calibrate -m x.gguf", "--bits"}};
+  for (const auto& [tool, flag] : cases)
+    for (const char* v : {"nan", "NaN", "-nan", "inf", "-1e-300", "1e300"}) {
+      int rc = 0;
+      const std::string err = run_cmd(std::string(TKV_BINARY) + " " + tool + " " + flag + " " + v + " 2>&1", &rc);
+      EXPECT_NE(rc, 0) << tool << " " << flag << " " << v;
+      EXPECT_NE(err.find(flag + ": Value " + v + " not in range"), std::string::npos) << tool << " " << flag << ": " << err;
+    }
+  int rc = 0;
+  const std::string err = run_cmd(std::string(TKV_BINARY) + " bench-attn --min-time x 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("--min-time: Value x is not a number"), std::string::npos) << err;
 }
 
 }  // namespace
