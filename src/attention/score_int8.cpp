@@ -29,7 +29,132 @@ namespace {
 constexpr double kLloydMax[9] = {1.0, 0.3634, 0.1175, 0.03454, 0.009497, 0.002499, 0.000642, 0.0001628, 0.0000410};
 }  // namespace
 
-void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_scale, Int8Keys& k) {
+// The centroid bytes (RESULTS §36). A codebook's centroids are fixed
+// numbers, so rounding them to bytes is not noise: code j's centroid moves by
+// its own e_j on every row. Two effects follow: the codec's error per
+// coordinate grows by Σ_j p_j e_j² (p_j: how often code j is used), and
+// Σ_j p_j c_j e_j ≠ 0 scales every score by a common gain, a softmax
+// temperature. On ref-5m (d 64) the gain dominated: tq4's keys on one byte
+// at cs = cmax/127 have a gain of −0.34 % and its KLD grew 3.6 %; scaled back
+// by the least-squares scale instead, +1.5 %. So the bytes are
+// c8_j = round(c_j / step) for the step in [cmax/127, 1.4·cmax/127]
+// (|c8| <= 127 throughout) that leaves the least error Σ p_j (c_j − cs c8_j)²
+// once scaled back by cs = Σ p c c8 / Σ p c8² (no gain: the error is
+// orthogonal to c8), among the steps that keep every |c_j − cs c8_j| <= cs/2
+// (the bound and the residual table rely on it); p_j are the cells of
+// N(0, σ) for σ that makes the top centroid its cell's mean (the Lloyd-Max
+// condition; equal p_j if no σ does). A 401-point grid, once per codebook:
+// a thread's last 8 fits are kept (prepare runs on every attention call, per
+// head with per-head codecs; a tqc8 fit is ~0.4 M operations).
+namespace {
+struct CentroidFit {
+  std::vector<float> key;  // nparts, then per part: bits, count, the 2^bits centroids
+  float step = 0.0f;       // c8 = round(c / step)
+  float cs = 0.0f;         // c ≈ cs · c8
+  double mse[RowLayout::kMaxParts] = {};  // Σ_j p_j (c_j − cs c8_j)² per part
+};
+
+// The probability of each code's cell under N(0, σ), σ from the top cell.
+void cell_probabilities(const float* c, int n, double* prob) {
+  std::vector<int> order(n);
+  for (int j = 0; j < n; ++j) order[j] = j;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return c[a] < c[b]; });
+  for (int j = 0; j < n; ++j) prob[j] = 1.0 / n;
+  if (n < 2) return;
+  const double top = c[order[n - 1]], t = 0.5 * (static_cast<double>(c[order[n - 2]]) + top);
+  if (!(top > t)) return;
+  // The mean of N(0, σ) above t rises with σ: bisect for the one equal to top.
+  const double kInvSqrt2Pi = 0.3989422804014327;
+  auto mean_above = [&](double sigma) {
+    const double z = t / sigma, tail = 0.5 * std::erfc(z / std::sqrt(2.0));
+    return tail > 0 ? sigma * std::exp(-0.5 * z * z) * kInvSqrt2Pi / tail : t;
+  };
+  double lo = top / 16, hi = top * 4;
+  if (!(mean_above(lo) < top && mean_above(hi) > top)) return;
+  for (int it = 0; it < 100; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (mean_above(mid) < top ? lo : hi) = mid;
+  }
+  const double sigma = 0.5 * (lo + hi);
+  auto cdf = [&](double x) { return 0.5 * std::erfc(-x / (sigma * std::sqrt(2.0))); };
+  for (int a = 0; a < n; ++a) {
+    const double below = a == 0 ? 0.0 : cdf(0.5 * (static_cast<double>(c[order[a - 1]]) + c[order[a]]));
+    const double above = a == n - 1 ? 1.0 : cdf(0.5 * (static_cast<double>(c[order[a]]) + c[order[a + 1]]));
+    prob[order[a]] = std::max(0.0, above - below);
+  }
+}
+
+long centroid_byte(float c, float step) { return std::clamp(std::lround(c / step), -127L, 127L); }
+
+const CentroidFit& fit_centroid_bytes(const RowLayout& L, float cmax) {
+  thread_local std::vector<float> key;
+  key.assign(1, static_cast<float>(L.nparts));
+  for (int p = 0; p < L.nparts; ++p) {
+    key.push_back(static_cast<float>(L.parts[p].bits));
+    key.push_back(static_cast<float>(L.parts[p].count));
+    key.insert(key.end(), L.parts[p].centroids, L.parts[p].centroids + (1 << L.parts[p].bits));
+  }
+  thread_local CentroidFit fits[8];
+  thread_local int next = 0;
+  for (const CentroidFit& f : fits)
+    if (f.key == key) return f;
+  CentroidFit& f = fits[next];
+  next = (next + 1) % 8;
+  f.key = key;
+  std::vector<double> prob[RowLayout::kMaxParts];
+  for (int p = 0; p < L.nparts; ++p) {
+    prob[p].resize(size_t{1} << L.parts[p].bits);
+    cell_probabilities(L.parts[p].centroids, 1 << L.parts[p].bits, prob[p].data());
+  }
+  // The error left at one step (parts weighted by their coordinates) once
+  // scaled back by its least-squares scale; +inf where some centroid would
+  // lie more than half that scale away (the bound, int8_score_bound, and the
+  // residual table rely on |c − cs c8| <= cs/2).
+  auto error = [&](float step, float* cs_out) {
+    double cc = 0, c8c = 0, c8c8 = 0;
+    for (int p = 0; p < L.nparts; ++p)
+      for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
+        const double w = L.parts[p].count * prob[p][j], c = L.parts[p].centroids[j];
+        const double c8 = static_cast<double>(centroid_byte(L.parts[p].centroids[j], step));
+        cc += w * c * c;
+        c8c += w * c8 * c;
+        c8c8 += w * c8 * c8;
+      }
+    const float cs = c8c8 > 0 ? static_cast<float>(c8c / c8c8) : step;
+    for (int p = 0; p < L.nparts; ++p)
+      for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
+        const float c = L.parts[p].centroids[j];
+        if (!(std::fabs(c - cs * static_cast<float>(centroid_byte(c, step))) <= 0.5f * cs)) return HUGE_VAL;
+      }
+    *cs_out = cs;
+    return cc - static_cast<double>(cs) * c8c;  // Σ w (c − cs c8)²
+  };
+  // Step cmax/127 scaled back by itself (the plain rounding) always qualifies.
+  f.step = f.cs = static_cast<float>(cmax / 127.0);
+  double best = HUGE_VAL;
+  for (int g = 0; g <= 400; ++g) {
+    const float step = static_cast<float>(cmax / 127.0 * (1.0 + 0.4 * g / 400));
+    float cs;
+    const double e = error(step, &cs);
+    if (e < best) {
+      best = e;
+      f.step = step;
+      f.cs = cs;
+    }
+  }
+  for (int p = 0; p < L.nparts; ++p) {
+    f.mse[p] = 0;
+    for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
+      const double e = L.parts[p].centroids[j] - static_cast<double>(f.cs) * centroid_byte(L.parts[p].centroids[j], f.step);
+      f.mse[p] += prob[p][j] * e * e;
+    }
+  }
+  return f;
+}
+}  // namespace
+
+void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_scale, Int8Keys& k,
+                       double residual_above) {
   k = Int8Keys{};
   k.d = d;
   k.dp = dp;
@@ -39,43 +164,46 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     for (int j = 0; j < (1 << L.parts[p].bits); ++j) cmax = std::max(cmax, std::fabs(L.parts[p].centroids[j]));
   if (!(cmax > 0.0f) || !std::isfinite(cmax)) return;
   k.cmax = cmax;
-  k.cs = cmax / 127.0f;
+  const CentroidFit& fit = fit_centroid_bytes(L, cmax);
+  k.cs = fit.cs;
   for (int p = 0; p < L.nparts; ++p) {
     std::memset(k.table[p], 128, sizeof(k.table[p]));
     for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
-      const long c8 = std::lround(L.parts[p].centroids[j] / k.cs);
-      k.table[p][j] = static_cast<uint8_t>(std::clamp(c8, -127L, 127L) + 128);
-    }
+      k.table[p][j] = static_cast<uint8_t>(centroid_byte(L.parts[p].centroids[j], fit.step) + 128);
+  }
   }
   // The predicted error this path adds, as a fraction of the codec's own
   // score error variance, for a query with unit variance per coordinate
   // before the coordinate scale s_i: codec Σ s_i² D(b_i); centroid bytes
-  // Σ s_i² cs²/12; query bytes (qs²/12) · n_coded with qs ≈ 3 max s_i / 127
-  // (a rotated query's largest coordinate is ~3x its RMS).
-  double codec = 0, centroid = 0, smax = 0;
+  // Σ s_i² mse(part of i) (the fit's, above); query bytes (qs²/12) · n_coded
+  // with qs ≈ 3 max s_i / 127 (a rotated query's largest coordinate is ~3x
+  // its RMS). With residual bytes both shares are those of a uniform error
+  // of a 254 times finer step (the residual table's centroid errors are not
+  // fitted: they are ~254² times smaller).
+  double codec = 0, centroid = 0, uniform = 0, smax = 0;
   int covered = 0;
   // (Fixed arrays, dp <= 1024 above: attention() prepares its readers on
   // every call, so no allocation here.)
-  int8_t bits[1024] = {};
-  bool coded[1024] = {};
+  int8_t part_of[1024];
+  std::memset(part_of, -1, sizeof(part_of));
   for (int p = 0; p < L.nparts; ++p)
-    for (int i = L.parts[p].begin; i < L.parts[p].begin + L.parts[p].count && i < d; ++i) {
-      bits[i] = static_cast<int8_t>(L.parts[p].bits);
-      coded[i] = true;
-    }
+    for (int i = L.parts[p].begin; i < L.parts[p].begin + L.parts[p].count && i < d; ++i)
+      part_of[i] = static_cast<int8_t>(p);
   for (int i = 0; i < d; ++i) {
     const double s = coord_scale ? coord_scale[i] : 1.0;
-    codec += s * s * kLloydMax[coded[i] ? std::clamp<int>(bits[i], 0, 8) : 0];
-    if (!coded[i]) continue;
-    centroid += s * s * k.cs * k.cs / 12.0;
+    const int p = part_of[i];
+    codec += s * s * kLloydMax[p >= 0 ? std::clamp<int>(L.parts[p].bits, 0, 8) : 0];
+    if (p < 0) continue;
+    centroid += s * s * fit.mse[p];
+    uniform += s * s * k.cs * k.cs / 12.0;
     smax = std::max(smax, std::fabs(s));
     ++covered;
   }
   const double qs = 3.0 * smax / 127.0;
   k.predicted = codec > 0 ? (centroid + qs * qs / 12.0 * covered) / codec : 1e30;
-  if (k.predicted > kInt8Residual) {  // residual bytes make both shares ~254² times smaller
+  if (k.predicted > residual_above) {  // residual bytes make both shares ~254² times smaller
     k.residual = true;
-    k.predicted = codec > 0 ? (centroid + qs * qs / 12.0 * covered) / (254.0 * 254.0) / codec : 1e30;
+    k.predicted = codec > 0 ? (uniform + qs * qs / 12.0 * covered) / (254.0 * 254.0) / codec : 1e30;
   }
   bool aligned = dp % 64 == 0;
   for (int p = 0; p < L.nparts; ++p)
@@ -101,7 +229,7 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     double cw = 0;
     for (int i = 0; i < d; ++i) {
       const double sc = coord_scale ? coord_scale[i] : 1.0;
-      if (coded[i]) cw += sc * sc * k.cs16 * k.cs16 / 12.0;
+      if (part_of[i] >= 0) cw += sc * sc * k.cs16 * k.cs16 / 12.0;
     }
     k.predicted = codec > 0 ? (cw + qs16 * qs16 / 12.0 * covered) / codec : 1e30;
   }

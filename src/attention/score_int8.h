@@ -8,7 +8,8 @@
 //
 // What it approximates (DESIGN.md 1.5: score = s_t · <q', c(code_t)>):
 //   q'_i ≈ qs · q8_i,  q8_i = round(q'_i / qs), qs = max_i |q'_i| / 127
-//   c_j  ≈ cs · c8_j,  c8_j = round(c_j / cs),  cs = max over the row's tables |c_j| / 127
+//   c_j  ≈ cs · c8_j,  c8_j = round(c_j / step), |c_j − cs · c8_j| <= cs/2, step and cs
+//        fitted to the codebook (score_int8.cpp: least error, no gain), |c8_j| <= 127
 //   score ≈ s_t · qs · cs · (Σ_i (c8_(code_i) + 128) · q8_i − 128 · Σ_i q8_i)
 // (vpdpbusd multiplies unsigned by signed bytes, so centroid bytes carry +128.)
 // The error is bounded per row by int8_score_bound(); measured against the
@@ -36,7 +37,7 @@ struct Int8Keys {
   bool aligned = false;  // every part starts and ends on a multiple of 64 coordinates and they cover dp:
                          // the kernel keeps each 64-coordinate chunk in registers (else it stages bytes)
   int d = 0, dp = 0;
-  float cs = 0.0f;       // centroid scale
+  float cs = 0.0f;       // centroid scale (c_j ≈ cs · c8_j; score_int8.cpp fits it)
   float cmax = 0.0f;     // max |c_j| over the tables (for the bound)
   uint8_t table[RowLayout::kMaxParts][256];  // c8_j + 128 per part
   // The lane kernels (AVX-512, score_int8.cpp): four rows' code bytes side by
@@ -56,14 +57,21 @@ struct Int8Keys {
 // error variance (0.03: its RMS grows by 1.5%; the limit is 2%).
 // Formats above it (parts of 5 bits and more: tqc at high rates) keep f32.
 constexpr double kInt8MaxPredicted = 0.03;
-// Above this predicted share (one-byte query), the query gets its residual
-// byte too (tq4, tq4.5: ref-5m's KLD grew 2.8% with one byte, RESULTS §27).
-constexpr double kInt8Residual = 0.002;
+// Above this predicted share (one byte each), the query and the centroids get
+// their residual bytes too (tq5 and up, tqc at high rates). 0.01: the score
+// error's RMS grows by 0.5 %, a quarter of the budget; tq4 and tq4.5 predict
+// 0.005-0.007 and their ref-5m KLD grows 1.1 % (+0.5 % on 160 chunks) with one
+// byte (RESULTS §36). (It was 0.002 while the centroid bytes' gain, not their
+// noise, made tq4's KLD grow 3.6 %: §27, §35.)
+constexpr double kInt8Residual = 0.01;
 
 // Fills `k` for a layout and its coordinate scale (tqc; null: all 1).
 // usable stays false for layouts it does not read or whose predicted added
-// error exceeds kInt8MaxPredicted.
-void int8_keys_prepare(const RowLayout& layout, int d, int dp, const float* coord_scale, Int8Keys& k);
+// error exceeds kInt8MaxPredicted. residual_above: the predicted share above
+// which the query gets its residual byte (tests pass 0 to reach the residual
+// and 16-bit paths on any layout).
+void int8_keys_prepare(const RowLayout& layout, int d, int dp, const float* coord_scale, Int8Keys& k,
+                       double residual_above = kInt8Residual);
 
 // The kernels that run the integer path: AVX-512 VBMI + VNNI (vpermb,
 // vpdpbusd), AVX2 (vpshufb, vpmaddwd on words; score_int8_avx2.cpp), or none
