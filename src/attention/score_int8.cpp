@@ -170,7 +170,7 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     std::memset(k.table[p], 128, sizeof(k.table[p]));
     for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
       k.table[p][j] = static_cast<uint8_t>(centroid_byte(L.parts[p].centroids[j], fit.step) + 128);
-  }
+    }
   }
   // The predicted error this path adds, as a fraction of the codec's own
   // score error variance, for a query with unit variance per coordinate
