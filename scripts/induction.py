@@ -4,16 +4,17 @@ the Python module's decode path: BOS, random whole-word tokens, 32 needle pairs
 "A B" spread over the depths, then the query block; at each A (one-token decode
 on the compressed cache) the argmax must be B. Prints accuracy and the median
 logit margin of B over the best other token, per format and context.
-Usage: PYTHONPATH=build/python scripts/harness/induction.py CTX[,CTX..] FORMAT[,FORMAT..] [SEED]
+Usage: PYTHONPATH=build/python scripts/induction.py CTX[,CTX..] FORMAT[,FORMAT..] [SEED]
 TKV_KEYS=exact in the environment gives the exact path to compare with."""
-import random, re, statistics, sys
+import os, random, re, statistics, sys
 import numpy as np
 import turbokv
 
 ctxs = [int(c) for c in sys.argv[1].split(",")]
 fmts = sys.argv[2].split(",")
 seed = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-path = "../shared/models/induction/induction.gguf"
+shared = os.environ.get("TKV_SHARED_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
+path = os.path.join(shared, "models/induction/induction.gguf")
 probe = turbokv.Model(path, cache="f32", ctx=512, threads=2)
 # (A piece alone loses its leading space in the text: read it after "A".)
 lead = probe.tokenize("A")[-1]
