@@ -58,10 +58,10 @@ void register_gen_model(CLI::App& app) {
       ->check(finite_range(0.0, 1e4));
   cmd->add_option("--yarn-orig-ctx", o->yarn_orig_ctx, "YaRN: rope.scaling.original_context_length")
       ->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--embedding-scale", o->embedding_scale, "granite: embedding scale");
-  cmd->add_option("--residual-scale", o->residual_scale, "granite: residual scale");
-  cmd->add_option("--attention-scale", o->attention_scale, "granite: softmax scale (attention.scale)");
-  cmd->add_option("--logit-scale", o->logit_scale, "granite: logits divided by it");
+  cmd->add_option("--embedding-scale", o->embedding_scale, "granite: embedding scale")->check(finite_range(0.0, 1e6));
+  cmd->add_option("--residual-scale", o->residual_scale, "granite: residual scale")->check(finite_range(0.0, 1e6));
+  cmd->add_option("--attention-scale", o->attention_scale, "granite: softmax scale (attention.scale)")->check(finite_range(0.0, 1e6));
+  cmd->add_option("--logit-scale", o->logit_scale, "granite: logits divided by it")->check(finite_range(0.0, 1e6));
   cmd->add_option("-o,--output", *out, "output GGUF")->required();
   cmd->callback([o, vocab, out]() {
     std::shared_ptr<gguf::File> v;

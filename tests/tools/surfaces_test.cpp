@@ -270,7 +270,9 @@ TEST(Flags, RealValuedRangesRefuseNaN) {
       {"run -m x.gguf", "--temp"},           {"run -m x.gguf", "--top-p"},
       {"run -m x.gguf", "--min-p"},          {"run -m x.gguf", "--repeat-penalty"},
       {"bench-attn", "--min-time"},          {"gen-model -o x.gguf", "--yarn-factor"},
-      {"calibrate -m x.gguf", "--bits"}};
+      {"calibrate -m x.gguf", "--bits"},     {"gen-model -o x.gguf", "--embedding-scale"},
+      {"gen-model -o x.gguf", "--residual-scale"}, {"gen-model -o x.gguf", "--attention-scale"},
+      {"gen-model -o x.gguf", "--logit-scale"}};
   for (const auto& [tool, flag] : cases)
     for (const char* v : {"nan", "NaN", "-nan", "inf", "-1e-300", "1e300"}) {
       int rc = 0;
