@@ -63,61 +63,51 @@ int main(int argc, char** argv) {
   alignas(64) static uint8_t A[NB][32 * 128];
   alignas(64) static int32_t Cout[NB][32][4];
   std::vector<int32_t> ref(G * 32), got(G * 32);
+  const size_t off0 = L.parts[0].planes[0].offset, off1 = L.parts[0].planes[1].offset;
+  // One 32-row block's products from staged rows a into c (B already in tiles 2-3).
+  auto products = [&](const uint8_t* a, int32_t (*c)[4]) {
+    TZ(0); TZ(1);
+    TL(4, a, 128); TL(5, a + 64, 128); TL(6, a + 16 * 128, 128); TL(7, a + 16 * 128 + 64, 128);
+    TD(0, 4, 2); TD(0, 5, 3); TD(1, 6, 2); TD(1, 7, 3);
+    TS(0, c[0], 16); TS(1, c[16], 16);
+  };
+  auto load_b = [&] { TL(2, B[0], 16); TL(3, B[1], 16); };
   // check
-  stage(rows.data(), L.parts[0].planes[0].offset, L.parts[0].planes[1].offset, k.lanes_table, A[0]);
-  TL(2, B[0], 16); TL(3, B[1], 16); TZ(0); TZ(1);
-  TL(4, A[0], 128); TL(5, A[0] + 64, 128); TL(6, A[0] + 16 * 128, 128); TL(7, A[0] + 16 * 128 + 64, 128);
-  TD(0, 4, 2); TD(0, 5, 3); TD(1, 6, 2); TD(1, 7, 3);
-  TS(0, Cout[0][0], 16); TS(1, Cout[0][16], 16);
+  stage(rows.data(), off0, off1, k.lanes_table, A[0]);
+  load_b();
+  products(A[0], Cout[0]);
   attn::int8_dots_ordered(k, L, rows.data(), 32, q8.data(), G, ref.data(), 32);
   int bad = 0; for (int j = 0; j < G; ++j) for (int r = 0; r < 32; ++r) bad += ref[j * 32 + r] != Cout[0][r][j];
   printf("mismatches %d (ref %d got %d)\n", bad, ref[0], Cout[0][0][0]);
+  // ns a row of 20 passes over the n rows, block(r0, slot) for each block.
+  auto timed = [&](auto&& block) {
+    const double t0 = cpu();
+    for (int it = 0; it < 20; ++it) for (int r0 = 0; r0 < n; r0 += 32) block(r0, (r0 / 32) % NB);
+    return (cpu() - t0) / (20.0 * n) * 1e9;
+  };
   for (int rep = 0; rep < 5; ++rep) {
     asm volatile("ldtilecfg %0" ::"m"(cfg) : "memory");
-    double t0 = cpu();
-    for (int it = 0; it < 20; ++it) for (int r0 = 0; r0 < n; r0 += 32) attn::int8_dots_ordered(k, L, rows.data() + r0, 32, q8.data(), G, got.data(), 32);
-    double tl = cpu() - t0; t0 = cpu();
-    for (int it = 0; it < 20; ++it) for (int r0 = 0; r0 < n; r0 += 32) stage(rows.data() + r0, L.parts[0].planes[0].offset, L.parts[0].planes[1].offset, k.lanes_table, A[(r0 / 32) % NB]);
-    double ts = cpu() - t0; t0 = cpu();
-    for (int it = 0; it < 20; ++it) for (int r0 = 0; r0 < n; r0 += 32) {
-      uint8_t* a = A[(r0 / 32) % NB];
-      stage(rows.data() + r0, L.parts[0].planes[0].offset, L.parts[0].planes[1].offset, k.lanes_table, a);
-      TL(2, B[0], 16); TL(3, B[1], 16); TZ(0); TZ(1);
-      TL(4, a, 128); TL(5, a + 64, 128); TL(6, a + 16 * 128, 128); TL(7, a + 16 * 128 + 64, 128);
-      TD(0, 4, 2); TD(0, 5, 3); TD(1, 6, 2); TD(1, 7, 3);
-      TS(0, Cout[(r0 / 32) % NB][0], 16); TS(1, Cout[(r0 / 32) % NB][16], 16);
-    }
-    double ta = cpu() - t0; t0 = cpu();
-    TL(2, B[0], 16); TL(3, B[1], 16);
-    for (int it = 0; it < 20; ++it) for (int r0 = 0; r0 < n; r0 += 32) {
-      uint8_t* a = A[(r0 / 32) % NB];
-      stage(rows.data() + r0, L.parts[0].planes[0].offset, L.parts[0].planes[1].offset, k.lanes_table, a);
-      TZ(0); TZ(1);
-      TL(4, a, 128); TL(5, a + 64, 128); TL(6, a + 16 * 128, 128); TL(7, a + 16 * 128 + 64, 128);
-      TD(0, 4, 2); TD(0, 5, 3); TD(1, 6, 2); TD(1, 7, 3);
-      TS(0, Cout[(r0 / 32) % NB][0], 16); TS(1, Cout[(r0 / 32) % NB][16], 16);
-    }
-    double tb = cpu() - t0; t0 = cpu();
-    for (int it = 0; it < 20; ++it) for (int r0 = 0; r0 < n; r0 += 32) {
-      uint8_t* a = A[(r0 / 32) % NB];
-      TZ(0); TZ(1);
-      TL(4, a, 128); TL(5, a + 64, 128); TL(6, a + 16 * 128, 128); TL(7, a + 16 * 128 + 64, 128);
-      TD(0, 4, 2); TD(0, 5, 3); TD(1, 6, 2); TD(1, 7, 3);
-      TS(0, Cout[(r0 / 32) % NB][0], 16); TS(1, Cout[(r0 / 32) % NB][16], 16);
-    }
-    double tt = cpu() - t0; t0 = cpu();
-    for (int it = 0; it < 20; ++it) for (int r0 = 0; r0 < n; r0 += 32) {
-      uint8_t* a = A[(r0 / 32) % NB];
-      stage(rows.data() + r0, L.parts[0].planes[0].offset, L.parts[0].planes[1].offset, k.lanes_table, a);
+    const double tl = timed([&](int r0, int) { attn::int8_dots_ordered(k, L, rows.data() + r0, 32, q8.data(), G, got.data(), 32); });
+    const double ts = timed([&](int r0, int i) { stage(rows.data() + r0, off0, off1, k.lanes_table, A[i]); });
+    const double ta = timed([&](int r0, int i) {
+      stage(rows.data() + r0, off0, off1, k.lanes_table, A[i]);
+      load_b();
+      products(A[i], Cout[i]);
+    });
+    load_b();
+    const double tb = timed([&](int r0, int i) {
+      stage(rows.data() + r0, off0, off1, k.lanes_table, A[i]);
+      products(A[i], Cout[i]);
+    });
+    const double tt = timed([&](int, int i) { products(A[i], Cout[i]); });
+    const double tc = timed([&](int r0, int i) {
+      stage(rows.data() + r0, off0, off1, k.lanes_table, A[i]);
       asm volatile("ldtilecfg %0" ::"m"(cfg) : "memory");
-      TL(2, B[0], 16); TL(3, B[1], 16); TZ(0); TZ(1);
-      TL(4, a, 128); TL(5, a + 64, 128); TL(6, a + 16 * 128, 128); TL(7, a + 16 * 128 + 64, 128);
-      TD(0, 4, 2); TD(0, 5, 3); TD(1, 6, 2); TD(1, 7, 3);
-      TS(0, Cout[(r0 / 32) % NB][0], 16); TS(1, Cout[(r0 / 32) % NB][16], 16);
+      load_b();
+      products(A[i], Cout[i]);
       asm volatile("tilerelease" ::: "memory");
-    }
-    double tc = cpu() - t0;
-    printf("ns/row: lanes %.2f  stage %.2f  stage+tiles %.2f  B once %.2f  tiles only %.2f  cfg each %.2f\n", tl / (20.0 * n) * 1e9, ts / (20.0 * n) * 1e9, ta / (20.0 * n) * 1e9, tb / (20.0 * n) * 1e9, tt / (20.0 * n) * 1e9, tc / (20.0 * n) * 1e9);
+    });
+    printf("ns/row: lanes %.2f  stage %.2f  stage+tiles %.2f  B once %.2f  tiles only %.2f  cfg each %.2f\n", tl, ts, ta, tb, tt, tc);
   }
   asm volatile("tilerelease");
 }
