@@ -239,6 +239,23 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     const char* e = std::getenv("TKV_INT8_LANES");
     return !(e && std::string(e) == "0");
   }();
+  // The AVX2 ordered decode's layouts and tables (score_int8.h): lane 0's
+  // table reads the index bits the kernel puts code s = 0 (and 2) in, lane
+  // 1's those of s = 1 (and 3); bits the kernel does not clear repeat it.
+  const RowLayout::Plane* pl0 = L.nparts == 1 ? p0.planes : nullptr;
+  if (lanes_on && k.aligned && pl0 && dp % 64 == 0 && dp <= 1024 && pl0[0].shift == 0) {
+    if (p0.bits == 2 && p0.nplanes == 1 && pl0[0].width == 2) k.avx2_sig = 20;
+    if (p0.bits == 3 && p0.nplanes == 2 && pl0[0].width == 2 && pl0[1].width == 1 && pl0[1].shift == 2) k.avx2_sig = 21;
+    if (p0.bits == 4 && p0.nplanes == 1 && pl0[0].width == 4) k.avx2_sig = 40;
+    for (int x = 0; x < 16; ++x) {
+      int c0 = x, c1 = x;  // sig 40: the nibble itself, both lanes
+      if (k.avx2_sig == 20) c0 = x & 3, c1 = x >> 2;                            // (V & 15): codes 4b+s, 4b+s+1
+      if (k.avx2_sig == 21) c0 = x & 7, c1 = ((x >> 2) & 3) + 4 * ((x >> 1) & 1);  // low bits | high bit at 2, or 1
+      k.avx2_table[x] = k.table[0][c0];
+      k.avx2_table[16 + x] = k.table[0][c1];
+    }
+    for (int x = 0; x < 32; ++x) k.avx2_vtable[x] = static_cast<uint8_t>(k.avx2_table[x] ^ 0x80);
+  }
   if (!lanes_on || !k.aligned || L.nparts != 1 || !(dp == 64 || dp == 128 || dp == 256)) return;
   const int w0 = p0.planes[0].width, w1 = p0.nplanes > 1 ? p0.planes[1].width : 0;
   if (p0.planes[0].shift != 0 || p0.nplanes > 2 || (p0.nplanes == 2 && p0.planes[1].shift != w0)) return;
@@ -1467,6 +1484,24 @@ bool lanes_run(bool flag) {
   return false;
 #endif
 }
+// Whether AVX2's ordered decode runs: K (not with residual bytes or words) or V.
+bool avx2_ordered(const Int8Keys& k, bool keys) {
+#if TKV_INT8_KEYS_X86
+  return k.avx2_sig != 0 && TKV_INT8_AVX2 && !(keys && (k.residual || k.wide));
+#else
+  (void)k, (void)keys;
+  return false;
+#endif
+}
+bool ordered_dots(const Int8Keys& k) { return lanes_run(k.lanes_dots) || avx2_ordered(k, true); }
+bool ordered_values(const Int8Keys& k) { return lanes_run(k.lanes_values) || avx2_ordered(k, false); }
+// The orders (score_int8.h): 2-bit planes, or AVX2's 4-bit one.
+void fill_order(const Int8Keys& k, int* perm) {
+  const bool nib = !lanes_run(k.lanes_dots || k.lanes_values) && k.avx2_sig == 40;
+  for (int c = 0; c < k.dp / 64; ++c)
+    for (int p = 0; p < 64; ++p)
+      perm[64 * c + p] = nib ? 64 * c + 2 * (p % 32) + p / 32 : 64 * c + 4 * (p % 16) + p / 16;
+}
 // G rows of dp: out[j][perm[p]] = in[j][p] (to natural: perm the order) or
 // out[j][p] = in[j][perm[p]] (to the order).
 template <class T>
@@ -1485,26 +1520,23 @@ void reorder(const T* in, T* out, int G, int dp, const int* perm, bool to_natura
 
 bool int8_query_order(const Int8Keys& k, int* perm) {
   for (int p = 0; p < k.dp; ++p) perm[p] = p;
-  if (!lanes_run(k.lanes_dots)) return false;
-  for (int c = 0; c < k.dp / 64; ++c)
-    for (int s = 0; s < 4; ++s)
-      for (int b = 0; b < 16; ++b) perm[64 * c + 16 * s + b] = 64 * c + 4 * b + s;
+  if (!ordered_dots(k)) return false;
+  fill_order(k, perm);
   return true;
 }
 bool int8_values_order(const Int8Keys& k, int* perm) {
   for (int p = 0; p < k.dp; ++p) perm[p] = p;
-  if (!lanes_run(k.lanes_values)) return false;
-  for (int c = 0; c < k.dp / 64; ++c)
-    for (int s = 0; s < 4; ++s)
-      for (int i = 0; i < 16; ++i) perm[64 * c + 16 * s + i] = 64 * c + 4 * i + s;
+  if (!ordered_values(k)) return false;
+  fill_order(k, perm);
   return true;
 }
 
-// (Where the lane kernels do not run, the orders are natural.)
+// (Where no ordered kernel runs, the orders are natural.)
 void int8_dots_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8,
                        int G, int32_t* dots, int ld) {
 #if TKV_INT8_KEYS_X86
   if (lanes_run(k.lanes_dots)) return dots_lanes_avx512(k, L, rows, n, q8, G, dots, ld);
+  if (avx2_ordered(k, true)) return int8_dots2_avx2(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld, true);
 #endif
   dots2_plain(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld);
 }
@@ -1512,6 +1544,7 @@ void int8_dots_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* con
 void int8_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w,
                          int G, int ldw, float* acc) {
 #if TKV_INT8_KEYS_X86
+  if (avx2_ordered(k, false)) return int8_values_avx2(k, L, rows, n, w, G, ldw, acc, true);
   if (lanes_run(k.lanes_values)) {
     if (n >= 1 && n <= 32) return values_lanes_avx512(k, L, rows, n, w, G, ldw, acc);
     int perm[1024];  // (more rows than one block: in the order, through natural)
@@ -1537,7 +1570,7 @@ void int8_dots16(const Int8Keys& k, const RowLayout& L, const uint8_t* const* ro
 }
 void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const uint8_t* const* rows, int n,
                 const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld) {
-  if (k2 || !lanes_run(k.lanes_dots)) return dots2_plain(k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
+  if (k2 || !ordered_dots(k)) return dots2_plain(k, k2, L, rows, n, q8, G, dots, G2, dots2, ld);
   int perm[1024];
   int8_query_order(k, perm);
   std::vector<int8_t> ord(static_cast<size_t>(G) * k.dp);
@@ -1550,7 +1583,8 @@ void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows
 }
 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w, int G,
                  int ldw, float* acc) {
-  if (!lanes_run(k.lanes_values) || n < 1 || n > 32) return values_plain(k, L, rows, n, w, G, ldw, acc);
+  if (!ordered_values(k) || n < 1 || (n > 32 && !avx2_ordered(k, false)))
+    return values_plain(k, L, rows, n, w, G, ldw, acc);
   int perm[1024];
   int8_values_order(k, perm);
   std::vector<float> ord(static_cast<size_t>(G) * k.dp);

@@ -51,6 +51,15 @@ struct Int8Keys {
   bool lanes_values = false;
   uint8_t lanes_table[64];   // c8 + 128 of code x mod 2^bits (vpermb reads 6 index bits)
   uint8_t lanes_vtable[64];  // c8 (signed) likewise, for values
+  // The AVX2 kernels' ordered decode (score_int8_avx2.cpp): one part over dp
+  // (a multiple of 64, at most 1024) of 2-bit codes (+ a 1-bit plane: tq2,
+  // tq3; avx2_sig 20, 21) or 4-bit codes (tq4; 40), else 0. A vpshufb reads
+  // the plane bytes as they lie, so the codes come out in an order of their
+  // own (int8_query_order); avx2_table is its two 16-byte tables (c8 + 128;
+  // avx2_vtable: c8) for the two 128-bit lanes.
+  int avx2_sig = 0;
+  uint8_t avx2_table[32];
+  uint8_t avx2_vtable[32];
 };
 
 // The budget: the integer path may add this fraction of the codec's own score
@@ -144,11 +153,13 @@ void int8_values(const Int8Keys& k, const RowLayout& layout, const uint8_t* cons
 
 // The orders of the lane kernels: position p of a query (int8_dots_ordered)
 // or of an accumulator row (int8_values_ordered) holds
-// coordinate perm[p]; the identity (and false) where the lane kernels do not
-// run (k.lanes_* not set, or a target other than AVX-512 in use).
+// coordinate perm[p]; the identity (and false) where no ordered kernel runs
+// (AVX-512: k.lanes_* not set; AVX2: k.avx2_sig 0, or K with residual or
+// 16-bit words; another target in use).
 //   p = 64c + 16s + b  <->  coordinate 64c + 4b + s   (b < 16, s < 4)
 // (chunk c of 64 coordinates; in a 2-bit plane, byte b of the chunk holds
-// coordinates 4b .. 4b+3 and s picks one).
+// coordinates 4b .. 4b+3 and s picks one). AVX2's 4-bit codes (avx2_sig 40):
+//   p = 64c + 32s + b  <->  coordinate 64c + 2b + s   (b < 32, s < 2).
 bool int8_query_order(const Int8Keys& k, int* perm);
 bool int8_values_order(const Int8Keys& k, int* perm);
 // int8_dots / int8_values with queries and accumulators in those orders
@@ -163,12 +174,14 @@ void int8_values_ordered(const Int8Keys& k, const RowLayout& layout, const uint8
 
 // The AVX2 kernels (score_int8_avx2.cpp; int8_avx2_cpu() only), called
 // through the functions above.
+// ordered: queries / accumulators in int8_query_order / int8_values_order
+// (k.avx2_sig set; the ordered decode), else natural.
 void int8_dots2_avx2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& layout, const uint8_t* const* rows, int n,
-                     const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld);
+                     const int8_t* q8, int G, int32_t* dots, int G2, int32_t* dots2, int ld, bool ordered = false);
 void int8_dots16_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const int16_t* q16,
                       int G, int32_t* dots, int ld);
 void int8_values_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w,
-                      int G, int ldw, float* acc);
+                      int G, int ldw, float* acc, bool ordered = false);
 
 // A bound on |approximate − exact| for one score divided by the row scale s_t:
 // Σ_i |c_i|·|q'_i − qs q8_i| + |q'_i|·|c_i − cs c8_i| + |q'_i − qs q8_i|·|c_i − cs c8_i|

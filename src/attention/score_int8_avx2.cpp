@@ -183,6 +183,82 @@ TKV_AVX2_INT8 bool with_fixed(int sig, Fn&& fn) {
   }
 }
 
+// The ordered decode (Int8Keys::avx2_sig; the order in score_int8.h): the
+// centroid bytes of positions 64c .. 64c+31 (lo) and 64c+32 .. 64c+63 (hi)
+// of one row, vpshufb reading the plane bytes where they lie. 2-bit plane:
+// its 16 bytes in both 128-bit lanes; byte b's bits 2s, 2s+1 hold code
+// 4b+s; lane 0's table reads the low 2 bits of a nibble (s = 0, 2), lane
+// 1's the high 2 (s = 1, 3). A 1-bit plane (bit 4b+s of the chunk's 8
+// bytes) is spread to H (byte b, bit s) by one widening and a shift, and
+// its bit put beside the code's: bit 2 in lane 0 (s = 0, 2), bit 1 in lane
+// 1 (s = 1, 3), by per-lane shifts and masks. 4-bit plane: 32 bytes, low
+// nibbles (coordinates 2b) then high (2b+1). ~5 operations per 64 codes
+// for tq2, ~16 for tq3, against ~24 and ~38 of the natural decode.
+template <int SIG>
+TKV_AVX2_INT8 inline void bytes64(const uint8_t* row, size_t o0, size_t o1, int c, __m256i tab, __m256i& lo,
+                                  __m256i& hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  if constexpr (SIG == 40) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + o0 + 32 * static_cast<size_t>(c)));
+    lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, m4));
+    hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+  } else {
+    const __m256i v = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + o0 + 16 * static_cast<size_t>(c))));
+    const __m256i v4 = _mm256_srli_epi16(v, 4);  // (the next byte's low bits land in bits 4-7: masked)
+    if constexpr (SIG == 20) {
+      lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, m4));
+      hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(v4, m4));
+    } else {
+      static_assert(SIG == 21, "ordered layouts: 20, 21, 40");
+      const __m128i z = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + o1 + 8 * static_cast<size_t>(c))));
+      // Word w = plane byte w: its low nibble to byte 2w, its high nibble to byte 2w + 1.
+      const __m128i h = _mm_and_si128(_mm_or_si128(z, _mm_slli_epi16(z, 4)), _mm_set1_epi8(0x0F));
+      const __m256i mcode = _mm256_setr_epi64x(0x0303030303030303LL, 0x0303030303030303LL, 0x0C0C0C0C0C0C0C0CLL,
+                                               0x0C0C0C0C0C0C0C0CLL);
+      const __m256i mhigh = _mm256_setr_epi64x(0x0404040404040404LL, 0x0404040404040404LL, 0x0202020202020202LL,
+                                               0x0202020202020202LL);
+      // s = 0 | 1: H's bit 0 up to bit 2 | bit 1 where it is; s = 2 | 3: bit 2 where it is | bit 3 down to bit 1
+      // (shifts on 128 bits, then one insert: vpsllvd / vpsrlvd were 11 % of the V decode on Zen 1).
+      const __m256i up = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_slli_epi16(h, 2)), h, 1);
+      const __m256i down = _mm256_inserti128_si256(_mm256_castsi128_si256(h), _mm_srli_epi16(h, 2), 1);
+      lo = _mm256_shuffle_epi8(tab, _mm256_or_si256(_mm256_and_si256(v, mcode), _mm256_and_si256(up, mhigh)));
+      hi = _mm256_shuffle_epi8(tab, _mm256_or_si256(_mm256_and_si256(v4, mcode), _mm256_and_si256(down, mhigh)));
+    }
+  }
+}
+
+// Calls fn(sig) with an ordered layout's signature as a constant.
+template <class Fn>
+TKV_AVX2_INT8 void with_ordered(int sig, Fn&& fn) {
+  switch (sig) {
+    case 20: return fn(std::integral_constant<int, 20>());
+    case 21: return fn(std::integral_constant<int, 21>());
+    default: return fn(std::integral_constant<int, 40>());
+  }
+}
+
+// int8_dots2_avx2's words in the order: [nr][nch] chunks of A then B words.
+template <int SIG>
+TKV_AVX2_INT8 void words_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int nr,
+                                 int16_t* words) {
+  const RowLayout::Part& p = L.parts[0];
+  const size_t o0 = p.planes[0].offset, o1 = SIG == 21 ? p.planes[1].offset : 0;
+  const int nch = k.dp / 32;
+  const __m256i tab = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.avx2_table));
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i* out = reinterpret_cast<__m256i*>(words);
+  for (int r = 0; r < nr; ++r)
+    for (int c = 0; c < nch / 2; ++c, out += 4) {
+      __m256i lo, hi;
+      bytes64<SIG>(rows[r], o0, o1, c, tab, lo, hi);
+      _mm256_store_si256(out, _mm256_unpacklo_epi8(lo, zero));
+      _mm256_store_si256(out + 1, _mm256_unpackhi_epi8(lo, zero));
+      _mm256_store_si256(out + 2, _mm256_unpacklo_epi8(hi, zero));
+      _mm256_store_si256(out + 3, _mm256_unpackhi_epi8(hi, zero));
+    }
+}
+
 // The words of a fixed layout's rows straight from their codes, [nr][nch]
 // chunks of A then B words: the table's bytes (c8 + 128) widened with zeros,
 // or (WIDE) a 16-bit table's low and high bytes joined; with TWO also the
@@ -374,7 +450,7 @@ Scratch& scratch() {
 
 TKV_AVX2_INT8 void int8_dots2_avx2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L,
                                    const uint8_t* const* rows, int n, const int8_t* q8, int G, int32_t* dots, int G2,
-                                   int32_t* dots2, int ld) {
+                                   int32_t* dots2, int ld, bool ordered) {
   if (G > 64 || k.dp > 1024) {  // past the scratch: the specification itself
     int8_dots_ref(k, L, rows, n, q8, G, dots, ld);
     if (k2) int8_dots_ref(*k2, L, rows, n, q8, G2, dots2, ld);
@@ -384,8 +460,14 @@ TKV_AVX2_INT8 void int8_dots2_avx2(const Int8Keys& k, const Int8Keys* k2, const 
   const int dp = k.dp, nch = chunks32(dp), sdp = nch * 32;
   query_words(q8, G, dp, s.qw);
   const int sig = sdp == dp ? fixed_sig(k, L) : 0;
+  ordered = ordered && !k2 && k.avx2_sig != 0;  // (the caller's promise: queries in int8_query_order)
   for (int r0 = 0; r0 < n; r0 += kMaxRows) {
     const int nr = std::min(kMaxRows, n - r0);
+    if (ordered) {
+      with_ordered(k.avx2_sig, [&](auto sg) TKV_AVX2_INT8 { words_ordered<sg>(k, L, rows + r0, nr, s.words); });
+      dot_words(nr, nch, s.qw, G, dots, ld, r0, s.words);
+      continue;
+    }
     const bool fixed = with_fixed(sig, [&](auto w0, auto w1) TKV_AVX2_INT8 {
       if (k2) {
         words_fixed<w0, w1, false, true>(k, L, rows + r0, nr, table16(k.table[0]), table16(k2->table[0]), s.words, s.words2);
@@ -460,8 +542,29 @@ TKV_AVX2_INT8 void pairs_fixed(const Int8Keys& k, const RowLayout& L, const uint
   }
 }
 
+// pairs_fixed in the order (the signed table).
+template <int SIG>
+TKV_AVX2_INT8 void pairs_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int nr,
+                                 __m256i* pairs) {
+  const RowLayout::Part& p = L.parts[0];
+  const size_t o0 = p.planes[0].offset, o1 = SIG == 21 ? p.planes[1].offset : 0;
+  const int nch = k.dp / 32;
+  const __m256i tab = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.avx2_vtable));
+  for (int m = 0; 2 * m < nr; ++m) {
+    const uint8_t* ra = rows[2 * m];
+    const uint8_t* rb = rows[std::min(2 * m + 1, nr - 1)];  // (an odd block's last pair: weight 0)
+    for (int c = 0; c < nch / 2; ++c) {
+      __m256i la, ha, lb, hb;
+      bytes64<SIG>(ra, o0, o1, c, tab, la, ha);
+      bytes64<SIG>(rb, o0, o1, c, tab, lb, hb);
+      pair_words(la, lb, pairs + (static_cast<size_t>(m) * nch + 2 * c) * 4);
+      pair_words(ha, hb, pairs + (static_cast<size_t>(m) * nch + 2 * c + 1) * 4);
+    }
+  }
+}
+
 TKV_AVX2_INT8 void int8_values_avx2(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
-                                    const float* w, int G, int ldw, float* acc) {
+                                    const float* w, int G, int ldw, float* acc, bool ordered) {
   Scratch& s = scratch();
   const int dp = k.dp, nch = chunks32(dp), sdp = nch * 32, n8 = dp / 8;
   if (dp > 1024 || dp % 16 != 0) return int8_values_ref(k, L, rows, n, w, G, ldw, acc);
@@ -472,7 +575,9 @@ TKV_AVX2_INT8 void int8_values_avx2(const Int8Keys& k, const RowLayout& L, const
   for (int r0 = 0; r0 < n; r0 += kMaxRows) {
     const int nr = std::min(kMaxRows, n - r0), np = (nr + 1) / 2;
     // Row pairs as words, [np][nch][4] vectors (pair_words).
-    if (!with_fixed(sig, [&](auto w0, auto w1) TKV_AVX2_INT8 { pairs_fixed<w0, w1>(k, L, rows + r0, nr, pairs); })) {
+    if (ordered && k.avx2_sig) {
+      with_ordered(k.avx2_sig, [&](auto sg) TKV_AVX2_INT8 { pairs_ordered<sg>(k, L, rows + r0, nr, pairs); });
+    } else if (!with_fixed(sig, [&](auto w0, auto w1) TKV_AVX2_INT8 { pairs_fixed<w0, w1>(k, L, rows + r0, nr, pairs); })) {
       stage_rows(k, L, rows + r0, nr, sdp, s.stage, nullptr, nullptr);
       if (nr % 2) std::memset(s.stage + static_cast<size_t>(nr) * sdp, 128, static_cast<size_t>(sdp));
       for (int m = 0; m < np; ++m) {

@@ -213,14 +213,16 @@ TEST(Int8Values, KernelGivesTheSpecificationsSums) {
   }
 }
 
-// The lane kernels (score_int8.h: tq2 and tq3 on AVX-512) read queries and
-// write accumulators in their own order. The order is a permutation of the
-// coordinates that puts byte b's code s of each 64-coordinate chunk at
-// 64c + 16s + b (written out here, not read from the engine); the ordered
-// entry points, given the query and accumulators in that order, give the
-// specification's integers and sums; on other targets the order is natural.
+// The lane kernels (score_int8.h: tq2 and tq3 on AVX-512) and AVX2's
+// ordered decode (tq2, tq3, tq4) read queries and write accumulators in
+// their own order. The order is a permutation of the coordinates that puts
+// byte b's code s of each 64-coordinate chunk at 64c + 16s + b (2-bit
+// planes), or on AVX2 a 4-bit plane's nibble s of byte b at 64c + 32s + b
+// (written out here, not read from the engine); the ordered entry points,
+// given the query and accumulators in that order, give the specification's
+// integers and sums; elsewhere the order is natural.
 TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
-  int lanes_checked = 0;
+  int lanes_checked = 0, avx2_checked = 0;
   for (attn::Int8Target target : targets_or_none()) {
     SCOPED_TRACE(target_name(target));
     PinTarget pin(target);
@@ -235,17 +237,23 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         std::vector<int> order(dp), vorder(dp);
         const bool lanes = attn::int8_query_order(k, order.data());
         const bool vlanes = attn::int8_values_order(k, vorder.data());
-        // Where they run: tq2 and tq3 (one 2-bit plane, + a 1-bit one) at d 64, 128, 256, on AVX-512.
-        const bool expect = target == attn::Int8Target::kAvx512 && (f == "tq2" || f == "tq3") && d != 80;
+        // Where they run: tq2 and tq3 (one 2-bit plane, + a 1-bit one) at d 64, 128, 256, on AVX-512;
+        // those and tq4 (one 4-bit plane) on AVX2, K not where it takes residual bytes or words.
+        const bool two = (f == "tq2" || f == "tq3") && d != 80;
+        const bool avx2 = target == attn::Int8Target::kAvx2 && (two || (f == "tq4" && d != 80));
+        const bool expect_v = (target == attn::Int8Target::kAvx512 && two) || avx2;
+        const bool expect = (target == attn::Int8Target::kAvx512 && two) || (avx2 && !k.residual && !k.wide);
         ASSERT_EQ(lanes, expect) << f << " d=" << d;
-        ASSERT_EQ(vlanes, expect) << f << " d=" << d;
+        ASSERT_EQ(vlanes, expect_v) << f << " d=" << d;
+        const bool nib = avx2 && f == "tq4";
         for (int p = 0; p < dp; ++p) {
-          const int c64 = p / 64, s = p % 64 / 16, b = p % 16;
-          const int want = expect ? 64 * c64 + 4 * b + s : p;
-          ASSERT_EQ(order[p], want) << f << " d=" << d << " position " << p;
-          ASSERT_EQ(vorder[p], want) << f << " d=" << d << " position " << p;
+          const int c64 = p / 64;
+          const int want = nib ? 64 * c64 + 2 * (p % 32) + p % 64 / 32 : 64 * c64 + 4 * (p % 16) + p % 64 / 16;
+          ASSERT_EQ(order[p], expect ? want : p) << f << " d=" << d << " position " << p;
+          ASSERT_EQ(vorder[p], expect_v ? want : p) << f << " d=" << d << " position " << p;
         }
-        lanes_checked += expect;
+        lanes_checked += expect && target == attn::Int8Target::kAvx512;
+        avx2_checked += expect && expect_v && target == attn::Int8Target::kAvx2;
         const auto x = gaussian(size_t(n) * d, 300 + d);
         const CodedRows rows = coded_rows(*c, x, n);
         for (int G : {1, 4, 5}) {
@@ -281,6 +289,7 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
       }
   }
   if (attn::int8_target_supported(attn::Int8Target::kAvx512)) EXPECT_EQ(lanes_checked, 2 * 3);
+  if (attn::int8_target_supported(attn::Int8Target::kAvx2)) EXPECT_EQ(avx2_checked, 3 * 3);
 }
 
 // The query's bytes (main and residual) are the specification's, on random
