@@ -238,20 +238,32 @@ TKV_AVX2_INT8 void with_ordered(int sig, Fn&& fn) {
   }
 }
 
+// bytes64 with a layout's plane offsets and one of its two tables (K's
+// unsigned, V's signed).
+template <int SIG>
+struct Ordered {
+  size_t o0, o1;
+  __m256i tab;
+  TKV_AVX2_INT8 Ordered(const RowLayout& L, const uint8_t* table)
+      : o0(L.parts[0].planes[0].offset),
+        o1(SIG == 21 ? L.parts[0].planes[1].offset : 0),
+        tab(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(table))) {}
+  TKV_AVX2_INT8 void operator()(const uint8_t* row, int c, __m256i& lo, __m256i& hi) const {
+    bytes64<SIG>(row, o0, o1, c, tab, lo, hi);
+  }
+};
+
 // int8_dots2_avx2's words in the order: [nr][nch] chunks of A then B words.
 template <int SIG>
 TKV_AVX2_INT8 void words_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int nr,
                                  int16_t* words) {
-  const RowLayout::Part& p = L.parts[0];
-  const size_t o0 = p.planes[0].offset, o1 = SIG == 21 ? p.planes[1].offset : 0;
-  const int nch = k.dp / 32;
-  const __m256i tab = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.avx2_table));
+  const Ordered<SIG> bytes(L, k.avx2_table);
   const __m256i zero = _mm256_setzero_si256();
   __m256i* out = reinterpret_cast<__m256i*>(words);
   for (int r = 0; r < nr; ++r)
-    for (int c = 0; c < nch / 2; ++c, out += 4) {
+    for (int c = 0; c < k.dp / 64; ++c, out += 4) {
       __m256i lo, hi;
-      bytes64<SIG>(rows[r], o0, o1, c, tab, lo, hi);
+      bytes(rows[r], c, lo, hi);
       _mm256_store_si256(out, _mm256_unpacklo_epi8(lo, zero));
       _mm256_store_si256(out + 1, _mm256_unpackhi_epi8(lo, zero));
       _mm256_store_si256(out + 2, _mm256_unpacklo_epi8(hi, zero));
@@ -546,17 +558,15 @@ TKV_AVX2_INT8 void pairs_fixed(const Int8Keys& k, const RowLayout& L, const uint
 template <int SIG>
 TKV_AVX2_INT8 void pairs_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int nr,
                                  __m256i* pairs) {
-  const RowLayout::Part& p = L.parts[0];
-  const size_t o0 = p.planes[0].offset, o1 = SIG == 21 ? p.planes[1].offset : 0;
+  const Ordered<SIG> bytes(L, k.avx2_vtable);
   const int nch = k.dp / 32;
-  const __m256i tab = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.avx2_vtable));
   for (int m = 0; 2 * m < nr; ++m) {
     const uint8_t* ra = rows[2 * m];
     const uint8_t* rb = rows[std::min(2 * m + 1, nr - 1)];  // (an odd block's last pair: weight 0)
     for (int c = 0; c < nch / 2; ++c) {
       __m256i la, ha, lb, hb;
-      bytes64<SIG>(ra, o0, o1, c, tab, la, ha);
-      bytes64<SIG>(rb, o0, o1, c, tab, lb, hb);
+      bytes(ra, c, la, ha);
+      bytes(rb, c, lb, hb);
       pair_words(la, lb, pairs + (static_cast<size_t>(m) * nch + 2 * c) * 4);
       pair_words(ha, hb, pairs + (static_cast<size_t>(m) * nch + 2 * c + 1) * 4);
     }
