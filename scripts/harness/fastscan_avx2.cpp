@@ -271,7 +271,7 @@ int main(int argc, char** argv) {
     std::vector<int32_t> dots(G * 32);
     // Coordinate-major blocks.
     const size_t nb = rows / 32;
-    std::vector<uint8_t, std::allocator<uint8_t>> blkv(nb * 32 * d / 2 + 64);
+    std::vector<uint8_t> blkv(nb * 32 * d / 2 + 64);
     uint8_t* blk = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(blkv.data()) + 63) & ~uintptr_t(63));
     std::vector<uint8_t> codes(d);
     for (size_t t = 0; t < nb * 32; ++t) {

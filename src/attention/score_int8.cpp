@@ -242,11 +242,13 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   // The AVX2 ordered decode's layouts and tables (score_int8.h): lane 0's
   // table reads the index bits the kernel puts code s = 0 (and 2) in, lane
   // 1's those of s = 1 (and 3); bits the kernel does not clear repeat it.
-  const RowLayout::Plane* pl0 = L.nparts == 1 ? p0.planes : nullptr;
-  if (lanes_on && k.aligned && pl0 && dp % 64 == 0 && dp <= 1024 && pl0[0].shift == 0) {
+  const RowLayout::Plane* pl0 = p0.planes;
+  if (lanes_on && k.aligned && L.nparts == 1 && dp <= 1024 && pl0[0].shift == 0) {  // (aligned: dp % 64 == 0)
     if (p0.bits == 2 && p0.nplanes == 1 && pl0[0].width == 2) k.avx2_sig = 20;
     if (p0.bits == 3 && p0.nplanes == 2 && pl0[0].width == 2 && pl0[1].width == 1 && pl0[1].shift == 2) k.avx2_sig = 21;
     if (p0.bits == 4 && p0.nplanes == 1 && pl0[0].width == 4) k.avx2_sig = 40;
+  }
+  if (k.avx2_sig) {
     for (int x = 0; x < 16; ++x) {
       int c0 = x, c1 = x;  // sig 40: the nibble itself, both lanes
       if (k.avx2_sig == 20) c0 = x & 3, c1 = x >> 2;                            // (V & 15): codes 4b+s, 4b+s+1
@@ -1495,9 +1497,10 @@ bool avx2_ordered(const Int8Keys& k, bool keys) {
 }
 bool ordered_dots(const Int8Keys& k) { return lanes_run(k.lanes_dots) || avx2_ordered(k, true); }
 bool ordered_values(const Int8Keys& k) { return lanes_run(k.lanes_values) || avx2_ordered(k, false); }
-// The orders (score_int8.h): 2-bit planes, or AVX2's 4-bit one.
+// The orders (score_int8.h): 2-bit planes, or AVX2's 4-bit one (the lane
+// kernels take no 4-bit codes).
 void fill_order(const Int8Keys& k, int* perm) {
-  const bool nib = !lanes_run(k.lanes_dots || k.lanes_values) && k.avx2_sig == 40;
+  const bool nib = k.avx2_sig == 40;
   for (int c = 0; c < k.dp / 64; ++c)
     for (int p = 0; p < 64; ++p)
       perm[64 * c + p] = nib ? 64 * c + 2 * (p % 32) + p / 32 : 64 * c + 4 * (p % 16) + p / 16;
