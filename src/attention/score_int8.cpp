@@ -48,7 +48,7 @@ constexpr double kLloydMax[9] = {1.0, 0.3634, 0.1175, 0.03454, 0.009497, 0.00249
 // head with per-head codecs; a tqc8 fit is ~0.4 M operations).
 namespace {
 struct CentroidFit {
-  std::vector<float> key;  // nparts, then per part: bits, count, the 2^bits centroids
+  std::vector<float> key;  // the bound, nparts, then per part: bits, count, the 2^bits centroids
   float step = 0.0f;       // c8 = round(c / step)
   float cs = 0.0f;         // c ≈ cs · c8
   double mse[RowLayout::kMaxParts] = {};  // Σ_j p_j (c_j − cs c8_j)² per part
@@ -84,11 +84,13 @@ void cell_probabilities(const float* c, int n, double* prob) {
   }
 }
 
-long centroid_byte(float c, float step) { return std::clamp(std::lround(c / step), -127L, 127L); }
+long centroid_byte(float c, float step, long bound = 127) { return std::clamp(std::lround(c / step), -bound, bound); }
 
-const CentroidFit& fit_centroid_bytes(const RowLayout& L, float cmax) {
+// bound: the largest |c8| (127; Int8Keys::kNarrow for AVX2's byte kernels).
+const CentroidFit& fit_centroid_bytes(const RowLayout& L, float cmax, int bound) {
   thread_local std::vector<float> key;
-  key.assign(1, static_cast<float>(L.nparts));
+  key.assign(1, static_cast<float>(bound));
+  key.push_back(static_cast<float>(L.nparts));
   for (int p = 0; p < L.nparts; ++p) {
     key.push_back(static_cast<float>(L.parts[p].bits));
     key.push_back(static_cast<float>(L.parts[p].count));
@@ -115,7 +117,7 @@ const CentroidFit& fit_centroid_bytes(const RowLayout& L, float cmax) {
     for (int p = 0; p < L.nparts; ++p)
       for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
         const double w = L.parts[p].count * prob[p][j], c = L.parts[p].centroids[j];
-        const double c8 = static_cast<double>(centroid_byte(L.parts[p].centroids[j], step));
+        const double c8 = static_cast<double>(centroid_byte(L.parts[p].centroids[j], step, bound));
         cc += w * c * c;
         c8c += w * c8 * c;
         c8c8 += w * c8 * c8;
@@ -124,16 +126,16 @@ const CentroidFit& fit_centroid_bytes(const RowLayout& L, float cmax) {
     for (int p = 0; p < L.nparts; ++p)
       for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
         const float c = L.parts[p].centroids[j];
-        if (!(std::fabs(c - cs * static_cast<float>(centroid_byte(c, step))) <= 0.5f * cs)) return HUGE_VAL;
+        if (!(std::fabs(c - cs * static_cast<float>(centroid_byte(c, step, bound))) <= 0.5f * cs)) return HUGE_VAL;
       }
     *cs_out = cs;
     return cc - static_cast<double>(cs) * c8c;  // Σ w (c − cs c8)²
   };
-  // Step cmax/127 scaled back by itself (the plain rounding) always qualifies.
-  f.step = f.cs = static_cast<float>(cmax / 127.0);
+  // Step cmax/bound scaled back by itself (the plain rounding) always qualifies.
+  f.step = f.cs = static_cast<float>(cmax / bound);
   double best = HUGE_VAL;
   for (int g = 0; g <= 400; ++g) {
-    const float step = static_cast<float>(cmax / 127.0 * (1.0 + 0.4 * g / 400));
+    const float step = static_cast<float>(cmax / bound * (1.0 + 0.4 * g / 400));
     float cs;
     const double e = error(step, &cs);
     if (e < best) {
@@ -145,7 +147,8 @@ const CentroidFit& fit_centroid_bytes(const RowLayout& L, float cmax) {
   for (int p = 0; p < L.nparts; ++p) {
     f.mse[p] = 0;
     for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
-      const double e = L.parts[p].centroids[j] - static_cast<double>(f.cs) * centroid_byte(L.parts[p].centroids[j], f.step);
+      const double e =
+          L.parts[p].centroids[j] - static_cast<double>(f.cs) * centroid_byte(L.parts[p].centroids[j], f.step, bound);
       f.mse[p] += prob[p][j] * e * e;
     }
   }
@@ -164,24 +167,6 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     for (int j = 0; j < (1 << L.parts[p].bits); ++j) cmax = std::max(cmax, std::fabs(L.parts[p].centroids[j]));
   if (!(cmax > 0.0f) || !std::isfinite(cmax)) return;
   k.cmax = cmax;
-  const CentroidFit& fit = fit_centroid_bytes(L, cmax);
-  k.cs = fit.cs;
-  for (int p = 0; p < L.nparts; ++p) {
-    std::memset(k.table[p], 128, sizeof(k.table[p]));
-    for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
-      k.table[p][j] = static_cast<uint8_t>(centroid_byte(L.parts[p].centroids[j], fit.step) + 128);
-    }
-  }
-  // The predicted error this path adds, as a fraction of the codec's own
-  // score error variance, for a query with unit variance per coordinate
-  // before the coordinate scale s_i: codec Σ s_i² D(b_i); centroid bytes
-  // Σ s_i² mse(part of i) (the fit's, above); query bytes (qs²/12) · n_coded
-  // with qs ≈ 3 max s_i / 127 (a rotated query's largest coordinate is ~3x
-  // its RMS). With residual bytes both shares are those of a uniform error
-  // of a 254 times finer step (the residual table's centroid errors are not
-  // fitted: they are ~254² times smaller).
-  double codec = 0, centroid = 0, uniform = 0, smax = 0;
-  int covered = 0;
   // (Fixed arrays, dp <= 1024 above: attention() prepares its readers on
   // every call, so no allocation here.)
   int8_t part_of[1024];
@@ -189,21 +174,59 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   for (int p = 0; p < L.nparts; ++p)
     for (int i = L.parts[p].begin; i < L.parts[p].begin + L.parts[p].count && i < d; ++i)
       part_of[i] = static_cast<int8_t>(p);
-  for (int i = 0; i < d; ++i) {
-    const double s = coord_scale ? coord_scale[i] : 1.0;
-    const int p = part_of[i];
-    codec += s * s * kLloydMax[p >= 0 ? std::clamp<int>(L.parts[p].bits, 0, 8) : 0];
-    if (p < 0) continue;
-    centroid += s * s * fit.mse[p];
-    uniform += s * s * k.cs * k.cs / 12.0;
-    smax = std::max(smax, std::fabs(s));
-    ++covered;
-  }
-  const double qs = 3.0 * smax / 127.0;
-  k.predicted = codec > 0 ? (centroid + qs * qs / 12.0 * covered) / codec : 1e30;
-  if (k.predicted > residual_above) {  // residual bytes make both shares ~254² times smaller
-    k.residual = true;
-    k.predicted = codec > 0 ? (uniform + qs * qs / 12.0 * covered) / (254.0 * 254.0) / codec : 1e30;
+  // AVX2's byte kernels (Int8Keys::narrow) take the layouts of its ordered
+  // decode with 2-bit codes (tq2, tq3: avx2_sig 20, 21, below) when the
+  // bytes on kNarrow still predict less than residual_above; else 127.
+  static const bool lanes_on = [] {  // TKV_INT8_LANES=0: no lane kernels, no ordered decode (comparisons)
+    const char* e = std::getenv("TKV_INT8_LANES");
+    return !(e && std::string(e) == "0");
+  }();
+  const RowLayout::Part& q0 = L.parts[0];
+  const bool narrow_layout = lanes_on && int8_target() == Int8Target::kAvx2 && L.nparts == 1 && dp % 64 == 0 &&
+                             q0.begin == 0 && q0.count == dp && q0.planes[0].shift == 0 && q0.planes[0].width == 2 &&
+                             ((q0.bits == 2 && q0.nplanes == 1) ||
+                              (q0.bits == 3 && q0.nplanes == 2 && q0.planes[1].width == 1 && q0.planes[1].shift == 2));
+  double codec = 0, smax = 0;  // (the wide path below reads them too)
+  int covered = 0;
+  for (const int bound : {Int8Keys::kNarrow, 127}) {
+    if (bound != 127 && !narrow_layout) continue;
+    const CentroidFit& fit = fit_centroid_bytes(L, cmax, bound);
+    k.cs = fit.cs;
+    k.narrow = bound != 127;
+    k.residual = false;
+    for (int p = 0; p < L.nparts; ++p) {
+      std::memset(k.table[p], 128, sizeof(k.table[p]));
+      for (int j = 0; j < (1 << L.parts[p].bits); ++j)
+        k.table[p][j] = static_cast<uint8_t>(centroid_byte(L.parts[p].centroids[j], fit.step, bound) + 128);
+    }
+    // The predicted error this path adds, as a fraction of the codec's own
+    // score error variance, for a query with unit variance per coordinate
+    // before the coordinate scale s_i: codec Σ s_i² D(b_i); centroid bytes
+    // Σ s_i² mse(part of i) (the fit's, above); query bytes (qs²/12) · n_coded
+    // with qs ≈ 3 max s_i / 127 (a rotated query's largest coordinate is ~3x
+    // its RMS). With residual bytes both shares are those of a uniform error
+    // of a 254 times finer step (the residual table's centroid errors are not
+    // fitted: they are ~254² times smaller).
+    double centroid = 0, uniform = 0;
+    codec = smax = 0;
+    covered = 0;
+    for (int i = 0; i < d; ++i) {
+      const double s = coord_scale ? coord_scale[i] : 1.0;
+      const int p = part_of[i];
+      codec += s * s * kLloydMax[p >= 0 ? std::clamp<int>(L.parts[p].bits, 0, 8) : 0];
+      if (p < 0) continue;
+      centroid += s * s * fit.mse[p];
+      uniform += s * s * k.cs * k.cs / 12.0;
+      smax = std::max(smax, std::fabs(s));
+      ++covered;
+    }
+    const double qs = 3.0 * smax / 127.0;
+    k.predicted = codec > 0 ? (centroid + qs * qs / 12.0 * covered) / codec : 1e30;
+    if (k.narrow && k.predicted <= residual_above) break;
+    if (k.predicted > residual_above) {  // residual bytes make both shares ~254² times smaller
+      k.residual = true;
+      k.predicted = codec > 0 ? (uniform + qs * qs / 12.0 * covered) / (254.0 * 254.0) / codec : 1e30;
+    }
   }
   bool aligned = dp % 64 == 0;
   for (int p = 0; p < L.nparts; ++p)
@@ -235,10 +258,6 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   }
   k.usable = k.predicted <= kInt8MaxPredicted;
   // The lane kernels' layouts (score_int8.h): one part, a 2-bit plane (+ a 1-bit one).
-  static const bool lanes_on = [] {
-    const char* e = std::getenv("TKV_INT8_LANES");
-    return !(e && std::string(e) == "0");
-  }();
   // The AVX2 ordered decode's layouts and tables (score_int8.h): lane 0's
   // table reads the index bits the kernel puts code s = 0 (and 2) in, lane
   // 1's those of s = 1 (and 3); bits the kernel does not clear repeat it.
@@ -257,6 +276,8 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
       k.avx2_table[16 + x] = k.table[0][c1];
     }
     for (int x = 0; x < 32; ++x) k.avx2_vtable[x] = static_cast<uint8_t>(k.avx2_table[x] ^ 0x80);
+    if (k.narrow)  // c8 + 32 in [1, 63]
+      for (int x = 0; x < 32; ++x) k.avx2_ntable[x] = static_cast<uint8_t>(k.avx2_table[x] - 96);
   }
   if (!lanes_on || !k.aligned || L.nparts != 1 || !(dp == 64 || dp == 128 || dp == 256)) return;
   const int w0 = p0.planes[0].width, w1 = p0.nplanes > 1 ? p0.planes[1].width : 0;

@@ -60,6 +60,19 @@ struct Int8Keys {
   int avx2_sig = 0;
   uint8_t avx2_table[32];
   uint8_t avx2_vtable[32];
+  // AVX2's byte kernels (score_int8_avx2.cpp): without vpdpbusd, AVX2
+  // multiplies bytes with vpmaddubsw, whose pair sums saturate at 16 bits;
+  // with |c8| <= kNarrow the pair sums stay within 2·255·31 (V: weight bytes
+  // times centroid bytes) or 2·63·127 (K: c8 + 32 times query bytes), so two
+  // of them add on 16 bits before one widening, and half the multiplies of
+  // the words (vpmaddwd) remain (RESULTS §39). Set by int8_keys_prepare
+  // when AVX2 is the target, for avx2_sig 20 and 21 (tq2, tq3), where the
+  // coarser centroid bytes still predict less than the residual threshold;
+  // the table then holds those bytes, and every kernel and the
+  // specification read them. avx2_ntable: avx2_table as c8 + 32.
+  static constexpr int kNarrow = 31;
+  bool narrow = false;
+  uint8_t avx2_ntable[32];
 };
 
 // The budget: the integer path may add this fraction of the codec's own score

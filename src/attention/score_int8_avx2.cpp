@@ -271,6 +271,21 @@ TKV_AVX2_INT8 void words_ordered(const Int8Keys& k, const RowLayout& L, const ui
     }
 }
 
+// The narrow keys' bytes (c8 + 32) in the order: [nr][dp].
+template <int SIG>
+TKV_AVX2_INT8 void bytes_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int nr,
+                                 uint8_t* stage) {
+  const Ordered<SIG> bytes(L, k.avx2_ntable);
+  for (int r = 0; r < nr; ++r)
+    for (int c = 0; c < k.dp / 64; ++c) {
+      __m256i lo, hi;
+      bytes(rows[r], c, lo, hi);
+      __m256i* out = reinterpret_cast<__m256i*>(stage + static_cast<size_t>(r) * k.dp + 64 * static_cast<size_t>(c));
+      _mm256_store_si256(out, lo);
+      _mm256_store_si256(out + 1, hi);
+    }
+}
+
 // The words of a fixed layout's rows straight from their codes, [nr][nch]
 // chunks of A then B words: the table's bytes (c8 + 128) widened with zeros,
 // or (WIDE) a 16-bit table's low and high bytes joined; with TWO also the
@@ -384,12 +399,15 @@ TKV_AVX2_INT8 float weights8(const float* w, int n, uint8_t* w8) {
   return mx / 255.0f;
 }
 
-// The sums of 8 accumulators (2 rows x 4 queries) into dots.
-TKV_AVX2_INT8 inline void store8(const __m256i (&acc)[2][4], int r, int nr2, int j0, int nj, int32_t* dots, int ld) {
+// The sums of 8 accumulators (2 rows x 4 queries) into dots, plus add[j]
+// (when given) for query j0 + j.
+TKV_AVX2_INT8 inline void store8(const __m256i (&acc)[2][4], int r, int nr2, int j0, int nj, int32_t* dots, int ld,
+                                 const int32_t* add = nullptr) {
   for (int i = 0; i < nr2; ++i) {
     const __m256i h01 = _mm256_hadd_epi32(acc[i][0], acc[i][1]), h23 = _mm256_hadd_epi32(acc[i][2], acc[i][3]);
     const __m256i h = _mm256_hadd_epi32(h01, h23);  // per lane: the 4 queries' halves
-    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    if (add) s = _mm_add_epi32(s, _mm_loadu_si128(reinterpret_cast<const __m128i*>(add)));
     alignas(16) int32_t v[4];
     _mm_store_si128(reinterpret_cast<__m128i*>(v), s);
     for (int jj = 0; jj < nj; ++jj) dots[static_cast<size_t>(j0 + jj) * ld + r + i] = v[jj];
@@ -425,6 +443,46 @@ TKV_AVX2_INT8 void dot_words(int nr, int nch, const int16_t* qw, int G, int32_t*
         }
       }
       store8(acc, r0 + r, nr2, j0, nj, dots, ld);
+    }
+  }
+}
+
+// The narrow keys (Int8Keys::narrow): dots[j][r] = Σ_p u[r][p] · q8[j][p] +
+// add[j] for nr rows of bytes u = c8 + 32 (in [1, 63]; stage: [nr][dp], the
+// ordered decode's positions) and G queries in that order; add[j] = 96 Σ q8[j]
+// makes them the specification's Σ (c8 + 128) · q8. Per 64 positions and
+// query: two vpmaddubsw (pairs within ±2·63·127), their sum on 16 bits
+// (within ±32004), one vpmaddwd by ones and one add, where the words take
+// four vpmaddwd and four adds.
+TKV_AVX2_INT8 void dot_bytes(int nr, int dp, const int8_t* q8, int G, const int32_t* add, int32_t* dots, int ld,
+                             int r0, const uint8_t* stage) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < nr; r += 2) {
+    const int r1 = std::min(r + 1, nr - 1), nr2 = std::min(2, nr - r);
+    const uint8_t* x0 = stage + static_cast<size_t>(r) * dp;
+    const uint8_t* x1 = stage + static_cast<size_t>(r1) * dp;
+    for (int j0 = 0; j0 < G; j0 += 4) {
+      const int nj = std::min(4, G - j0);
+      const int8_t* q[4];
+      for (int jj = 0; jj < 4; ++jj) q[jj] = q8 + static_cast<size_t>(j0 + std::min(jj, nj - 1)) * dp;
+      __m256i acc[2][4];
+      for (auto& a : acc)
+        for (auto& x : a) x = _mm256_setzero_si256();
+      for (int c = 0; c < dp; c += 64) {
+        const __m256i a0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x0 + c));
+        const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x0 + c + 32));
+        const __m256i a1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x1 + c));
+        const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x1 + c + 32));
+        for (int jj = 0; jj < 4; ++jj) {
+          const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[jj] + c));
+          const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[jj] + c + 32));
+          const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(a0, qa), _mm256_maddubs_epi16(b0, qb));
+          const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(a1, qa), _mm256_maddubs_epi16(b1, qb));
+          acc[0][jj] = _mm256_add_epi32(acc[0][jj], _mm256_madd_epi16(s0, ones));
+          acc[1][jj] = _mm256_add_epi32(acc[1][jj], _mm256_madd_epi16(s1, ones));
+        }
+      }
+      store8(acc, r0 + r, nr2, j0, nj, dots, ld, add + j0);
     }
   }
 }
@@ -470,11 +528,29 @@ TKV_AVX2_INT8 void int8_dots2_avx2(const Int8Keys& k, const Int8Keys* k2, const 
   }
   Scratch& s = scratch();
   const int dp = k.dp, nch = chunks32(dp), sdp = nch * 32;
-  query_words(q8, G, dp, s.qw);
   const int sig = sdp == dp ? fixed_sig(k, L) : 0;
   ordered = ordered && !k2 && k.avx2_sig != 0;  // (the caller's promise: queries in int8_query_order)
+  alignas(16) int32_t add96[64 + 4] = {};
+  if (ordered && k.narrow) {  // 96 Σ q8 (dp a multiple of 64): the bytes plus 128 summed by vpsadbw
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), zero = _mm256_setzero_si256();
+    for (int j = 0; j < G; ++j) {
+      __m256i t = zero;
+      for (int i = 0; i < dp; i += 32)
+        t = _mm256_add_epi64(t, _mm256_sad_epu8(_mm256_xor_si256(
+                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + static_cast<size_t>(j) * dp + i)), flip), zero));
+      const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+      add96[j] = 96 * (static_cast<int32_t>(_mm_cvtsi128_si32(h) + _mm_extract_epi32(h, 2)) - 128 * dp);
+    }
+  } else {
+    query_words(q8, G, dp, s.qw);
+  }
   for (int r0 = 0; r0 < n; r0 += kMaxRows) {
     const int nr = std::min(kMaxRows, n - r0);
+    if (ordered && k.narrow) {
+      with_ordered(k.avx2_sig, [&](auto sg) TKV_AVX2_INT8 { bytes_ordered<sg>(k, L, rows + r0, nr, s.stage); });
+      dot_bytes(nr, dp, q8, G, add96, dots, ld, r0, s.stage);
+      continue;
+    }
     if (ordered) {
       with_ordered(k.avx2_sig, [&](auto sg) TKV_AVX2_INT8 { words_ordered<sg>(k, L, rows + r0, nr, s.words); });
       dot_words(nr, nch, s.qw, G, dots, ld, r0, s.words);
@@ -573,11 +649,93 @@ TKV_AVX2_INT8 void pairs_ordered(const Int8Keys& k, const RowLayout& L, const ui
   }
 }
 
+// The narrow values (Int8Keys::narrow, |c8| <= 31) in the order: per row
+// pair and 64 positions, the two rows' signed centroid bytes interleaved
+// (unpacklo / unpackhi of each 32: positions 0-7 | 16-23 and 8-15 | 24-31
+// of the 32, a byte of each row); per query, vpmaddubsw with the pair's two
+// weight bytes (sums within ±2·255·31), two pairs summed on 16 bits (within
+// ±31620), then widened by shifts (even and odd positions): per 16 positions
+// and two row pairs, two vpmaddubsw where the words take four vpmaddwd
+// (RESULTS §39). The accumulators are put back in position order once per
+// block.
+template <int SIG>
+TKV_AVX2_INT8 void values_bytes(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                                const float* w, int G, int ldw, float* acc, __m256i* bp) {
+  const Ordered<SIG> bytes(L, k.avx2_vtable);
+  const int dp = k.dp, n64 = dp / 64;
+  alignas(32) uint8_t w8[kMaxRows + 4];
+  for (int r0 = 0; r0 < n; r0 += kMaxRows) {
+    const int nr = std::min(kMaxRows, n - r0), np = (nr + 1) / 2, npp = (np + 1) & ~1;
+    const uint8_t* const* rr = rows + r0;
+    for (int m = 0; m < npp; ++m) {  // past the rows: the last row again (weight 0)
+      const uint8_t* ra = rr[std::min(2 * m, nr - 1)];
+      const uint8_t* rb = rr[std::min(2 * m + 1, nr - 1)];
+      for (int c = 0; c < n64; ++c) {
+        __m256i la, ha, lb, hb;
+        bytes(ra, c, la, ha);
+        bytes(rb, c, lb, hb);
+        __m256i* o = bp + (static_cast<size_t>(m) * n64 + c) * 4;
+        _mm256_store_si256(o, _mm256_unpacklo_epi8(la, lb));
+        _mm256_store_si256(o + 1, _mm256_unpackhi_epi8(la, lb));
+        _mm256_store_si256(o + 2, _mm256_unpacklo_epi8(ha, hb));
+        _mm256_store_si256(o + 3, _mm256_unpackhi_epi8(ha, hb));
+      }
+    }
+    for (int j0 = 0; j0 < G; j0 += 4) {
+      const int nj = std::min(4, G - j0);
+      float f[4] = {0, 0, 0, 0};
+      alignas(32) int32_t wq[kMaxRows / 2][4];  // a pair's two weight bytes, in each 16-bit half
+      bool any = false;
+      for (int jj = 0; jj < 4; ++jj) {
+        if (jj < nj) {
+          f[jj] = weights8(w + static_cast<size_t>(j0 + jj) * ldw + r0, nr, w8) * k.cs;
+          std::memset(w8 + nr, 0, sizeof(w8) - static_cast<size_t>(nr));
+        }
+        for (int m = 0; m < npp; ++m)
+          wq[m][jj] = jj < nj && f[jj] != 0.0f
+                          ? static_cast<int32_t>((uint32_t{w8[2 * m]} | uint32_t{w8[2 * m + 1]} << 8) * 0x10001u)
+                          : 0;
+        any |= f[jj] != 0.0f;
+      }
+      if (!any) continue;
+      for (int v = 0; v < 4 * n64; ++v) {  // 16 positions: vector v % 4 of chunk v / 4
+        __m256i A[4], B[4];
+        for (int jj = 0; jj < 4; ++jj) A[jj] = B[jj] = _mm256_setzero_si256();
+        for (int m = 0; m < npp; m += 2) {
+          const __m256i p0 = _mm256_load_si256(bp + static_cast<size_t>(m) * n64 * 4 + v);
+          const __m256i p1 = _mm256_load_si256(bp + static_cast<size_t>(m + 1) * n64 * 4 + v);
+          for (int jj = 0; jj < 4; ++jj) {
+            const __m256i x = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(wq[m][jj]), p0),
+                                               _mm256_maddubs_epi16(_mm256_set1_epi32(wq[m + 1][jj]), p1));
+            A[jj] = _mm256_add_epi32(A[jj], _mm256_srai_epi32(_mm256_slli_epi32(x, 16), 16));  // even positions
+            B[jj] = _mm256_add_epi32(B[jj], _mm256_srai_epi32(x, 16));                         // odd
+          }
+        }
+        // A: positions 0 2 4 6 | 16 18 20 22 (+ base), B: the odd ones.
+        const int base = 64 * (v / 4) + 32 * (v % 4 / 2) + 8 * (v % 2);
+        for (int jj = 0; jj < nj; ++jj) {
+          if (f[jj] == 0.0f) continue;
+          const __m256i lo = _mm256_unpacklo_epi32(A[jj], B[jj]), hi = _mm256_unpackhi_epi32(A[jj], B[jj]);
+          const __m256 fv = _mm256_set1_ps(f[jj]);
+          float* out = acc + static_cast<size_t>(j0 + jj) * dp + base;
+          const __m256i first = _mm256_permute2x128_si256(lo, hi, 0x20), second = _mm256_permute2x128_si256(lo, hi, 0x31);
+          _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), _mm256_mul_ps(_mm256_cvtepi32_ps(first), fv)));
+          _mm256_storeu_ps(out + 16, _mm256_add_ps(_mm256_loadu_ps(out + 16), _mm256_mul_ps(_mm256_cvtepi32_ps(second), fv)));
+        }
+      }
+    }
+  }
+}
+
 TKV_AVX2_INT8 void int8_values_avx2(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
                                     const float* w, int G, int ldw, float* acc, bool ordered) {
   Scratch& s = scratch();
   const int dp = k.dp, nch = chunks32(dp), sdp = nch * 32, n8 = dp / 8;
   if (dp > 1024 || dp % 16 != 0) return int8_values_ref(k, L, rows, n, w, G, ldw, acc);
+  if (ordered && k.avx2_sig && k.narrow)
+    return with_ordered(k.avx2_sig, [&](auto sg) TKV_AVX2_INT8 {
+      values_bytes<sg>(k, L, rows, n, w, G, ldw, acc, reinterpret_cast<__m256i*>(s.pairs));
+    });
   alignas(32) uint8_t w8[kMaxRows];
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256i* pairs = reinterpret_cast<__m256i*>(s.pairs);

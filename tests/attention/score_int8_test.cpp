@@ -245,6 +245,10 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         const bool expect = (target == attn::Int8Target::kAvx512 && two) || (avx2 && !k.residual && !k.wide);
         ASSERT_EQ(lanes, expect) << f << " d=" << d;
         ASSERT_EQ(vlanes, expect_v) << f << " d=" << d;
+        // AVX2's byte kernels: tq2 and tq3 on centroid bytes within ±31 (their budget allows it).
+        ASSERT_EQ(k.narrow, avx2 && two) << f << " d=" << d;
+        for (int j = 0; j < (1 << c->layout().parts[0].bits); ++j)
+          ASSERT_LE(std::abs(int(k.table[0][j]) - 128), k.narrow ? 31 : 127) << f << " d=" << d << " code " << j;
         const bool nib = avx2 && f == "tq4";
         for (int p = 0; p < dp; ++p) {
           const int c64 = p / 64;
@@ -290,6 +294,69 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
   }
   if (attn::int8_target_supported(attn::Int8Target::kAvx512)) EXPECT_EQ(lanes_checked, 2 * 3);
   if (attn::int8_target_supported(attn::Int8Target::kAvx2)) EXPECT_EQ(avx2_checked, 3 * 3);
+}
+
+// AVX2's byte kernels add two vpmaddubsw on 16 bits before widening: K's
+// (c8 + 32) · q8 pairs reach 2·63·127 and V's w8 · c8 pairs 2·255·31, so two
+// stay within ±32767 only while |c8| <= 31. Rows whose every code is the
+// largest centroid (each sign), queries at ±127 and weights at 255 (all the
+// same in every coordinate and row, so the kernels' orders do not matter)
+// reach the largest sums the tables allow: the kernels must still give the
+// specification's (a kernel summing more products on 16 bits wraps here).
+TEST(Int8Keys, NarrowBytesNeverOverflow) {
+  if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  PinTarget pin(attn::Int8Target::kAvx2);
+  int checked = 0;
+  for (const std::string f : {"tq2", "tq3"})
+    for (int d : {64, 128, 256}) {
+      auto c = make(f, d);
+      ASSERT_TRUE(c) << f;
+      const RowLayout& L = c->layout();
+      Int8Keys k;
+      attn::int8_keys_prepare(L, d, d, c->coord_scale(), k);
+      ASSERT_TRUE(k.narrow && k.usable) << f << " d=" << d;
+      const int nc = 1 << L.parts[0].bits;
+      int lo = 0, hi = 0;  // the codes of the most negative and most positive centroid bytes
+      for (int j = 0; j < nc; ++j) {
+        if (k.table[0][j] < k.table[0][lo]) lo = j;
+        if (k.table[0][j] > k.table[0][hi]) hi = j;
+      }
+      // (The fit leaves the extremes at 30 for tq2, 25-26 for tq3: these rows reach the largest sums
+      // the tables allow; the lane test holds every table within ±31.)
+      ASSERT_GE(int(k.table[0][hi]) - 128, 24) << f << " d=" << d;
+      for (int code : {lo, hi}) {
+        const int n = 32;
+        std::vector<uint8_t> buf(size_t(n) * c->row_bytes() + 64, 0);
+        std::vector<const uint8_t*> ptr(n);
+        for (int r = 0; r < n; ++r) {
+          uint8_t* row = buf.data() + size_t(r) * c->row_bytes();
+          ptr[r] = row;
+          for (int pl = 0; pl < L.parts[0].nplanes; ++pl) {  // every field of each plane: the code's bits
+            const RowLayout::Plane& P = L.parts[0].planes[pl];
+            const int field = (code >> P.shift) & ((1 << P.width) - 1);
+            uint8_t byte = 0;
+            for (int b = 0; b < 8; b += P.width) byte = uint8_t(byte | field << b);
+            std::memset(row + P.offset, byte, size_t(L.parts[0].count) * P.width / 8);
+          }
+        }
+        for (int sign : {1, -1}) {
+          const int G = 4;
+          std::vector<int8_t> q8(size_t(G) * d, int8_t(127 * sign));
+          std::vector<int32_t> fast(size_t(G) * n, -1), ref(fast.size(), -2);
+          attn::int8_dots_ordered(k, L, ptr.data(), n, q8.data(), G, fast.data(), n);
+          attn::int8_dots_ref(k, L, ptr.data(), n, q8.data(), G, ref.data(), n);
+          ASSERT_EQ(fast, ref) << f << " d=" << d << " code " << code << " query " << 127 * sign;
+        }
+        const int G = 4;
+        std::vector<float> w(size_t(G) * n, 1.0f), fast(size_t(G) * d, 0.0f), ref(fast.size(), 0.0f);
+        attn::int8_values_ordered(k, L, ptr.data(), n, w.data(), G, n, fast.data());
+        attn::int8_values_ref(k, L, ptr.data(), n, w.data(), G, n, ref.data());
+        for (size_t i = 0; i < ref.size(); ++i)
+          ASSERT_NEAR(fast[i], ref[i], 1e-6 * std::fabs(ref[i])) << f << " d=" << d << " code " << code << " at " << i;
+        ++checked;
+      }
+    }
+  EXPECT_EQ(checked, 2 * 3 * 2);
 }
 
 // The query's bytes (main and residual) are the specification's, on random
