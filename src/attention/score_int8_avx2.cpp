@@ -456,33 +456,29 @@ TKV_AVX2_INT8 void dot_words(int nr, int nch, const int16_t* qw, int G, int32_t*
 // four vpmaddwd and four adds.
 TKV_AVX2_INT8 void dot_bytes(int nr, int dp, const int8_t* q8, int G, const int32_t* add, int32_t* dots, int ld,
                              int r0, const uint8_t* stage) {
+  // One row at a time: 4 accumulators, the row's two vectors and the query
+  // bytes as memory operands stay within the 16 registers (two rows at a
+  // time spilled accumulators: perf, RESULTS §39).
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int r = 0; r < nr; r += 2) {
-    const int r1 = std::min(r + 1, nr - 1), nr2 = std::min(2, nr - r);
-    const uint8_t* x0 = stage + static_cast<size_t>(r) * dp;
-    const uint8_t* x1 = stage + static_cast<size_t>(r1) * dp;
+  for (int r = 0; r < nr; ++r) {
+    const uint8_t* x = stage + static_cast<size_t>(r) * dp;
     for (int j0 = 0; j0 < G; j0 += 4) {
       const int nj = std::min(4, G - j0);
       const int8_t* q[4];
       for (int jj = 0; jj < 4; ++jj) q[jj] = q8 + static_cast<size_t>(j0 + std::min(jj, nj - 1)) * dp;
       __m256i acc[2][4];
-      for (auto& a : acc)
-        for (auto& x : a) x = _mm256_setzero_si256();
+      for (auto& a : acc[0]) a = _mm256_setzero_si256();
       for (int c = 0; c < dp; c += 64) {
-        const __m256i a0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x0 + c));
-        const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x0 + c + 32));
-        const __m256i a1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x1 + c));
-        const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x1 + c + 32));
+        const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + c));
+        const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + c + 32));
         for (int jj = 0; jj < 4; ++jj) {
           const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[jj] + c));
           const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[jj] + c + 32));
-          const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(a0, qa), _mm256_maddubs_epi16(b0, qb));
-          const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(a1, qa), _mm256_maddubs_epi16(b1, qb));
-          acc[0][jj] = _mm256_add_epi32(acc[0][jj], _mm256_madd_epi16(s0, ones));
-          acc[1][jj] = _mm256_add_epi32(acc[1][jj], _mm256_madd_epi16(s1, ones));
+          const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(a, qa), _mm256_maddubs_epi16(b, qb));
+          acc[0][jj] = _mm256_add_epi32(acc[0][jj], _mm256_madd_epi16(s, ones));
         }
       }
-      store8(acc, r0 + r, nr2, j0, nj, dots, ld, add + j0);
+      store8(acc, r0 + r, 1, j0, nj, dots, ld, add + j0);
     }
   }
 }
