@@ -2,7 +2,8 @@
 // turned into centroid bytes by an in-register table lookup (vpermb, 64
 // entries a lookup; vpshufb, 32, on AVX2) and dotted with the query quantized
 // to int8 (vpdpbusd, 64 products an instruction; vpmaddwd on words, 16, on
-// AVX2), instead of decoding every code to a float and multiplying in f32.
+// AVX2, or vpmaddubsw on bytes, 32, where the centroid bytes are narrow),
+// instead of decoding every code to a float and multiplying in f32.
 // The scalar functions here are the specification: the AVX-512 and AVX2
 // kernels return the same integers, bit for bit.
 //

@@ -2,11 +2,14 @@
 // VBMI + VNNI (Zen 2/3, Intel client cores): the specification's integers
 // from vpshufb lookups and vpmaddwd on 16-bit words.
 //
-// Why words and not bytes: AVX2's byte product (vpmaddubsw) saturates at
-// 2 · 255 · 127 > 32767, so the specification's unsigned centroid byte times
-// the query byte cannot be summed in pairs on 16 bits; widened to words
-// (one unpack per 16 coordinates, shared by every query) vpmaddwd sums pairs
-// on 32 bits exactly. Bit for bit the same integers as int8_dots_ref,
+// Why words: AVX2's byte product (vpmaddubsw) saturates at 2 · 255 · 127 >
+// 32767, so the specification's unsigned centroid byte times the query byte
+// cannot be summed in pairs on 16 bits; widened to words (one unpack per 16
+// coordinates, shared by every query) vpmaddwd sums pairs on 32 bits
+// exactly. Where the centroid bytes are narrow (Int8Keys::narrow: tq2, tq3,
+// |c8| <= 31) the bytes themselves go to vpmaddubsw, two products summed on
+// 16 bits before one widening (dot_bytes, values_bytes): half the multiplies
+// and half the staged bytes. Bit for bit the same integers as int8_dots_ref,
 // int8_dots16_ref and int8_values_ref (tests/attention/score_int8_test.cpp).
 //
 // Per row, per 32 coordinates: the codes in natural order (a few shifts,
