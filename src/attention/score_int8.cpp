@@ -311,6 +311,7 @@ float int8_quantize_query_ref(const float* q, int dp, int8_t* q8, int32_t* bias)
 void int8_residual_table(const Int8Keys& k, const RowLayout& L, Int8Keys& r) {
   r = k;
   r.cs = k.cs / 254.0f;
+  r.narrow = false;  // (its bytes span ±127)
   for (int p = 0; p < L.nparts; ++p) {
     std::memset(r.table[p], 128, sizeof(r.table[p]));
     for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
