@@ -308,7 +308,7 @@ TEST(Int8Keys, NarrowBytesNeverOverflow) {
   PinTarget pin(attn::Int8Target::kAvx2);
   int checked = 0;
   for (const std::string f : {"tq2", "tq3"})
-    for (int d : {64, 128, 256}) {
+    for (int d : {64, 128, 256, 1024}) {
       auto c = make(f, d);
       ASSERT_TRUE(c) << f;
       const RowLayout& L = c->layout();
@@ -339,24 +339,25 @@ TEST(Int8Keys, NarrowBytesNeverOverflow) {
             std::memset(row + P.offset, byte, size_t(L.parts[0].count) * P.width / 8);
           }
         }
-        for (int sign : {1, -1}) {
-          const int G = 4;
-          std::vector<int8_t> q8(size_t(G) * d, int8_t(127 * sign));
-          std::vector<int32_t> fast(size_t(G) * n, -1), ref(fast.size(), -2);
-          attn::int8_dots_ordered(k, L, ptr.data(), n, q8.data(), G, fast.data(), n);
-          attn::int8_dots_ref(k, L, ptr.data(), n, q8.data(), G, ref.data(), n);
-          ASSERT_EQ(fast, ref) << f << " d=" << d << " code " << code << " query " << 127 * sign;
+        for (int sign : {1, -1})
+          for (int G : {4, 13}) {
+            std::vector<int8_t> q8(size_t(G) * d, int8_t(127 * sign));
+            std::vector<int32_t> fast(size_t(G) * n, -1), ref(fast.size(), -2);
+            attn::int8_dots_ordered(k, L, ptr.data(), n, q8.data(), G, fast.data(), n);
+            attn::int8_dots_ref(k, L, ptr.data(), n, q8.data(), G, ref.data(), n);
+            ASSERT_EQ(fast, ref) << f << " d=" << d << " code " << code << " query " << 127 * sign << " G=" << G;
+          }
+        for (int G : {4, 13}) {
+          std::vector<float> w(size_t(G) * n, 1.0f), fast(size_t(G) * d, 0.0f), ref(fast.size(), 0.0f);
+          attn::int8_values_ordered(k, L, ptr.data(), n, w.data(), G, n, fast.data());
+          attn::int8_values_ref(k, L, ptr.data(), n, w.data(), G, n, ref.data());
+          for (size_t i = 0; i < ref.size(); ++i)
+            ASSERT_NEAR(fast[i], ref[i], 1e-6 * std::fabs(ref[i])) << f << " d=" << d << " code " << code << " G=" << G << " at " << i;
         }
-        const int G = 4;
-        std::vector<float> w(size_t(G) * n, 1.0f), fast(size_t(G) * d, 0.0f), ref(fast.size(), 0.0f);
-        attn::int8_values_ordered(k, L, ptr.data(), n, w.data(), G, n, fast.data());
-        attn::int8_values_ref(k, L, ptr.data(), n, w.data(), G, n, ref.data());
-        for (size_t i = 0; i < ref.size(); ++i)
-          ASSERT_NEAR(fast[i], ref[i], 1e-6 * std::fabs(ref[i])) << f << " d=" << d << " code " << code << " at " << i;
         ++checked;
       }
     }
-  EXPECT_EQ(checked, 2 * 3 * 2);
+  EXPECT_EQ(checked, 2 * 4 * 2);
 }
 
 // The query's bytes (main and residual) are the specification's, on random
