@@ -157,7 +157,7 @@ const CentroidFit& fit_centroid_bytes(const RowLayout& L, float cmax, int bound)
 }  // namespace
 
 void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_scale, Int8Keys& k,
-                       double residual_above) {
+                       double residual_above, bool allow_narrow) {
   k = Int8Keys{};
   k.d = d;
   k.dp = dp;
@@ -182,7 +182,7 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     return !(e && std::string(e) == "0");
   }();
   const RowLayout::Part& q0 = L.parts[0];
-  const bool narrow_layout = lanes_on && int8_target() == Int8Target::kAvx2 && L.nparts == 1 && dp % 64 == 0 &&
+  const bool narrow_layout = allow_narrow && lanes_on && int8_target() == Int8Target::kAvx2 && L.nparts == 1 && dp % 64 == 0 &&
                              q0.begin == 0 && q0.count == dp && q0.planes[0].shift == 0 && q0.planes[0].width == 2 &&
                              ((q0.bits == 2 && q0.nplanes == 1) ||
                               (q0.bits == 3 && q0.nplanes == 2 && q0.planes[1].width == 1 && q0.planes[1].shift == 2));

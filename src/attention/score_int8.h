@@ -93,8 +93,10 @@ constexpr double kInt8Residual = 0.01;
 // error exceeds kInt8MaxPredicted. residual_above: the predicted share above
 // which the query gets its residual byte (tests pass 0 to reach the residual
 // and 16-bit paths on any layout).
+// allow_narrow = false keeps the bytes within ±127 where AVX2 would take
+// them narrow (tests reach the word kernels of those layouts with it).
 void int8_keys_prepare(const RowLayout& layout, int d, int dp, const float* coord_scale, Int8Keys& k,
-                       double residual_above = kInt8Residual);
+                       double residual_above = kInt8Residual, bool allow_narrow = true);
 
 // The kernels that run the integer path: AVX-512 VBMI + VNNI (vpermb,
 // vpdpbusd), AVX2 (vpshufb, vpmaddwd on words; score_int8_avx2.cpp), or none

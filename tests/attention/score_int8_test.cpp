@@ -222,17 +222,21 @@ TEST(Int8Values, KernelGivesTheSpecificationsSums) {
 // given the query and accumulators in that order, give the specification's
 // integers and sums; elsewhere the order is natural.
 TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
-  int lanes_checked = 0, avx2_checked = 0;
+  int lanes_checked = 0, avx2_checked = 0, words_checked = 0;
   for (attn::Int8Target target : targets_or_none()) {
     SCOPED_TRACE(target_name(target));
     PinTarget pin(target);
+    // allow_narrow false: AVX2's word kernels on the tq2 / tq3 layouts (the byte kernels take them otherwise).
+    for (const bool allow_narrow : {true, false})
     for (const std::string& f : {"tq2", "tq3", "tq4", "tq2.5"})
       for (int d : {64, 80, 128, 256}) {
+        if (!allow_narrow && (target != attn::Int8Target::kAvx2 || (f != "tq2" && f != "tq3"))) continue;
+        SCOPED_TRACE(allow_narrow ? "narrow allowed" : "narrow not allowed");
         auto c = make(f, d);
         ASSERT_TRUE(c) << f;
         const int dp = padded(d), n = 37;
         Int8Keys k;
-        attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k);
+        attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k, attn::kInt8Residual, allow_narrow);
         k.usable = true;
         std::vector<int> order(dp), vorder(dp);
         const bool lanes = attn::int8_query_order(k, order.data());
@@ -246,7 +250,7 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         ASSERT_EQ(lanes, expect) << f << " d=" << d;
         ASSERT_EQ(vlanes, expect_v) << f << " d=" << d;
         // AVX2's byte kernels: tq2 and tq3 on centroid bytes within ±31 (their budget allows it).
-        ASSERT_EQ(k.narrow, avx2 && two) << f << " d=" << d;
+        ASSERT_EQ(k.narrow, avx2 && two && allow_narrow) << f << " d=" << d;
         for (int j = 0; j < (1 << c->layout().parts[0].bits); ++j)
           ASSERT_LE(std::abs(int(k.table[0][j]) - 128), k.narrow ? 31 : 127) << f << " d=" << d << " code " << j;
         const bool nib = avx2 && f == "tq4";
@@ -257,7 +261,8 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
           ASSERT_EQ(vorder[p], expect_v ? want : p) << f << " d=" << d << " position " << p;
         }
         lanes_checked += expect && target == attn::Int8Target::kAvx512;
-        avx2_checked += expect && expect_v && target == attn::Int8Target::kAvx2;
+        avx2_checked += expect && expect_v && target == attn::Int8Target::kAvx2 && allow_narrow;
+        words_checked += expect && expect_v && !allow_narrow;
         const auto x = gaussian(size_t(n) * d, 300 + d);
         const CodedRows rows = coded_rows(*c, x, n);
         for (int G : {1, 4, 5}) {
@@ -294,6 +299,7 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
   }
   if (attn::int8_target_supported(attn::Int8Target::kAvx512)) EXPECT_EQ(lanes_checked, 2 * 3);
   if (attn::int8_target_supported(attn::Int8Target::kAvx2)) EXPECT_EQ(avx2_checked, 3 * 3);
+  if (attn::int8_target_supported(attn::Int8Target::kAvx2)) EXPECT_EQ(words_checked, 2 * 3);
 }
 
 // AVX2's byte kernels add two vpmaddubsw on 16 bits before widening: K's
