@@ -174,18 +174,30 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   for (int p = 0; p < L.nparts; ++p)
     for (int i = L.parts[p].begin; i < L.parts[p].begin + L.parts[p].count && i < d; ++i)
       part_of[i] = static_cast<int8_t>(p);
-  // AVX2's byte kernels (Int8Keys::narrow) take the layouts of its ordered
-  // decode with 2-bit codes (tq2, tq3: avx2_sig 20, 21, below) when the
-  // bytes on kNarrow still predict less than residual_above; else 127.
+  bool aligned = dp % 64 == 0;
+  for (int p = 0; p < L.nparts; ++p)
+    aligned = aligned && L.parts[p].begin % 64 == 0 && L.parts[p].count % 64 == 0;
+  int total = 0;
+  for (int p = 0; p < L.nparts; ++p) total += L.parts[p].count;
+  k.aligned = aligned && total == dp;
   static const bool lanes_on = [] {  // TKV_INT8_LANES=0: no lane kernels, no ordered decode (comparisons)
     const char* e = std::getenv("TKV_INT8_LANES");
     return !(e && std::string(e) == "0");
   }();
-  const RowLayout::Part& q0 = L.parts[0];
-  const bool narrow_layout = allow_narrow && lanes_on && int8_target() == Int8Target::kAvx2 && L.nparts == 1 && dp % 64 == 0 &&
-                             q0.begin == 0 && q0.count == dp && q0.planes[0].shift == 0 && q0.planes[0].width == 2 &&
-                             ((q0.bits == 2 && q0.nplanes == 1) ||
-                              (q0.bits == 3 && q0.nplanes == 2 && q0.planes[1].width == 1 && q0.planes[1].shift == 2));
+  // The AVX2 ordered decode's layouts (score_int8.h): one part of 2-bit
+  // codes (+ a 1-bit plane) or of 4-bit codes over dp.
+  const RowLayout::Part& p0 = L.parts[0];
+  const RowLayout::Plane* pl0 = p0.planes;
+  if (lanes_on && k.aligned && L.nparts == 1 && pl0[0].shift == 0) {  // (aligned: dp % 64 == 0; dp <= 1024 above)
+    if (p0.bits == 2 && p0.nplanes == 1 && pl0[0].width == 2) k.avx2_sig = 20;
+    if (p0.bits == 3 && p0.nplanes == 2 && pl0[0].width == 2 && pl0[1].width == 1 && pl0[1].shift == 2) k.avx2_sig = 21;
+    if (p0.bits == 4 && p0.nplanes == 1 && pl0[0].width == 4) k.avx2_sig = 40;
+  }
+  // AVX2's byte kernels (Int8Keys::narrow) take its ordered decode's 2-bit
+  // layouts (tq2, tq3) when the bytes on kNarrow still predict less than
+  // residual_above; else 127.
+  const bool narrow_layout =
+      allow_narrow && int8_target() == Int8Target::kAvx2 && (k.avx2_sig == 20 || k.avx2_sig == 21);
   double codec = 0, smax = 0;  // (the wide path below reads them too)
   int covered = 0;
   for (const int bound : {Int8Keys::kNarrow, 127}) {
@@ -228,15 +240,8 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
       k.predicted = codec > 0 ? (uniform + qs * qs / 12.0 * covered) / (254.0 * 254.0) / codec : 1e30;
     }
   }
-  bool aligned = dp % 64 == 0;
-  for (int p = 0; p < L.nparts; ++p)
-    aligned = aligned && L.parts[p].begin % 64 == 0 && L.parts[p].count % 64 == 0;
-  int total = 0;
-  for (int p = 0; p < L.nparts; ++p) total += L.parts[p].count;
-  k.aligned = aligned && total == dp;
   // One 4-bit part in one plane over dp = 64, 128 or 256: 16-bit words
   // instead of residual bytes (int8_dots16; about half the operations).
-  const RowLayout::Part& p0 = L.parts[0];
   if (k.residual && k.aligned && L.nparts == 1 && p0.bits == 4 && p0.nplanes == 1 && p0.planes[0].width == 4 &&
       p0.planes[0].shift == 0 && (dp == 64 || dp == 128 || dp == 256)) {
     k.residual = false;
@@ -257,16 +262,9 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     k.predicted = codec > 0 ? (cw + qs16 * qs16 / 12.0 * covered) / codec : 1e30;
   }
   k.usable = k.predicted <= kInt8MaxPredicted;
-  // The lane kernels' layouts (score_int8.h): one part, a 2-bit plane (+ a 1-bit one).
-  // The AVX2 ordered decode's layouts and tables (score_int8.h): lane 0's
-  // table reads the index bits the kernel puts code s = 0 (and 2) in, lane
-  // 1's those of s = 1 (and 3); bits the kernel does not clear repeat it.
-  const RowLayout::Plane* pl0 = p0.planes;
-  if (lanes_on && k.aligned && L.nparts == 1 && dp <= 1024 && pl0[0].shift == 0) {  // (aligned: dp % 64 == 0)
-    if (p0.bits == 2 && p0.nplanes == 1 && pl0[0].width == 2) k.avx2_sig = 20;
-    if (p0.bits == 3 && p0.nplanes == 2 && pl0[0].width == 2 && pl0[1].width == 1 && pl0[1].shift == 2) k.avx2_sig = 21;
-    if (p0.bits == 4 && p0.nplanes == 1 && pl0[0].width == 4) k.avx2_sig = 40;
-  }
+  // The AVX2 ordered decode's tables (score_int8.h): lane 0's table reads
+  // the index bits the kernel puts code s = 0 (and 2) in, lane 1's those of
+  // s = 1 (and 3); bits the kernel does not clear repeat it.
   if (k.avx2_sig) {
     for (int x = 0; x < 16; ++x) {
       int c0 = x, c1 = x;  // sig 40: the nibble itself, both lanes
@@ -279,6 +277,7 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     if (k.narrow)  // c8 + 32 in [1, 63]
       for (int x = 0; x < 32; ++x) k.avx2_ntable[x] = static_cast<uint8_t>(k.avx2_table[x] - 96);
   }
+  // The lane kernels' layouts (score_int8.h): one part, a 2-bit plane (+ a 1-bit one).
   if (!lanes_on || !k.aligned || L.nparts != 1 || !(dp == 64 || dp == 128 || dp == 256)) return;
   const int w0 = p0.planes[0].width, w1 = p0.nplanes > 1 ? p0.planes[1].width : 0;
   if (p0.planes[0].shift != 0 || p0.nplanes > 2 || (p0.nplanes == 2 && p0.planes[1].shift != w0)) return;
