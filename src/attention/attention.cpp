@@ -53,6 +53,18 @@ int chunk_rows(int n_kv) { return std::clamp((n_kv / 16 + 31) / 32 * 32, 256, 20
 
 }  // namespace
 
+namespace attn {
+namespace {
+// TKV_V_DROP_ZERO=0 in the environment starts with it off (for comparison).
+std::atomic<bool> g_v_drop_zero{[] {
+  const char* e = std::getenv("TKV_V_DROP_ZERO");
+  return !(e && std::string(e) == "0");
+}()};
+}
+void set_v_drop_zero(bool on) { g_v_drop_zero.store(on); }
+bool v_drop_zero() { return g_v_drop_zero.load(); }
+}  // namespace attn
+
 void set_key_scoring_default(KeyScoring k) {
   g_key_scoring = static_cast<int>(k == KeyScoring::kDefault ? KeyScoring::kInt8 : k);
 }
@@ -283,7 +295,8 @@ Status attention(const AttentionArgs& a) {
   // each worker's own (empty) instance.
   float* mbuf = m_store.data();
   float* lbuf = l_store.data();
-  std::vector<uint64_t> skipped(n_items, 0);
+  std::vector<uint64_t> skipped(n_items, 0), v_zero(n_items, 0);
+  const bool drop_zero = attn::v_drop_zero();
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(a.threads)
   for (size_t it = 0; it < n_items; ++it) {
@@ -334,6 +347,8 @@ Status attention(const AttentionArgs& a) {
     w.l = lbuf + it * per_item;
     w.acc = acc + it * per_item * dp;
     w.skipped = &skipped[it];
+    w.v_drop_zero = drop_zero;
+    w.v_zero = &v_zero[it];
     attn::run_work(Kh(item.h0), Vh(item.h0), w);
   }
 
@@ -414,6 +429,7 @@ Status attention(const AttentionArgs& a) {
       if (Vh(item.h0).int8) a.stats->v_rows_int8 += static_cast<uint64_t>(item.r1 - item.r0) * H;
     }
     for (uint64_t s : skipped) a.stats->v_rows_skipped += s;
+    for (uint64_t s : v_zero) a.stats->v_rows_zero += s;
   }
   return Status::Ok();
 }

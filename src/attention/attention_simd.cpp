@@ -845,6 +845,46 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const 
   for (int j = 0; j < G; ++j)
     for (int r = 0; r < kBlock; r += N)
       hn::StoreU(hn::Mul(hn::LoadU(df, p + j * kBlock + r), hn::Load(df, scale + r)), df, wts + j * kBlock + r);
+  if (w.v_drop_zero) {
+    // Rows whose weight byte is 0 for every query add nothing to the
+    // kernel's integer sums (int8_weights: w8 = fma(w, 255 / max, 1/2)
+    // truncated, max over the block's rows): they are left out before the
+    // kernel reads them, with the same result bit for bit (a row that holds
+    // a query's max is never left out, so the maxima stay). A peaked softmax
+    // (retrieval and previous-token heads, sparse V's zeros) leaves most rows
+    // of most blocks out. A row stays unless w · 255 / max < 0.49, short of
+    // the rounding boundary 0.5, so that a target's unfused multiply-add
+    // cannot disagree with the kernel's fma.
+    uint64_t live = 0;
+    for (int j = 0; j < G; ++j) {
+      const float* wj = wts + j * kBlock;
+      auto vmax = hn::Zero(df);
+      for (int r = 0; r < kBlock; r += N) vmax = hn::Max(vmax, hn::LoadU(df, wj + r));
+      const float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
+      if (!(mx > 0.0f)) continue;
+      const auto inv = hn::Set(df, 255.0f / mx), lim = hn::Set(df, 0.49f);
+      for (int r = 0; r < kBlock; r += N) {
+        uint8_t bits[8] = {};
+        hn::StoreMaskBits(df, hn::Ge(hn::Mul(hn::LoadU(df, wj + r), inv), lim), bits);
+        uint64_t b = 0;
+        std::memcpy(&b, bits, (static_cast<size_t>(N) + 7) / 8);
+        live |= b << r;
+      }
+    }
+    live &= nb >= 64 ? ~uint64_t{0} : (uint64_t{1} << nb) - 1;
+    const int n_live = __builtin_popcountll(live);
+    if (n_live < nb) {
+      *w.v_zero += static_cast<uint64_t>(nb - n_live);
+      if (n_live == 0) return;  // (the kernel would add nothing)
+      int n2 = 0;
+      for (uint64_t m = live; m; m &= m - 1, ++n2) {
+        const int r = __builtin_ctzll(m);
+        rows[n2] = rows[r];
+        for (int j = 0; j < G; ++j) wts[j * kBlock + n2] = wts[j * kBlock + r];
+      }
+      nb = n2;
+    }
+  }
   int8_values_ordered(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);  // acch in V.perm's order
 }
 

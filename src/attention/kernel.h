@@ -76,7 +76,17 @@ struct Work {
   float* l;                 // [h1 - h0][G]
   float* acc;               // [h1 - h0][G][dp]
   uint64_t* skipped;
+  // V rows of the integer path whose weight byte is 0 for every query, left
+  // out before the kernel reads them (ValuesInt8); counted in *v_zero.
+  bool v_drop_zero = true;
+  uint64_t* v_zero = nullptr;
 };
+
+// Whether ValuesInt8 leaves out rows whose weight bytes are all 0 (default
+// on; the results are the same bits either way, which tests check by
+// turning it off).
+void set_v_drop_zero(bool on);
+bool v_drop_zero();
 
 // Lanes of the dispatched target and whether its decoders handle this layout.
 bool reader_fast_ok(const RowLayout& layout, int d);

@@ -17,6 +17,7 @@
 #include <numeric>
 
 #include "attention/attention.h"
+#include "attention/kernel.h"
 #include "attention/score_int8.h"
 #include "cache/kv_cache.h"
 #include "codec/calibrated.h"
@@ -742,6 +743,101 @@ TEST(Int8Keys, AttentionWithinTheImpliedBound) {
     for (bool paged : {false, true})
       for (int window : {0, 40})
         for (int n_q : {1, 5}) check_attention({f, 128, 4, 300, n_q, paged, window, f});
+  }
+}
+
+// V rows whose weight byte is 0 for every query are left out before the
+// kernel reads them (attention_simd.cpp ValuesInt8): the outputs must be the
+// bits of the run that reads every row. Queries point at a few keys with
+// strengths from weak to strong, so that blocks hold rows far below the
+// rounding boundary (left out), rows just above it (weight byte 1: kept) and
+// blocks where every row counts; also with sparse V's zeros, prefill tiles
+// (n_q 5) and paged rows.
+TEST(Int8Values, RowsWithZeroWeightBytesLeftOutGiveTheSameBits) {
+  struct DropOff {
+    DropOff() { attn::set_v_drop_zero(false); }
+    ~DropOff() { attn::set_v_drop_zero(true); }
+  };
+  for (attn::Int8Target target : targets_or_none()) {
+    SCOPED_TRACE(target_name(target));
+    PinTarget pin(target);
+    const bool int8 = attn::int8_keys_cpu();
+    uint64_t dropped_all = 0;
+    for (const char* f : {"tq2", "tq3", "tq4", "tq3.5", "tqc3"})
+      for (int d : {64, 128})
+        for (int gqa : {1, 4})
+          for (int n_q : {1, 5})
+            for (int mode = 0; mode < 3; ++mode) {  // 0 plain, 1 sparse V, 2 paged
+              SCOPED_TRACE(std::string(f) + " d=" + std::to_string(d) + " gqa=" + std::to_string(gqa) +
+                           " n_q=" + std::to_string(n_q) + " mode=" + std::to_string(mode));
+              const int H = 2, Hq = H * gqa, n = 333;
+              auto ck = make(f, d), cv = make(f, d);
+              ASSERT_TRUE(ck && cv);
+              const auto k = gaussian(size_t(n) * H * d, 11 + d), v = gaussian(size_t(n) * H * d, 12 + d);
+              // Query (i, hq) = c · key of token t: its score c·|k|²/√d ≈ c·√d
+              // against ~N(0, c²) for the rest; c from 0.6 to 1.5 over the heads.
+              std::vector<float> q(size_t(n_q) * Hq * d);
+              for (int i = 0; i < n_q; ++i)
+                for (int hq = 0; hq < Hq; ++hq) {
+                  const int h = hq / gqa, t = (37 * (i * H + h) + 5) % (n - n_q);  // one token per KV head's group
+                  const float c = (0.6f + 0.9f * float((i * Hq + hq) % 7) / 6.0f) * std::sqrt(128.0f / d);
+                  for (int x = 0; x < d; ++x) q[(size_t(i) * Hq + hq) * d + x] = c * k[(size_t(t) * H + h) * d + x];
+                }
+              std::vector<uint8_t> kq(size_t(n) * H * ck->row_bytes()), vq(size_t(n) * H * cv->row_bytes());
+              ASSERT_TRUE(ck->quantize(k.data(), size_t(n) * H, kq.data()).ok());
+              ASSERT_TRUE(cv->quantize(v.data(), size_t(n) * H, vq.data()).ok());
+              AttentionArgs a;
+              a.q = q.data();
+              a.n_q = n_q;
+              a.n_q_heads = Hq;
+              a.n_kv = n;
+              a.n_kv_heads = H;
+              a.d = d;
+              a.k = {ck.get(), kq.data(), 0, 0};
+              a.v = {cv.get(), vq.data(), 0, 0};
+              a.causal_offset = n - n_q;
+              a.keys = KeyScoring::kInt8;
+              a.sparse_v = mode == 1 ? 1e-2f : 0.0f;
+              const int bs = 16, nb = (n + bs - 1) / bs;  // paged: blocks of 16 tokens, reversed in the pool
+              std::vector<int32_t> table(nb);
+              for (int b = 0; b < nb; ++b) table[b] = nb - 1 - b;
+              std::vector<uint8_t> kp, vp;
+              auto page = [&](const std::vector<uint8_t>& flat, size_t row_bytes, std::vector<uint8_t>& pool) {
+                const size_t block_bytes = size_t(bs) * H * row_bytes;
+                pool.assign(size_t(nb) * block_bytes, 0);
+                for (int t = 0; t < n; ++t)
+                  std::memcpy(pool.data() + size_t(table[t / bs]) * block_bytes + size_t(t % bs) * H * row_bytes,
+                              flat.data() + size_t(t) * H * row_bytes, H * row_bytes);
+                return block_bytes;
+              };
+              if (mode == 2) {
+                const size_t kb = page(kq, ck->row_bytes(), kp), vb = page(vq, cv->row_bytes(), vp);
+                a.k.data = kp.data(), a.k.blocks = table.data(), a.k.block_shift = 4, a.k.block_bytes = kb;
+                a.k.end = kp.data() + kp.size();
+                a.v.data = vp.data(), a.v.blocks = table.data(), a.v.block_shift = 4, a.v.block_bytes = vb;
+                a.v.end = vp.data() + vp.size();
+              }
+              std::vector<float> out_drop(q.size()), out_all(q.size()), lse_drop(size_t(n_q) * Hq), lse_all(lse_drop.size());
+              AttnStats on, off;
+              a.out = out_drop.data(), a.lse = lse_drop.data(), a.stats = &on;
+              ASSERT_TRUE(attention(a).ok());
+              {
+                DropOff drop_off;
+                a.out = out_all.data(), a.lse = lse_all.data(), a.stats = &off;
+                ASSERT_TRUE(attention(a).ok());
+              }
+              EXPECT_EQ(0, std::memcmp(out_drop.data(), out_all.data(), sizeof(float) * q.size()));
+              EXPECT_EQ(0, std::memcmp(lse_drop.data(), lse_all.data(), sizeof(float) * lse_all.size()));
+              EXPECT_EQ(off.v_rows_zero, 0u) << "nothing left out when it is off";
+              EXPECT_EQ(on.v_rows_int8 > 0, int8) << "V on int8 where a kernel runs";
+              if (!int8) EXPECT_EQ(on.v_rows_zero, 0u) << "only the integer path leaves rows out";
+              EXPECT_LT(on.v_rows_zero, on.v_rows_int8) << "rows that count are read";
+              dropped_all += on.v_rows_zero;
+              if (int8 && mode == 1) EXPECT_GE(on.v_rows_zero, on.v_rows_skipped) << "sparse V's zeros are left out";
+              if (int8 && mode == 1) EXPECT_GT(on.v_rows_skipped, 0u);
+            }
+    if (int8) std::printf("%s: %llu V rows left out\n", target_name(target), static_cast<unsigned long long>(dropped_all));
+    if (int8) EXPECT_GT(dropped_all, 0u);
   }
 }
 
