@@ -875,7 +875,7 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const 
       const float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
       if (!(mx > 0.0f)) continue;
       const float thr = mx * (0.49f / 255.0f);
-      if (nb == kBlock && hn::GetLane(hn::MinOfLanes(df, vmin)) >= thr) all_live = true;
+      if (hn::GetLane(hn::MinOfLanes(df, vmin)) >= thr) all_live = true;  // (rows past nb weigh 0: never)
       const auto vt = hn::Set(df, thr);
       for (int v = 0; v < nv; ++v)
         any[v] = hn::Or(any[v], hn::VecFromMask(df, hn::Ge(hn::LoadU(df, wj + v * N), vt)));
