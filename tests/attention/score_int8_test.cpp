@@ -609,6 +609,48 @@ TEST(Int8Keys, RealKeysWithinTheBudget) {
 // Attention with int8 keys against the exact path: lse within ε (the largest
 // score bound of the rows a query sees) and outputs within
 // (e^{2ε} − 1) · max‖v‖ (each softmax weight moves by at most that factor).
+// Attention arguments over contiguous rows ([token][KV head]) of H KV heads.
+AttentionArgs flat_args(const std::vector<float>& q, int n_q, int Hq, int n, int H, int d, const Codec* ck,
+                        const std::vector<uint8_t>& kq, const Codec* cv, const std::vector<uint8_t>& vq) {
+  AttentionArgs a;
+  a.q = q.data();
+  a.n_q = n_q;
+  a.n_q_heads = Hq;
+  a.n_kv = n;
+  a.n_kv_heads = H;
+  a.d = d;
+  a.k = {ck, kq.data(), 0, 0};
+  a.v = {cv, vq.data(), 0, 0};
+  return a;
+}
+
+// The same rows paged: blocks of 16 tokens in a pool, in reversed order.
+struct PagedRows {
+  static constexpr int kShift = 4, kBs = 1 << kShift;
+  std::vector<int32_t> table;
+  std::vector<uint8_t> kp, vp;
+  void apply(AttentionArgs& a, const std::vector<uint8_t>& kq, size_t k_row, const std::vector<uint8_t>& vq,
+             size_t v_row) {
+    const int n = a.n_kv, H = a.n_kv_heads, nb = (n + kBs - 1) / kBs;
+    table.resize(nb);
+    for (int b = 0; b < nb; ++b) table[b] = nb - 1 - b;
+    auto page = [&](const std::vector<uint8_t>& flat, size_t row_bytes, std::vector<uint8_t>& pool, KvRows& r) {
+      const size_t block_bytes = size_t(kBs) * H * row_bytes;
+      pool.assign(size_t(nb) * block_bytes, 0);
+      for (int t = 0; t < n; ++t)
+        std::memcpy(pool.data() + size_t(table[t / kBs]) * block_bytes + size_t(t % kBs) * H * row_bytes,
+                    flat.data() + size_t(t) * H * row_bytes, H * row_bytes);
+      r.data = pool.data();
+      r.blocks = table.data();
+      r.block_shift = kShift;
+      r.block_bytes = block_bytes;
+      r.end = pool.data() + pool.size();
+    };
+    page(kq, k_row, kp, a.k);
+    page(vq, v_row, vp, a.v);
+  }
+};
+
 struct AttnCase {
   std::string f;
   int d = 128, gqa = 4, n_kv = 300, n_q = 1;
@@ -628,43 +670,10 @@ void check_attention(const AttnCase& ac) {
   std::vector<uint8_t> kq(size_t(n) * H * ck->row_bytes()), vq(size_t(n) * H * cv->row_bytes());
   ASSERT_TRUE(ck->quantize(k.data(), size_t(n) * H, kq.data()).ok());
   ASSERT_TRUE(cv->quantize(v.data(), size_t(n) * H, vq.data()).ok());
-  // Paged: blocks of 16 tokens in a shuffled pool.
-  const int bs = 16, nb = (n + bs - 1) / bs;
-  std::vector<int32_t> table(nb);
-  std::iota(table.begin(), table.end(), 0);
-  std::reverse(table.begin(), table.end());
-  std::vector<uint8_t> kp, vp;
-  auto page = [&](const std::vector<uint8_t>& flat, size_t row_bytes, std::vector<uint8_t>& pool) {
-    const size_t block_bytes = size_t(bs) * H * row_bytes;
-    pool.assign(size_t(nb) * block_bytes, 0);
-    for (int t = 0; t < n; ++t)
-      std::memcpy(pool.data() + size_t(table[t / bs]) * block_bytes + size_t(t % bs) * H * row_bytes,
-                  flat.data() + size_t(t) * H * row_bytes, H * row_bytes);
-    return block_bytes;
-  };
-  AttentionArgs a;
-  a.q = q.data();
-  a.n_q = ac.n_q;
-  a.n_q_heads = Hq;
-  a.n_kv = n;
-  a.n_kv_heads = H;
-  a.d = d;
-  a.k = {ck.get(), kq.data(), 0, 0};
-  a.v = {cv.get(), vq.data(), 0, 0};
+  AttentionArgs a = flat_args(q, ac.n_q, Hq, n, H, d, ck.get(), kq, cv.get(), vq);
   const AttentionArgs flat = a;  // contiguous: the paged run must give its bits
-  if (ac.paged) {
-    const size_t kb = page(kq, ck->row_bytes(), kp), vb = page(vq, cv->row_bytes(), vp);
-    a.k.data = kp.data();
-    a.k.blocks = table.data();
-    a.k.block_shift = 4;
-    a.k.block_bytes = kb;
-    a.k.end = kp.data() + kp.size();
-    a.v.data = vp.data();
-    a.v.blocks = table.data();
-    a.v.block_shift = 4;
-    a.v.block_bytes = vb;
-    a.v.end = vp.data() + vp.size();
-  }
+  PagedRows paged;  // blocks of 16 tokens, reversed in the pool
+  if (ac.paged) paged.apply(a, kq, ck->row_bytes(), vq, cv->row_bytes());
   if (ac.n_q > 1 || ac.window) a.causal_offset = n - ac.n_q;
   a.window = ac.window;
   std::vector<float> out_i8(q.size()), out_ex(q.size()), lse_i8(size_t(ac.n_q) * Hq), lse_ex(lse_i8.size());
@@ -786,37 +795,12 @@ TEST(Int8Values, RowsWithZeroWeightBytesLeftOutGiveTheSameBits) {
               std::vector<uint8_t> kq(size_t(n) * H * ck->row_bytes()), vq(size_t(n) * H * cv->row_bytes());
               ASSERT_TRUE(ck->quantize(k.data(), size_t(n) * H, kq.data()).ok());
               ASSERT_TRUE(cv->quantize(v.data(), size_t(n) * H, vq.data()).ok());
-              AttentionArgs a;
-              a.q = q.data();
-              a.n_q = n_q;
-              a.n_q_heads = Hq;
-              a.n_kv = n;
-              a.n_kv_heads = H;
-              a.d = d;
-              a.k = {ck.get(), kq.data(), 0, 0};
-              a.v = {cv.get(), vq.data(), 0, 0};
+              AttentionArgs a = flat_args(q, n_q, Hq, n, H, d, ck.get(), kq, cv.get(), vq);
               a.causal_offset = n - n_q;
               a.keys = KeyScoring::kInt8;
               a.sparse_v = mode == 1 ? 1e-2f : 0.0f;
-              const int bs = 16, nb = (n + bs - 1) / bs;  // paged: blocks of 16 tokens, reversed in the pool
-              std::vector<int32_t> table(nb);
-              for (int b = 0; b < nb; ++b) table[b] = nb - 1 - b;
-              std::vector<uint8_t> kp, vp;
-              auto page = [&](const std::vector<uint8_t>& flat, size_t row_bytes, std::vector<uint8_t>& pool) {
-                const size_t block_bytes = size_t(bs) * H * row_bytes;
-                pool.assign(size_t(nb) * block_bytes, 0);
-                for (int t = 0; t < n; ++t)
-                  std::memcpy(pool.data() + size_t(table[t / bs]) * block_bytes + size_t(t % bs) * H * row_bytes,
-                              flat.data() + size_t(t) * H * row_bytes, H * row_bytes);
-                return block_bytes;
-              };
-              if (mode == 2) {
-                const size_t kb = page(kq, ck->row_bytes(), kp), vb = page(vq, cv->row_bytes(), vp);
-                a.k.data = kp.data(), a.k.blocks = table.data(), a.k.block_shift = 4, a.k.block_bytes = kb;
-                a.k.end = kp.data() + kp.size();
-                a.v.data = vp.data(), a.v.blocks = table.data(), a.v.block_shift = 4, a.v.block_bytes = vb;
-                a.v.end = vp.data() + vp.size();
-              }
+              PagedRows paged;
+              if (mode == 2) paged.apply(a, kq, ck->row_bytes(), vq, cv->row_bytes());
               std::vector<float> out_drop(q.size()), out_all(q.size()), lse_drop(size_t(n_q) * Hq), lse_all(lse_drop.size());
               AttnStats on, off;
               a.out = out_drop.data(), a.lse = lse_drop.data(), a.stats = &on;
@@ -877,15 +861,7 @@ double output_error_growth(const std::string& f, int d, const std::vector<float>
     }
   double err[2] = {0, 0};
   for (int mode = 0; mode < 2; ++mode) {
-    AttentionArgs a;
-    a.q = q.data();
-    a.n_q = nq;
-    a.n_q_heads = Hq;
-    a.n_kv = n;
-    a.n_kv_heads = H;
-    a.d = d;
-    a.k = {ck.get(), kq.data(), 0, 0};
-    a.v = {cv.get(), vq.data(), 0, 0};
+    AttentionArgs a = flat_args(q, nq, Hq, n, H, d, ck.get(), kq, cv.get(), vq);
     std::vector<float> out(q.size());
     a.out = out.data();
     a.keys = mode ? KeyScoring::kInt8 : KeyScoring::kExact;
