@@ -77,8 +77,9 @@ struct Work {
   float* acc;               // [h1 - h0][G][dp]
   uint64_t* skipped;
   // V rows of the integer path whose weight byte is 0 for every query, left
-  // out before the kernel reads them (ValuesInt8); counted in *v_zero.
-  bool v_drop_zero = true;
+  // out before the kernel reads them (ValuesInt8); counted in *v_zero
+  // (AttnStats::v_rows_zero; sparse V's skipped rows are among them).
+  bool v_drop_zero = false;  // (attention.cpp sets it, with v_zero)
   uint64_t* v_zero = nullptr;
 };
 

@@ -763,10 +763,12 @@ TEST(Int8Keys, AttentionWithinTheImpliedBound) {
 // blocks where every row counts; also with sparse V's zeros, prefill tiles
 // (n_q 5) and paged rows.
 TEST(Int8Values, RowsWithZeroWeightBytesLeftOutGiveTheSameBits) {
-  struct DropOff {
-    DropOff() { attn::set_v_drop_zero(false); }
-    ~DropOff() { attn::set_v_drop_zero(true); }
+  struct DropSet {  // the setting for a scope, the process's own restored after it
+    bool saved = attn::v_drop_zero();
+    explicit DropSet(bool on) { attn::set_v_drop_zero(on); }
+    ~DropSet() { attn::set_v_drop_zero(saved); }
   };
+  DropSet drop_on(true);  // (whatever TKV_V_DROP_ZERO says)
   for (attn::Int8Target target : targets_or_none()) {
     SCOPED_TRACE(target_name(target));
     PinTarget pin(target);
@@ -806,7 +808,7 @@ TEST(Int8Values, RowsWithZeroWeightBytesLeftOutGiveTheSameBits) {
               a.out = out_drop.data(), a.lse = lse_drop.data(), a.stats = &on;
               ASSERT_TRUE(attention(a).ok());
               {
-                DropOff drop_off;
+                DropSet drop_off(false);
                 a.out = out_all.data(), a.lse = lse_all.data(), a.stats = &off;
                 ASSERT_TRUE(attention(a).ok());
               }
