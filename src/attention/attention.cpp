@@ -14,6 +14,7 @@
 
 #include "attention/attention.h"
 #include "attention/kernel.h"
+#include "util/env.h"
 #include "codec/kernels.h"
 
 namespace tkv {
@@ -56,10 +57,7 @@ int chunk_rows(int n_kv) { return std::clamp((n_kv / 16 + 31) / 32 * 32, 256, 20
 namespace attn {
 namespace {
 // TKV_V_DROP_ZERO=0 in the environment starts with it off (for comparison).
-std::atomic<bool> g_v_drop_zero{[] {
-  const char* e = std::getenv("TKV_V_DROP_ZERO");
-  return !(e && std::string(e) == "0");
-}()};
+std::atomic<bool> g_v_drop_zero{env_switch_on("TKV_V_DROP_ZERO")};
 }
 void set_v_drop_zero(bool on) { g_v_drop_zero.store(on); }
 bool v_drop_zero() { return g_v_drop_zero.load(); }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "codec/kernels.h"
+#include "util/env.h"
 
 #if defined(__x86_64__) && !defined(TKV_NO_INT8_KEYS)
 #include <immintrin.h>
@@ -180,10 +181,8 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   int total = 0;
   for (int p = 0; p < L.nparts; ++p) total += L.parts[p].count;
   k.aligned = aligned && total == dp;
-  static const bool lanes_on = [] {  // TKV_INT8_LANES=0: no lane kernels, no ordered decode (comparisons)
-    const char* e = std::getenv("TKV_INT8_LANES");
-    return !(e && std::string(e) == "0");
-  }();
+  // TKV_INT8_LANES=0: no lane kernels, no ordered decode (comparisons).
+  static const bool lanes_on = env_switch_on("TKV_INT8_LANES");
   // The AVX2 ordered decode's layouts (score_int8.h): one part of 2-bit
   // codes (+ a 1-bit plane) or of 4-bit codes over dp.
   const RowLayout::Part& p0 = L.parts[0];

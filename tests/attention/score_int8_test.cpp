@@ -606,9 +606,6 @@ TEST(Int8Keys, RealKeysWithinTheBudget) {
   }
 }
 
-// Attention with int8 keys against the exact path: lse within ε (the largest
-// score bound of the rows a query sees) and outputs within
-// (e^{2ε} − 1) · max‖v‖ (each softmax weight moves by at most that factor).
 // Attention arguments over contiguous rows ([token][KV head]) of H KV heads.
 AttentionArgs flat_args(const std::vector<float>& q, int n_q, int Hq, int n, int H, int d, const Codec* ck,
                         const std::vector<uint8_t>& kq, const Codec* cv, const std::vector<uint8_t>& vq) {
@@ -651,6 +648,9 @@ struct PagedRows {
   }
 };
 
+// Attention with int8 keys against the exact path: lse within ε (the largest
+// score bound of the rows a query sees) and outputs within
+// (e^{2ε} − 1) · max‖v‖ (each softmax weight moves by at most that factor).
 struct AttnCase {
   std::string f;
   int d = 128, gqa = 4, n_kv = 300, n_q = 1;
