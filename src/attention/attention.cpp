@@ -133,7 +133,8 @@ Status attention(const AttentionArgs& a) {
     init_reader(r, a.v.head(static_cast<int>(h)));
     r.int8 = false;
     if (int8_v) {  // V on int8 too: accumulators in the kernels' order (natural, or the lane kernels')
-      attn::int8_keys_prepare(r.layout, r.d, r.dp, r.codec->coord_scale(), r.i8);
+      attn::int8_keys_prepare(r.layout, r.d, r.dp, r.codec->coord_scale(), r.i8, attn::kInt8Residual, true,
+                              attn::Int8Side::kValues);
       r.int8 = r.i8.usable;
       if (r.int8) attn::int8_values_order(r.i8, r.perm);
     }

@@ -158,7 +158,7 @@ const CentroidFit& fit_centroid_bytes(const RowLayout& L, float cmax, int bound)
 }  // namespace
 
 void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_scale, Int8Keys& k,
-                       double residual_above, bool allow_narrow) {
+                       double residual_above, bool allow_narrow, Int8Side side) {
   k = Int8Keys{};
   k.d = d;
   k.dp = dp;
@@ -195,15 +195,20 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   // AVX2's byte kernels (Int8Keys::narrow) take its ordered decode's 2-bit
   // layouts (tq2, tq3) when the bytes on kNarrow still predict less than
   // residual_above; else 127.
-  const bool narrow_layout =
-      allow_narrow && int8_target() == Int8Target::kAvx2 && (k.avx2_sig == 20 || k.avx2_sig == 21);
+  // V's tables for tq4 (avx2_sig 40) take ±kNarrowV when the centroid
+  // bytes' share alone is below residual_above.
+  const bool avx2 = allow_narrow && int8_target() == Int8Target::kAvx2;
+  const bool narrow_layout = avx2 && (k.avx2_sig == 20 || k.avx2_sig == 21);
+  const bool narrow_values = avx2 && side == Int8Side::kValues && k.avx2_sig == 40;
   double codec = 0, smax = 0;  // (the wide path below reads them too)
   int covered = 0;
-  for (const int bound : {Int8Keys::kNarrow, 127}) {
-    if (bound != 127 && !narrow_layout) continue;
+  for (const int bound : {Int8Keys::kNarrow, Int8Keys::kNarrowV, 127}) {
+    if (bound == Int8Keys::kNarrow && !narrow_layout) continue;
+    if (bound == Int8Keys::kNarrowV && !narrow_values) continue;
     const CentroidFit& fit = fit_centroid_bytes(L, cmax, bound);
     k.cs = fit.cs;
-    k.narrow = bound != 127;
+    k.bound = bound;
+    k.narrow = bound == Int8Keys::kNarrow;
     k.residual = false;
     for (int p = 0; p < L.nparts; ++p) {
       std::memset(k.table[p], 128, sizeof(k.table[p]));
@@ -234,6 +239,10 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     const double qs = 3.0 * smax / 127.0;
     k.predicted = codec > 0 ? (centroid + qs * qs / 12.0 * covered) / codec : 1e30;
     if (k.narrow && k.predicted <= residual_above) break;
+    if (bound == Int8Keys::kNarrowV) {  // (V: no query bytes)
+      if (codec > 0 && centroid <= residual_above * codec) break;
+      continue;
+    }
     if (k.predicted > residual_above) {  // residual bytes make both shares ~254² times smaller
       k.residual = true;
       k.predicted = codec > 0 ? (uniform + qs * qs / 12.0 * covered) / (254.0 * 254.0) / codec : 1e30;
@@ -310,6 +319,7 @@ void int8_residual_table(const Int8Keys& k, const RowLayout& L, Int8Keys& r) {
   r = k;
   r.cs = k.cs / 254.0f;
   r.narrow = false;  // (its bytes span ±127)
+  r.bound = 127;
   for (int p = 0; p < L.nparts; ++p) {
     std::memset(r.table[p], 128, sizeof(r.table[p]));
     for (int j = 0; j < (1 << L.parts[p].bits); ++j) {

@@ -74,7 +74,20 @@ struct Int8Keys {
   static constexpr int kNarrow = 31;
   bool narrow = false;
   uint8_t avx2_ntable[32];
+  // V's bytes for tq4 on AVX2 (avx2_sig 40; int8_keys_prepare for
+  // Int8Side::kValues): within ±kNarrowV, a weight byte pair times them
+  // stays within 2·255·63 < 32767, so four rows' bytes side by side take one
+  // vpmaddubsw and one vpmaddwd by ones per 8 positions where the words take
+  // two vpmaddwd and two adds (values_quads, RESULTS §41). V has no query
+  // bytes, so the centroid bytes' share alone (0.0055 of the codec's
+  // variance) is held to the residual threshold; K keeps ±127 (with its
+  // query bytes ±63 would predict 0.0104).
+  static constexpr int kNarrowV = 63;
+  int bound = 127;  // the largest |c8| the table holds: kNarrow, kNarrowV or 127
 };
+
+// Which side a table serves: K's tables price the query bytes too, V's not.
+enum class Int8Side { kKeys, kValues };
 
 // The budget: the integer path may add this fraction of the codec's own score
 // error variance (0.03: its RMS grows by 1.5%; the limit is 2%).
@@ -95,8 +108,11 @@ constexpr double kInt8Residual = 0.01;
 // and 16-bit paths on any layout).
 // allow_narrow = false keeps the bytes within ±127 where AVX2 would take
 // them narrow (tests reach the word kernels of those layouts with it).
+// side kValues: a table for int8_values alone (tq4's bytes within ±kNarrowV
+// on AVX2); its K kernels would still give the specification's integers.
 void int8_keys_prepare(const RowLayout& layout, int d, int dp, const float* coord_scale, Int8Keys& k,
-                       double residual_above = kInt8Residual, bool allow_narrow = true);
+                       double residual_above = kInt8Residual, bool allow_narrow = true,
+                       Int8Side side = Int8Side::kKeys);
 
 // The kernels that run the integer path: AVX-512 VBMI + VNNI (vpermb,
 // vpdpbusd), AVX2 (vpshufb, vpmaddwd on words; score_int8_avx2.cpp), or none

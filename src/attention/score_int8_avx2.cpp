@@ -8,7 +8,7 @@
 // coordinates, shared by every query) vpmaddwd sums pairs on 32 bits
 // exactly. Where the centroid bytes are narrow (Int8Keys::narrow: tq2, tq3,
 // |c8| <= 31) the bytes themselves go to vpmaddubsw, two products summed on
-// 16 bits before one widening (dot_bytes, values_bytes): half the multiplies
+// 16 bits before one widening (dot_bytes, values_quads): half the multiplies
 // and half the staged bytes. Bit for bit the same integers as int8_dots_ref,
 // int8_dots16_ref and int8_values_ref (tests/attention/score_int8_test.cpp).
 //
@@ -648,76 +648,102 @@ TKV_AVX2_INT8 void pairs_ordered(const Int8Keys& k, const RowLayout& L, const ui
   }
 }
 
-// The narrow values (Int8Keys::narrow, |c8| <= 31) in the order: per row
-// pair and 64 positions, the two rows' signed centroid bytes interleaved
-// (unpacklo / unpackhi of each 32: positions 0-7 | 16-23 and 8-15 | 24-31
-// of the 32, a byte of each row); per query, vpmaddubsw with the pair's two
-// weight bytes (sums within ±2·255·31), two pairs summed on 16 bits (within
-// ±31620), then widened by shifts (even and odd positions): per 16 positions
-// and two row pairs, two vpmaddubsw where the words take four vpmaddwd
-// (RESULTS §39). The accumulators are put back in position order once per
-// block.
-template <int SIG>
-TKV_AVX2_INT8 void values_bytes(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
-                                const float* w, int G, int ldw, float* acc, __m256i* bp) {
+// Four rows' signed centroid bytes of 32 positions (x[0..3], the ordered
+// decode's) as four vectors of quads: dword i of a vector holds the four
+// rows' bytes of one position; out[0] positions 0-3 | 16-19 (the two 128-bit
+// lanes), out[1] 4-7 | 20-23, out[2] 8-11 | 24-27, out[3] 12-15 | 28-31.
+TKV_AVX2_INT8 inline void quad_bytes(const __m256i (&x)[4], __m256i* out) {
+  const __m256i ab_lo = _mm256_unpacklo_epi8(x[0], x[1]), ab_hi = _mm256_unpackhi_epi8(x[0], x[1]);
+  const __m256i cd_lo = _mm256_unpacklo_epi8(x[2], x[3]), cd_hi = _mm256_unpackhi_epi8(x[2], x[3]);
+  _mm256_store_si256(out, _mm256_unpacklo_epi16(ab_lo, cd_lo));
+  _mm256_store_si256(out + 1, _mm256_unpackhi_epi16(ab_lo, cd_lo));
+  _mm256_store_si256(out + 2, _mm256_unpacklo_epi16(ab_hi, cd_hi));
+  _mm256_store_si256(out + 3, _mm256_unpackhi_epi16(ab_hi, cd_hi));
+}
+
+// The values on bytes (Int8Keys::bound <= kNarrowV) in the order: per quad
+// of rows and 64 positions eight vectors of quads (quad_bytes); per query
+// the quad's four weight bytes broadcast, vpmaddubsw (each 16-bit sum two
+// rows' products, within ±2·255·63), NQ quads summed on 16 bits (NQ = 2
+// where |c8| <= kNarrow: within ±4·255·31 = ±31620), one vpmaddwd by ones
+// to 32 bits and one add. Per 16 positions, 8 rows and a query: NQ = 2
+// takes 4 vpmaddubsw, 2 16-bit adds, 2 vpmaddwd and 2 adds where the row
+// pairs summed on 16 bits (tq2, tq3 until RESULTS §41) took 4 vpmaddubsw, 2
+// 16-bit adds, 6 shifts and 4 adds; NQ = 1 takes 4 vpmaddubsw, 4 vpmaddwd
+// and 4 adds where the words (tq4 until §41) took 8 vpmaddwd and 8 adds.
+// Accumulators go back in position order once per block (two lane permutes
+// per 16 positions and query).
+template <int SIG, int NQ>
+TKV_AVX2_INT8 void values_quads(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                                const float* w, int G, int ldw, float* acc, __m256i* bq) {
+  static_assert(NQ == 1 || NQ == 2);
   const Ordered<SIG> bytes(L, k.avx2_vtable);
   const int dp = k.dp, n64 = dp / 64;
-  alignas(32) uint8_t w8[kMaxRows + 4];
+  const __m256i ones = _mm256_set1_epi16(1);
+  alignas(32) uint8_t w8[kMaxRows + 8];
   for (int r0 = 0; r0 < n; r0 += kMaxRows) {
-    const int nr = std::min(kMaxRows, n - r0), np = (nr + 1) / 2, npp = (np + 1) & ~1;
+    const int nr = std::min(kMaxRows, n - r0);
+    const int nq = ((nr + 3) / 4 + NQ - 1) / NQ * NQ;  // quads, a multiple of NQ
     const uint8_t* const* rr = rows + r0;
-    for (int m = 0; m < npp; ++m) {  // past the rows: the last row again (weight 0)
-      const uint8_t* ra = rr[std::min(2 * m, nr - 1)];
-      const uint8_t* rb = rr[std::min(2 * m + 1, nr - 1)];
+    for (int m = 0; m < nq; ++m) {  // past the rows: the last row again (weight 0)
+      const uint8_t* r4[4];
+      for (int t = 0; t < 4; ++t) r4[t] = rr[std::min(4 * m + t, nr - 1)];
       for (int c = 0; c < n64; ++c) {
-        __m256i la, ha, lb, hb;
-        bytes(ra, c, la, ha);
-        bytes(rb, c, lb, hb);
-        __m256i* o = bp + (static_cast<size_t>(m) * n64 + c) * 4;
-        _mm256_store_si256(o, _mm256_unpacklo_epi8(la, lb));
-        _mm256_store_si256(o + 1, _mm256_unpackhi_epi8(la, lb));
-        _mm256_store_si256(o + 2, _mm256_unpacklo_epi8(ha, hb));
-        _mm256_store_si256(o + 3, _mm256_unpackhi_epi8(ha, hb));
+        __m256i lo[4], hi[4];
+        for (int t = 0; t < 4; ++t) bytes(r4[t], c, lo[t], hi[t]);
+        __m256i* o = bq + (static_cast<size_t>(m) * n64 + c) * 8;
+        quad_bytes(lo, o);
+        quad_bytes(hi, o + 4);
       }
     }
+    const size_t qstride = static_cast<size_t>(n64) * 8;  // vectors a quad
     for (int j0 = 0; j0 < G; j0 += 4) {
       const int nj = std::min(4, G - j0);
       float f[4] = {0, 0, 0, 0};
-      alignas(32) int32_t wq[kMaxRows / 2][4];  // a pair's two weight bytes, in each 16-bit half
+      alignas(32) int32_t wq[kMaxRows / 4][4];  // a quad's four weight bytes
       bool any = false;
       for (int jj = 0; jj < 4; ++jj) {
         if (jj < nj) {
           f[jj] = weights8(w + static_cast<size_t>(j0 + jj) * ldw + r0, nr, w8) * k.cs;
           std::memset(w8 + nr, 0, sizeof(w8) - static_cast<size_t>(nr));
         }
-        for (int m = 0; m < npp; ++m)
-          wq[m][jj] = jj < nj && f[jj] != 0.0f
-                          ? static_cast<int32_t>((uint32_t{w8[2 * m]} | uint32_t{w8[2 * m + 1]} << 8) * 0x10001u)
-                          : 0;
+        for (int m = 0; m < nq; ++m) {
+          uint32_t b = 0;
+          if (jj < nj && f[jj] != 0.0f) std::memcpy(&b, w8 + 4 * m, 4);
+          wq[m][jj] = static_cast<int32_t>(b);
+        }
         any |= f[jj] != 0.0f;
       }
       if (!any) continue;
-      for (int v = 0; v < 4 * n64; ++v) {  // 16 positions: vector v % 4 of chunk v / 4
-        __m256i A[4], B[4];
-        for (int jj = 0; jj < 4; ++jj) A[jj] = B[jj] = _mm256_setzero_si256();
-        for (int m = 0; m < npp; m += 2) {
-          const __m256i p0 = _mm256_load_si256(bp + static_cast<size_t>(m) * n64 * 4 + v);
-          const __m256i p1 = _mm256_load_si256(bp + static_cast<size_t>(m + 1) * n64 * 4 + v);
+      for (int e = 0; e < 8 * n64; e += 2) {  // vectors e, e + 1 of each quad: 16 positions
+        __m256i A[4][2];
+        for (auto& x : A) x[0] = x[1] = _mm256_setzero_si256();
+        for (int m = 0; m < nq; m += NQ) {
+          const __m256i* pm = bq + m * qstride + e;
+          const __m256i p0 = _mm256_load_si256(pm), p1 = _mm256_load_si256(pm + 1);
+          __m256i p2 = p0, p3 = p1;
+          if constexpr (NQ == 2) p2 = _mm256_load_si256(pm + qstride), p3 = _mm256_load_si256(pm + qstride + 1);
           for (int jj = 0; jj < 4; ++jj) {
-            const __m256i x = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(wq[m][jj]), p0),
-                                               _mm256_maddubs_epi16(_mm256_set1_epi32(wq[m + 1][jj]), p1));
-            A[jj] = _mm256_add_epi32(A[jj], _mm256_srai_epi32(_mm256_slli_epi32(x, 16), 16));  // even positions
-            B[jj] = _mm256_add_epi32(B[jj], _mm256_srai_epi32(x, 16));                         // odd
+            const __m256i w0 = _mm256_set1_epi32(wq[m][jj]);
+            __m256i x0 = _mm256_maddubs_epi16(w0, p0), x1 = _mm256_maddubs_epi16(w0, p1);
+            if constexpr (NQ == 2) {
+              const __m256i w1 = _mm256_set1_epi32(wq[m + 1][jj]);
+              x0 = _mm256_add_epi16(x0, _mm256_maddubs_epi16(w1, p2));
+              x1 = _mm256_add_epi16(x1, _mm256_maddubs_epi16(w1, p3));
+            }
+            A[jj][0] = _mm256_add_epi32(A[jj][0], _mm256_madd_epi16(x0, ones));
+            A[jj][1] = _mm256_add_epi32(A[jj][1], _mm256_madd_epi16(x1, ones));
           }
         }
-        // A: positions 0 2 4 6 | 16 18 20 22 (+ base), B: the odd ones.
-        const int base = 64 * (v / 4) + 32 * (v % 4 / 2) + 8 * (v % 2);
+        // A[.][0]: positions 4q .. 4q+3 | 16+4q .., A[.][1]: 4q+4 .. | 20+4q .. (q = e % 4,
+        // 0 or 2) of the 32 at 64 (e / 8) + 32 (e % 8 / 4).
+        const int base = 64 * (e / 8) + 32 * (e % 8 / 4) + 4 * (e % 4);
         for (int jj = 0; jj < nj; ++jj) {
           if (f[jj] == 0.0f) continue;
-          const __m256i lo = _mm256_unpacklo_epi32(A[jj], B[jj]), hi = _mm256_unpackhi_epi32(A[jj], B[jj]);
           const __m256 fv = _mm256_set1_ps(f[jj]);
           float* out = acc + static_cast<size_t>(j0 + jj) * dp + base;
-          const __m256i first = _mm256_permute2x128_si256(lo, hi, 0x20), second = _mm256_permute2x128_si256(lo, hi, 0x31);
+          const __m256i first = _mm256_permute2x128_si256(A[jj][0], A[jj][1], 0x20);
+          const __m256i second = _mm256_permute2x128_si256(A[jj][0], A[jj][1], 0x31);
           _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), _mm256_mul_ps(_mm256_cvtepi32_ps(first), fv)));
           _mm256_storeu_ps(out + 16, _mm256_add_ps(_mm256_loadu_ps(out + 16), _mm256_mul_ps(_mm256_cvtepi32_ps(second), fv)));
         }
@@ -731,9 +757,11 @@ TKV_AVX2_INT8 void int8_values_avx2(const Int8Keys& k, const RowLayout& L, const
   Scratch& s = scratch();
   const int dp = k.dp, nch = chunks32(dp), sdp = nch * 32, n8 = dp / 8;
   if (dp > 1024 || dp % 16 != 0) return int8_values_ref(k, L, rows, n, w, G, ldw, acc);
-  if (ordered && k.avx2_sig && k.narrow)
+  if (ordered && k.avx2_sig && k.bound <= Int8Keys::kNarrowV)
     return with_ordered(k.avx2_sig, [&](auto sg) TKV_AVX2_INT8 {
-      values_bytes<sg>(k, L, rows, n, w, G, ldw, acc, reinterpret_cast<__m256i*>(s.pairs));
+      __m256i* bq = reinterpret_cast<__m256i*>(s.pairs);
+      if (k.bound <= Int8Keys::kNarrow) values_quads<sg, 2>(k, L, rows, n, w, G, ldw, acc, bq);
+      else values_quads<sg, 1>(k, L, rows, n, w, G, ldw, acc, bq);
     });
   alignas(32) uint8_t w8[kMaxRows];
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));

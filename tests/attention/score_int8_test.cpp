@@ -239,9 +239,12 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         Int8Keys k;
         attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k, attn::kInt8Residual, allow_narrow);
         k.usable = true;
+        Int8Keys kv;  // V's table (tq4 on AVX2: bytes within ±63)
+        attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), kv, attn::kInt8Residual, allow_narrow,
+                                attn::Int8Side::kValues);
         std::vector<int> order(dp), vorder(dp);
         const bool lanes = attn::int8_query_order(k, order.data());
-        const bool vlanes = attn::int8_values_order(k, vorder.data());
+        const bool vlanes = attn::int8_values_order(kv, vorder.data());
         // Where they run: tq2 and tq3 (one 2-bit plane, + a 1-bit one) at d 64, 128, 256, on AVX-512;
         // those and tq4 (one 4-bit plane) on AVX2, K not where it takes residual bytes or words.
         const bool two = (f == "tq2" || f == "tq3") && d != 80;
@@ -252,9 +255,21 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         ASSERT_EQ(vlanes, expect_v) << f << " d=" << d;
         // AVX2's byte kernels: tq2 and tq3 on centroid bytes within ±31 (their budget allows it).
         ASSERT_EQ(k.narrow, avx2 && two && allow_narrow) << f << " d=" << d;
-        for (int j = 0; j < (1 << c->layout().parts[0].bits); ++j)
-          ASSERT_LE(std::abs(int(k.table[0][j]) - 128), k.narrow ? 31 : 127) << f << " d=" << d << " code " << j;
+        // V's: those, and tq4 on bytes within ±63 (vpmaddubsw on weight bytes); K's tq4 keeps ±127.
         const bool nib = avx2 && f == "tq4";
+        const int vbound = k.narrow ? 31 : nib && allow_narrow ? 63 : 127;
+        ASSERT_EQ(k.bound, k.narrow ? 31 : 127) << f << " d=" << d;
+        ASSERT_EQ(kv.bound, vbound) << f << " d=" << d;
+        for (int j = 0; j < (1 << c->layout().parts[0].bits); ++j) {
+          ASSERT_LE(std::abs(int(k.table[0][j]) - 128), k.bound) << f << " d=" << d << " code " << j;
+          ASSERT_LE(std::abs(int(kv.table[0][j]) - 128), vbound) << f << " d=" << d << " code " << j;
+        }
+        // The V table spends its range: its largest byte is above half the bound.
+        if (vbound == 63) {
+          int top = 0;
+          for (int j = 0; j < 16; ++j) top = std::max(top, std::abs(int(kv.table[0][j]) - 128));
+          ASSERT_GT(top, 40) << f << " d=" << d;
+        }
         for (int p = 0; p < dp; ++p) {
           const int c64 = p / 64;
           const int want = nib ? 64 * c64 + 2 * (p % 32) + p % 64 / 32 : 64 * c64 + 4 * (p % 16) + p % 64 / 16;
@@ -278,7 +293,7 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
           attn::int8_dots_ref(k, c->layout(), rows.ptr.data(), n, q8.data(), G, ref.data(), 40);
           ASSERT_EQ(fast, ref) << f << " d=" << d << " G=" << G;
           // Values: one block of up to 32 rows, accumulators in the order.
-          for (int nv : {32, 5}) {
+          for (int nv : {32, 9, 5, 1}) {  // (quads of rows: 8, 3 and 2 of them, 1)
             const int ldw = 32;
             std::vector<float> w(size_t(G) * ldw, 0.0f);
             for (auto& v : w) v = rng.next() % 4 == 0 ? 0.0f : float(std::exp(-3.0 * rng.uniform()));
@@ -286,8 +301,8 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
             for (size_t i = 0; i < ref_acc.size(); ++i) ref_acc[i] = float(i % 5) - 2.0f;
             for (int j = 0; j < G; ++j)
               for (int p = 0; p < dp; ++p) acc_o[size_t(j) * dp + p] = ref_acc[size_t(j) * dp + vorder[p]];
-            attn::int8_values_ordered(k, c->layout(), rows.ptr.data(), nv, w.data(), G, ldw, acc_o.data());
-            attn::int8_values_ref(k, c->layout(), rows.ptr.data(), nv, w.data(), G, ldw, ref_acc.data());
+            attn::int8_values_ordered(kv, c->layout(), rows.ptr.data(), nv, w.data(), G, ldw, acc_o.data());
+            attn::int8_values_ref(kv, c->layout(), rows.ptr.data(), nv, w.data(), G, ldw, ref_acc.data());
             for (int j = 0; j < G; ++j)
               for (int p = 0; p < dp; ++p) {
                 const float r = ref_acc[size_t(j) * dp + vorder[p]];
@@ -305,7 +320,8 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
 
 // AVX2's byte kernels add two vpmaddubsw on 16 bits before widening: K's
 // (c8 + 32) · q8 pairs reach 2·63·127 and V's w8 · c8 pairs 2·255·31, so two
-// stay within ±32767 only while |c8| <= 31. Rows whose every code is the
+// stay within ±32767 only while |c8| <= 31. tq4's V table (within ±63)
+// takes one: 2·255·63. Rows whose every code is the
 // largest centroid (each sign), queries at ±127 and weights at 255 (all the
 // same in every coordinate and row, so the kernels' orders do not matter)
 // reach the largest sums the tables allow: the kernels must still give the
@@ -314,23 +330,27 @@ TEST(Int8Keys, NarrowBytesNeverOverflow) {
   if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   PinTarget pin(attn::Int8Target::kAvx2);
   int checked = 0;
-  for (const std::string f : {"tq2", "tq3"})
+  for (const std::string f : {"tq2", "tq3", "tq4"})
     for (int d : {64, 128, 256, 1024}) {
       auto c = make(f, d);
       ASSERT_TRUE(c) << f;
       const RowLayout& L = c->layout();
+      const bool v_only = f == "tq4";
       Int8Keys k;
-      attn::int8_keys_prepare(L, d, d, c->coord_scale(), k);
-      ASSERT_TRUE(k.narrow && k.usable) << f << " d=" << d;
+      attn::int8_keys_prepare(L, d, d, c->coord_scale(), k, attn::kInt8Residual, true,
+                              v_only ? attn::Int8Side::kValues : attn::Int8Side::kKeys);
+      ASSERT_TRUE(k.usable) << f << " d=" << d;
+      ASSERT_EQ(k.bound, v_only ? 63 : 31) << f << " d=" << d;
       const int nc = 1 << L.parts[0].bits;
       int lo = 0, hi = 0;  // the codes of the most negative and most positive centroid bytes
       for (int j = 0; j < nc; ++j) {
         if (k.table[0][j] < k.table[0][lo]) lo = j;
         if (k.table[0][j] > k.table[0][hi]) hi = j;
       }
-      // (The fit leaves the extremes at 30 for tq2, 25-26 for tq3: these rows reach the largest sums
-      // the tables allow; the lane test holds every table within ±31.)
-      ASSERT_GE(int(k.table[0][hi]) - 128, 24) << f << " d=" << d;
+      // (The fit leaves the extremes at 30 for tq2, 25-26 for tq3, 63 for tq4: these rows reach the
+      // largest sums the tables allow; the lane test holds every table within its bound.)
+      ASSERT_GE(int(k.table[0][hi]) - 128, v_only ? 60 : 24) << f << " d=" << d;
+      ASSERT_LE(int(k.table[0][lo]) - 128, v_only ? -60 : -24) << f << " d=" << d;
       for (int code : {lo, hi}) {
         const int n = 32;
         std::vector<uint8_t> buf(size_t(n) * c->row_bytes() + 64, 0);
@@ -348,6 +368,7 @@ TEST(Int8Keys, NarrowBytesNeverOverflow) {
         }
         for (int sign : {1, -1})
           for (int G : {4, 13}) {
+            if (v_only) break;
             std::vector<int8_t> q8(size_t(G) * d, int8_t(127 * sign));
             std::vector<int32_t> fast(size_t(G) * n, -1), ref(fast.size(), -2);
             attn::int8_dots_ordered(k, L, ptr.data(), n, q8.data(), G, fast.data(), n);
@@ -364,7 +385,7 @@ TEST(Int8Keys, NarrowBytesNeverOverflow) {
         ++checked;
       }
     }
-  EXPECT_EQ(checked, 2 * 4 * 2);
+  EXPECT_EQ(checked, 3 * 4 * 2);
 }
 
 // The query's bytes (main and residual) are the specification's, on random
