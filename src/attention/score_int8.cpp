@@ -53,6 +53,7 @@ struct CentroidFit {
   float step = 0.0f;       // c8 = round(c / step)
   float cs = 0.0f;         // c ≈ cs · c8
   double mse[RowLayout::kMaxParts] = {};  // Σ_j p_j (c_j − cs c8_j)² per part
+  double var[RowLayout::kMaxParts] = {};  // the coordinate variance the part's codebook is for: Σ_j p_j c_j² / (1 − D(b))
 };
 
 // The probability of each code's cell under N(0, σ), σ from the top cell.
@@ -147,11 +148,15 @@ const CentroidFit& fit_centroid_bytes(const RowLayout& L, float cmax, int bound)
   }
   for (int p = 0; p < L.nparts; ++p) {
     f.mse[p] = 0;
+    double cc = 0;
     for (int j = 0; j < (1 << L.parts[p].bits); ++j) {
       const double e =
           L.parts[p].centroids[j] - static_cast<double>(f.cs) * centroid_byte(L.parts[p].centroids[j], f.step, bound);
       f.mse[p] += prob[p][j] * e * e;
+      cc += prob[p][j] * static_cast<double>(L.parts[p].centroids[j]) * L.parts[p].centroids[j];
     }
+    // (A Lloyd-Max codebook's centroids hold 1 − D of the variance.)
+    f.var[p] = cc / (1.0 - kLloydMax[std::clamp<int>(L.parts[p].bits, 1, 8)]);
   }
   return f;
 }
@@ -223,7 +228,14 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     // its RMS). With residual bytes both shares are those of a uniform error
     // of a 254 times finer step (the residual table's centroid errors are not
     // fitted: they are ~254² times smaller).
-    double centroid = 0, uniform = 0;
+    //
+    // (The centroid term is in the codebook's units, the codec's in a unit
+    // variance: it is understated by the coordinates' variance, 1/d for tq,
+    // so K's choices rest on the query bytes' share; RESULTS §41 gives both
+    // shares and the measured KLD, within the 2 % for tq2-tq4.5.)
+    // V's measure (value_share) is in one unit: Σ s_i² mse over the codec's
+    // Σ s_i² D(b_i) var(part of i), V having no query bytes.
+    double centroid = 0, uniform = 0, vcodec = 0;
     codec = smax = 0;
     covered = 0;
     for (int i = 0; i < d; ++i) {
@@ -231,6 +243,7 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
       const int p = part_of[i];
       codec += s * s * kLloydMax[p >= 0 ? std::clamp<int>(L.parts[p].bits, 0, 8) : 0];
       if (p < 0) continue;
+      vcodec += s * s * kLloydMax[std::clamp<int>(L.parts[p].bits, 0, 8)] * fit.var[p];
       centroid += s * s * fit.mse[p];
       uniform += s * s * k.cs * k.cs / 12.0;
       smax = std::max(smax, std::fabs(s));
@@ -238,9 +251,10 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     }
     const double qs = 3.0 * smax / 127.0;
     k.predicted = codec > 0 ? (centroid + qs * qs / 12.0 * covered) / codec : 1e30;
+    k.value_share = vcodec > 0 ? centroid / vcodec : 1e30;
     if (k.narrow && k.predicted <= residual_above) break;
     if (bound == Int8Keys::kNarrowV) {  // (V: no query bytes)
-      if (codec > 0 && centroid <= residual_above * codec) break;
+      if (k.value_share <= residual_above) break;
       continue;
     }
     if (k.predicted > residual_above) {  // residual bytes make both shares ~254² times smaller
@@ -270,6 +284,10 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     k.predicted = codec > 0 ? (cw + qs16 * qs16 / 12.0 * covered) / codec : 1e30;
   }
   k.usable = k.predicted <= kInt8MaxPredicted;
+  // V reads one byte a centroid (no residual bytes): above the residual
+  // threshold it keeps f32 (tq5 and up: tq8's ref-5m KLD grew 67 % on one
+  // byte, RESULTS §41).
+  if (side == Int8Side::kValues) k.usable = k.usable && k.value_share <= kInt8Residual;
   // The AVX2 ordered decode's tables (score_int8.h): lane 0's table reads
   // the index bits the kernel puts code s = 0 (and 2) in, lane 1's those of
   // s = 1 (and 3); bits the kernel does not clear repeat it.

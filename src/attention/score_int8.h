@@ -27,6 +27,8 @@ namespace tkv::attn {
 struct Int8Keys {
   bool usable = false;   // a kTurbo layout this path reads (any d, any parts) within the error budget
   double predicted = 0;  // the added score error variance predicted, over the codec's own
+  double value_share = 0;  // the centroid bytes' error variance over the codec's (V's measure, one unit;
+                           // a V table above kInt8Residual is not usable)
   bool residual = false; // two bytes where one would add more than kInt8Residual: the query as
                          // qs·q8 + qs/254·r8 and the centroids as cs·c8 + cs/254·cr8
                          // (int8_residual_table); three dots a row instead of one
@@ -79,9 +81,9 @@ struct Int8Keys {
   // stays within 2·255·63 < 32767, so four rows' bytes side by side take one
   // vpmaddubsw and one vpmaddwd by ones per 8 positions where the words take
   // two vpmaddwd and two adds (values_quads, RESULTS §41). V has no query
-  // bytes, so the centroid bytes' share alone (0.0055 of the codec's
-  // variance) is held to the residual threshold; K keeps ±127 (with its
-  // query bytes ±63 would predict 0.0104).
+  // bytes, so the centroid bytes' share alone (value_share: 0.004-0.006 of
+  // the codec's variance at d 64-256) is held to the residual threshold; K
+  // keeps ±127.
   static constexpr int kNarrowV = 63;
   int bound = 127;  // the largest |c8| the table holds: kNarrow, kNarrowV or 127
 };

@@ -431,6 +431,64 @@ TEST(Int8Keys, QueryBytesAreTheSpecifications) {
   }
 }
 
+// V reads one byte a centroid (no residual bytes), so a V table whose
+// bytes' rounding adds more than 1% of the codec's own error variance keeps
+// the f32 path. The share is computed here from outside the engine's fit:
+// the cells of N(0, 1/d) (a unit row's rotated coordinates) around the
+// codebook's centroids, the table's bytes scaled back by its cs, over
+// Lloyd-Max's distortion at that variance (published constants). It must
+// agree with the engine's value_share (a unit slip, the coordinates'
+// variance left out, is a factor d) and decide usable the same way.
+// tq2-tq4.5 stay on bytes (their ref-5m KLD within 2 % of f32, RESULTS
+// §41); tq5, tq6 and tq8 keep f32 (tq8's KLD grew 67 % on one byte).
+TEST(Int8Keys, ValueTablesAboveOnePercentKeepF32) {
+  const double kLM[9] = {1.0, 0.3634, 0.1175, 0.03454, 0.009497, 0.002499, 0.000642, 0.0001628, 0.0000410};
+  int checked = 0;
+  for (attn::Int8Target target : targets_or_none()) {
+    PinTarget pin(target);
+    for (const std::string f : {"tq2", "tq2.5", "tq3", "tq3.5", "tq4", "tq4.5", "tq5", "tq6", "tq8"})
+      for (int d : {64, 128, 256}) {
+        auto c = make(f, d);
+        ASSERT_TRUE(c) << f;
+        const RowLayout& L = c->layout();
+        Int8Keys kv;
+        attn::int8_keys_prepare(L, d, d, c->coord_scale(), kv, attn::kInt8Residual, true, attn::Int8Side::kValues);
+        const double sigma = 1.0 / std::sqrt(double(d));
+        auto cdf = [&](double x) { return 0.5 * std::erfc(-x / (sigma * std::sqrt(2.0))); };
+        double err = 0, codec = 0;
+        for (int p = 0; p < L.nparts; ++p) {
+          const auto& P = L.parts[p];
+          const int n = 1 << P.bits;
+          std::vector<int> o(n);
+          std::iota(o.begin(), o.end(), 0);
+          std::sort(o.begin(), o.end(), [&](int a, int b) { return P.centroids[a] < P.centroids[b]; });
+          double e = 0;
+          for (int a = 0; a < n; ++a) {
+            const double lo = a ? cdf(0.5 * (P.centroids[o[a - 1]] + P.centroids[o[a]])) : 0.0;
+            const double hi = a < n - 1 ? cdf(0.5 * (P.centroids[o[a]] + P.centroids[o[a + 1]])) : 1.0;
+            const double r = P.centroids[o[a]] - double(kv.cs) * (int(kv.table[p][o[a]]) - 128);
+            e += (hi - lo) * r * r;
+          }
+          err += P.count * e;
+          codec += P.count * kLM[P.bits] * sigma * sigma;
+        }
+        const double share = err / codec;
+        // (Within 40 %: the engine takes its cells from its own fit of σ; tq8's differ most.)
+        EXPECT_NEAR(kv.value_share, share, 0.4 * share + 1e-5) << f << " d=" << d;
+        const bool small = f != "tq5" && f != "tq6" && f != "tq8";
+        EXPECT_EQ(share <= attn::kInt8Residual, small) << f << " d=" << d << " share " << share;
+        EXPECT_EQ(kv.usable, small) << f << " d=" << d << " share " << share;
+        // K's tables of the same formats stay usable (tq5 and up on residual bytes).
+        Int8Keys k;
+        attn::int8_keys_prepare(L, d, d, c->coord_scale(), k);
+        EXPECT_TRUE(k.usable) << f << " d=" << d;
+        EXPECT_EQ(k.residual, !small) << f << " d=" << d;
+        ++checked;
+      }
+  }
+  EXPECT_GE(checked, 27);
+}
+
 TEST(Int8Keys, TableHoldsEveryCentroidWithinHalfAStep) {
   for (const std::string& f : kFormats) {
     auto c = make(f, 128);
