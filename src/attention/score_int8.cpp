@@ -205,7 +205,7 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   const bool avx2 = allow_narrow && int8_target() == Int8Target::kAvx2;
   const bool narrow_layout = avx2 && (k.avx2_sig == 20 || k.avx2_sig == 21);
   const bool narrow_values = avx2 && side == Int8Side::kValues && k.avx2_sig == 40;
-  double codec = 0, smax = 0;  // (the wide path below reads them too)
+  double codec = 0, smax = 0, qvar = 0;  // (the wide path below reads them too)
   int covered = 0;
   for (const int bound : {Int8Keys::kNarrow, Int8Keys::kNarrowV, 127}) {
     if (bound == Int8Keys::kNarrow && !narrow_layout) continue;
@@ -222,44 +222,44 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     }
     // The predicted error this path adds, as a fraction of the codec's own
     // score error variance, for a query with unit variance per coordinate
-    // before the coordinate scale s_i: codec Σ s_i² D(b_i); centroid bytes
-    // Σ s_i² mse(part of i) (the fit's, above); query bytes (qs²/12) · n_coded
-    // with qs ≈ 3 max s_i / 127 (a rotated query's largest coordinate is ~3x
-    // its RMS). With residual bytes both shares are those of a uniform error
-    // of a 254 times finer step (the residual table's centroid errors are not
-    // fitted: they are ~254² times smaller).
-    //
-    // (The centroid term is in the codebook's units, the codec's in a unit
-    // variance: it is understated by the coordinates' variance, 1/d for tq,
-    // so K's choices rest on the query bytes' share; RESULTS §41 gives both
-    // shares and the measured KLD, within the 2 % for tq2-tq4.5.)
-    // V's measure (value_share) is in one unit: Σ s_i² mse over the codec's
-    // Σ s_i² D(b_i) var(part of i), V having no query bytes.
-    double centroid = 0, uniform = 0, vcodec = 0;
-    codec = smax = 0;
+    // before the coordinate scale s_i, in the codebook's units (var(p): the
+    // coordinate variance part p's codebook is for, 1/d for tq, ~1 for tqc
+    // whose s_i carry the scale): codec Σ s_i² D(b_i) var; centroid bytes
+    // Σ s_i² mse(part of i) (the fit's, above); query bytes (qs²/12) ·
+    // Σ var (1 − D) (the centroids' second moment) with qs ≈ 3 max s_i / 127
+    // (a rotated query's largest coordinate is ~3x its RMS). With residual
+    // bytes both shares are those of a uniform error of a 254 times finer
+    // step (the residual table's centroid errors are not fitted: they are
+    // ~254² times smaller). V's measure (value_share) is the centroid bytes'
+    // share alone: V has no query bytes. (Until RESULTS §41 the centroid
+    // term was left in the codebook's units over a codec at unit variance:
+    // d times too small for tq.)
+    double centroid = 0, uniform = 0;
+    codec = smax = qvar = 0;
     covered = 0;
     for (int i = 0; i < d; ++i) {
       const double s = coord_scale ? coord_scale[i] : 1.0;
       const int p = part_of[i];
-      codec += s * s * kLloydMax[p >= 0 ? std::clamp<int>(L.parts[p].bits, 0, 8) : 0];
+      const double var = fit.var[std::max(p, 0)];  // (a coordinate no part covers: its whole variance)
+      codec += s * s * kLloydMax[p >= 0 ? std::clamp<int>(L.parts[p].bits, 0, 8) : 0] * var;
       if (p < 0) continue;
-      vcodec += s * s * kLloydMax[std::clamp<int>(L.parts[p].bits, 0, 8)] * fit.var[p];
       centroid += s * s * fit.mse[p];
       uniform += s * s * k.cs * k.cs / 12.0;
+      qvar += var * (1.0 - kLloydMax[std::clamp<int>(L.parts[p].bits, 0, 8)]);
       smax = std::max(smax, std::fabs(s));
       ++covered;
     }
     const double qs = 3.0 * smax / 127.0;
-    k.predicted = codec > 0 ? (centroid + qs * qs / 12.0 * covered) / codec : 1e30;
-    k.value_share = vcodec > 0 ? centroid / vcodec : 1e30;
+    k.predicted = codec > 0 ? (centroid + qs * qs / 12.0 * qvar) / codec : 1e30;
+    k.value_share = codec > 0 ? centroid / codec : 1e30;
     if (k.narrow && k.predicted <= residual_above) break;
     if (bound == Int8Keys::kNarrowV) {  // (V: no query bytes)
-      if (k.value_share <= residual_above) break;
+      if (k.value_share <= kInt8ValueMax) break;
       continue;
     }
     if (k.predicted > residual_above) {  // residual bytes make both shares ~254² times smaller
       k.residual = true;
-      k.predicted = codec > 0 ? (uniform + qs * qs / 12.0 * covered) / (254.0 * 254.0) / codec : 1e30;
+      k.predicted = codec > 0 ? (uniform + qs * qs / 12.0 * qvar) / (254.0 * 254.0) / codec : 1e30;
     }
   }
   // One 4-bit part in one plane over dp = 64, 128 or 256: 16-bit words
@@ -281,13 +281,13 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
       const double sc = coord_scale ? coord_scale[i] : 1.0;
       if (part_of[i] >= 0) cw += sc * sc * k.cs16 * k.cs16 / 12.0;
     }
-    k.predicted = codec > 0 ? (cw + qs16 * qs16 / 12.0 * covered) / codec : 1e30;
+    k.predicted = codec > 0 ? (cw + qs16 * qs16 / 12.0 * qvar) / codec : 1e30;
   }
   k.usable = k.predicted <= kInt8MaxPredicted;
-  // V reads one byte a centroid (no residual bytes): above the residual
-  // threshold it keeps f32 (tq5 and up: tq8's ref-5m KLD grew 67 % on one
-  // byte, RESULTS §41).
-  if (side == Int8Side::kValues) k.usable = k.usable && k.value_share <= kInt8Residual;
+  // V reads one byte a centroid (no residual bytes): above kInt8ValueMax it
+  // keeps f32 (tq5 and up: tq8's ref-5m KLD grew 67 % on one byte, RESULTS
+  // §41).
+  if (side == Int8Side::kValues) k.usable = k.usable && k.value_share <= kInt8ValueMax;
   // The AVX2 ordered decode's tables (score_int8.h): lane 0's table reads
   // the index bits the kernel puts code s = 0 (and 2) in, lane 1's those of
   // s = 1 (and 3); bits the kernel does not clear repeat it.

@@ -28,7 +28,7 @@ struct Int8Keys {
   bool usable = false;   // a kTurbo layout this path reads (any d, any parts) within the error budget
   double predicted = 0;  // the added score error variance predicted, over the codec's own
   double value_share = 0;  // the centroid bytes' error variance over the codec's (V's measure, one unit;
-                           // a V table above kInt8Residual is not usable)
+                           // a V table above kInt8ValueMax is not usable)
   bool residual = false; // two bytes where one would add more than kInt8Residual: the query as
                          // qs·q8 + qs/254·r8 and the centroids as cs·c8 + cs/254·cr8
                          // (int8_residual_table); three dots a row instead of one
@@ -82,8 +82,8 @@ struct Int8Keys {
   // vpmaddubsw and one vpmaddwd by ones per 8 positions where the words take
   // two vpmaddwd and two adds (values_quads, RESULTS §41). V has no query
   // bytes, so the centroid bytes' share alone (value_share: 0.004-0.006 of
-  // the codec's variance at d 64-256) is held to the residual threshold; K
-  // keeps ±127.
+  // the codec's variance at d 64-256) is held to kInt8ValueMax; K keeps
+  // ±127.
   static constexpr int kNarrowV = 63;
   int bound = 127;  // the largest |c8| the table holds: kNarrow, kNarrowV or 127
 };
@@ -96,12 +96,19 @@ enum class Int8Side { kKeys, kValues };
 // Formats above it (parts of 5 bits and more: tqc at high rates) keep f32.
 constexpr double kInt8MaxPredicted = 0.03;
 // Above this predicted share (one byte each), the query and the centroids get
-// their residual bytes too (tq5 and up, tqc at high rates). 0.01: the score
-// error's RMS grows by 0.5 %, a quarter of the budget; tq4 and tq4.5 predict
-// 0.005-0.007 and their ref-5m KLD grows 1.1 % (+0.5 % on 160 chunks) with one
-// byte (RESULTS §36). (It was 0.002 while the centroid bytes' gain, not their
+// their residual bytes too (tq5 and up, tqc at high rates). 0.015: the score
+// error's RMS grows by 0.75 %, 3/8 of the budget. tq4.5 predicts 0.009-0.012
+// at d 64-256 with one byte (tq4 0.006); measured, its score error's RMS
+// grows 0.5 % (synthetic, d 128) to 0.94 % (Qwen3.5 keys, d 256), and its
+// ref-5m KLD 1.1 % (RESULTS §36, §41). (0.01 until §41, when the centroid
+// term was understated by the coordinates' variance and the same choices
+// read 0.005-0.007; it was 0.002 while the centroid bytes' gain, not their
 // noise, made tq4's KLD grow 3.6 %: §27, §35.)
-constexpr double kInt8Residual = 0.01;
+constexpr double kInt8Residual = 0.015;
+// V's tables have no residual bytes: one whose centroid bytes add more than
+// this share of the codec's error (value_share) keeps f32 (tq5: 0.014-0.016,
+// its ref-5m KLD +1.6 % on one byte; tq4 on ±63: 0.004-0.006).
+constexpr double kInt8ValueMax = 0.01;
 
 // Fills `k` for a layout and its coordinate scale (tqc; null: all 1).
 // usable stays false for layouts it does not read or whose predicted added
