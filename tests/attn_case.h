@@ -14,6 +14,28 @@
 
 namespace tkv {
 
+// An attention problem's shape: n_q queries of Hq heads over n_kv tokens of
+// H KV heads, head dimension d.
+inline void attention_shape(AttentionArgs& a, const float* q, int n_q, int Hq, int n_kv, int H, int d) {
+  a.q = q;
+  a.n_q = n_q;
+  a.n_q_heads = Hq;
+  a.n_kv = n_kv;
+  a.n_kv_heads = H;
+  a.d = d;
+}
+
+// AttentionArgs over contiguous rows ([token][KV head], H KV heads) of K and
+// V: the shape and the two row sources; callers add masks, bases, threads.
+inline AttentionArgs flat_args(const std::vector<float>& q, int n_q, int Hq, int n_kv, int H, int d, const Codec* ck,
+                               const std::vector<uint8_t>& k, const Codec* cv, const std::vector<uint8_t>& v) {
+  AttentionArgs a;
+  attention_shape(a, q.data(), n_q, Hq, n_kv, H, d);
+  a.k = {ck, k.data(), 0, 0};
+  a.v = {cv, v.data(), 0, 0};
+  return a;
+}
+
 struct AttnCase {
   std::unique_ptr<Codec> codec;
   std::vector<float> q;
@@ -30,12 +52,7 @@ struct AttnCase {
       for (float& e : x) e = static_cast<float>(rng.gaussian());
       (void)codec->quantize(x.data(), size_t(n_kv) * H, rows->data());
     }
-    a.q = q.data();
-    a.n_q = n_q;
-    a.n_q_heads = Hq;
-    a.n_kv = n_kv;
-    a.n_kv_heads = H;
-    a.d = d;
+    attention_shape(a, q.data(), n_q, Hq, n_kv, H, d);
     a.k = {codec.get(), k.data()};
     a.v = {codec.get(), v.data()};
     a.causal_offset = n_kv - n_q;

@@ -17,6 +17,7 @@
 #include "codec/format.h"
 #include "util/rng.h"
 #include "util/simd_targets.h"
+#include "attn_case.h"
 #include "shared_data.h"
 #include "simd_guard.h"
 
@@ -248,15 +249,7 @@ TEST(Attention, QueriesWithNothingToSeeOutputZeros) {
         auto codec = *make_codec(fmt, d);
         std::vector<float> q(size_t(n_q) * H * gqa * d, 0.5f), mu(size_t(H) * d, 1.0f);
         std::vector<uint8_t> rows(64);  // never read
-        AttentionArgs a;
-        a.q = q.data();
-        a.n_q = n_q;
-        a.n_q_heads = H * gqa;
-        a.n_kv = 0;
-        a.n_kv_heads = H;
-        a.d = d;
-        a.k = {codec.get(), rows.data(), 0, 0};
-        a.v = {codec.get(), rows.data(), 0, 0};
+        AttentionArgs a = flat_args(q, n_q, H * gqa, 0, H, d, codec.get(), rows, codec.get(), rows);
         a.causal_offset = causal;
         if (with_mu) a.mu_k = a.mu_v = mu.data();
         for (int ref = 0; ref < 2; ++ref) {
@@ -465,15 +458,7 @@ TEST(Attention, RealDataErrorPerFormat) {
       ASSERT_TRUE(ck->quantize(K.data(), size_t(T) * H, kq.data()).ok());
       ASSERT_TRUE(cv->quantize(V.data(), size_t(T) * H, vq.data()).ok());
       std::vector<float> out(q.size());
-      AttentionArgs a;
-      a.q = q.data();
-      a.n_q = nq;
-      a.n_q_heads = H * gqa;
-      a.n_kv = T;
-      a.n_kv_heads = H;
-      a.d = d;
-      a.k = {ck.get(), kq.data(), 0, 0};
-      a.v = {cv.get(), vq.data(), 0, 0};
+      AttentionArgs a = flat_args(q, nq, H * gqa, T, H, d, ck.get(), kq, cv.get(), vq);
       a.out = out.data();
       ASSERT_TRUE(attention(a).ok());
       double e = 0, n = 0;

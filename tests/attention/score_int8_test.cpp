@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "util/fp16.h"
 #include "util/rng.h"
+#include "attn_case.h"
 #include "shared_data.h"
 
 namespace tkv {
@@ -683,21 +684,6 @@ TEST(Int8Keys, RealKeysWithinTheBudget) {
     }
   }
   }
-}
-
-// Attention arguments over contiguous rows ([token][KV head]) of H KV heads.
-AttentionArgs flat_args(const std::vector<float>& q, int n_q, int Hq, int n, int H, int d, const Codec* ck,
-                        const std::vector<uint8_t>& kq, const Codec* cv, const std::vector<uint8_t>& vq) {
-  AttentionArgs a;
-  a.q = q.data();
-  a.n_q = n_q;
-  a.n_q_heads = Hq;
-  a.n_kv = n;
-  a.n_kv_heads = H;
-  a.d = d;
-  a.k = {ck, kq.data(), 0, 0};
-  a.v = {cv, vq.data(), 0, 0};
-  return a;
 }
 
 // The same rows paged: blocks of 16 tokens in a pool, in reversed order.

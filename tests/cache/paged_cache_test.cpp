@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "attention/attention.h"
+#include "attn_case.h"
 #include "cache/block_pool.h"
 #include "cache/cache_file.h"
 #include "cache/kv_cache.h"
@@ -157,12 +158,7 @@ void check_paged_attention(const PagedCase& c, Rng& rng) {
       for (int threads : {1, 2}) {
         SCOPED_TRACE("n_q=" + std::to_string(n_q) + " mu=" + std::to_string(mu) + " threads=" + std::to_string(threads));
         AttentionArgs a;
-        a.q = q.data();
-        a.n_q = n_q;
-        a.n_q_heads = Hq;
-        a.n_kv = n;
-        a.n_kv_heads = H;
-        a.d = d;
+        attention_shape(a, q.data(), n_q, Hq, n, H, d);
         // Decode sees everything; prefill is causal over the last n_q tokens.
         a.causal_offset = n_q == 1 ? (threads == 1 ? -1 : n - 1) : n - n_q;
         a.mu_k = mu ? mu_k.data() : nullptr;

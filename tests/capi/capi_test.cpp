@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "attention/attention.h"
+#include "attn_case.h"
 #include "cache/kv_cache.h"
 #include "codec/calibrated.h"
 #include "codec/format.h"
@@ -229,12 +230,7 @@ TEST(CApi, AttentionEqualsTheKernelOnTheSameCodes) {
   auto kcpp = make_codec("tq3.5", d, seed);
   auto vcpp = make_codec("q8_0", d, seed);
   AttentionArgs a;
-  a.q = q.data();
-  a.n_q = n_q;
-  a.n_q_heads = hq;
-  a.n_kv = n_kv;
-  a.n_kv_heads = hkv;
-  a.d = d;
+  attention_shape(a, q.data(), n_q, hq, n_kv, hkv, d);
   a.k.codec = kcpp->get();
   a.k.data = kb.data();
   a.v.codec = vcpp->get();

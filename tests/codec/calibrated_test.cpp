@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "attention/attention.h"
+#include "attn_case.h"
 #include "codec/calibrated.h"
 #include "codec/eigen.h"
 #include "codec/format.h"
@@ -311,12 +312,7 @@ void check_attention(const std::string& fk, const std::string& fv, int d, int H,
   }
   std::vector<float> out(q.size(), -1.0f);
   AttentionArgs a;
-  a.q = q.data();
-  a.n_q = n_q;
-  a.n_q_heads = Hq;
-  a.n_kv = n_kv;
-  a.n_kv_heads = H;
-  a.d = d;
+  attention_shape(a, q.data(), n_q, Hq, n_kv, H, d);
   a.k = {kp[0], kq.data(), 0, 0, kp.data()};
   a.v = {vp[0], vq.data(), 0, 0, vp.data()};
   a.causal_offset = causal;

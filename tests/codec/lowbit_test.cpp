@@ -235,11 +235,7 @@ TEST(Protected, CacheAttentionEqualsTheRowsItReads) {
     }
     std::vector<float> out(q.size());
     AttentionArgs a;
-    a.q = q.data();
-    a.n_q = kProtectStep;
-    a.n_q_heads = Hq;
-    a.n_kv_heads = H;
-    a.d = d;
+    attention_shape(a, q.data(), kProtectStep, Hq, 0, H, d);
     a.causal_offset = first;
     a.threads = 2;
     a.out = out.data();

@@ -216,12 +216,7 @@ TEST(Cuda, AttentionWithMasksMeansPagesAndPerHeadBases) {
         ASSERT_TRUE(vc[h]->quantize(x.data(), 1, &v[(size_t(t) * H + h) * vc[0]->row_bytes()]).ok());
       }
     AttentionArgs a;
-    a.q = q.data();
-    a.n_q = n_q;
-    a.n_q_heads = Hq;
-    a.n_kv = n_kv;
-    a.n_kv_heads = H;
-    a.d = d;
+    attention_shape(a, q.data(), n_q, Hq, n_kv, H, d);
     a.k = {kc[0].get(), k.data(), 0, 0, kp.data()};
     a.v = {vc[0].get(), v.data(), 0, 0, vp.data()};
     a.causal_offset = n_kv - n_q;
