@@ -760,7 +760,9 @@ TKV_AVX2_INT8 void int8_values_avx2(const Int8Keys& k, const RowLayout& L, const
   if (ordered && k.avx2_sig && k.bound <= Int8Keys::kNarrowV)
     return with_ordered(k.avx2_sig, [&](auto sg) TKV_AVX2_INT8 {
       __m256i* bq = reinterpret_cast<__m256i*>(s.pairs);
-      if (k.bound <= Int8Keys::kNarrow) values_quads<sg, 2>(k, L, rows, n, w, G, ldw, acc, bq);
+      // (Four rows or fewer, as a peaked softmax leaves after ValuesInt8's
+      // drop: one quad, not two of which one is padding.)
+      if (k.bound <= Int8Keys::kNarrow && n > 4) values_quads<sg, 2>(k, L, rows, n, w, G, ldw, acc, bq);
       else values_quads<sg, 1>(k, L, rows, n, w, G, ldw, acc, bq);
     });
   alignas(32) uint8_t w8[kMaxRows];
