@@ -1,7 +1,7 @@
 // V kernel calls on few rows (RESULTS §41), ns a call; build after the Release build:
 //   g++ -O2 -std=c++20 scripts/harness/vfew_avx2.cpp -o /tmp/vfew -I build/layers/tkv_attention -I src -I build \
 //       -Lbuild -ltkv_attention -ltkv_codec -ltkv_util -lhwy -lxxhash -fopenmp
-// int8_values_ordered on n rows (G 4, d 128, tq3): ns a call, best of 7.
+// int8_values_ordered on n rows (G 4, d 128, tq3 and tq2): ns a call, best of 7.
 #include "attention/score_int8.h"
 #include "codec/format.h"
 #include <ctime>

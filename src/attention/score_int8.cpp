@@ -201,7 +201,7 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   // layouts (tq2, tq3) when the bytes on kNarrow still predict less than
   // residual_above; else 127.
   // V's tables for tq4 (avx2_sig 40) take ±kNarrowV when the centroid
-  // bytes' share alone is below residual_above.
+  // bytes' share alone is at most kInt8ValueMax.
   const bool avx2 = allow_narrow && int8_target() == Int8Target::kAvx2;
   const bool narrow_layout = avx2 && (k.avx2_sig == 20 || k.avx2_sig == 21);
   const bool narrow_values = avx2 && side == Int8Side::kValues && k.avx2_sig == 40;
