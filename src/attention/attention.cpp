@@ -20,6 +20,10 @@
 namespace tkv {
 namespace {
 
+// Calls of up to this many query tokens score tq2 keys by pair tables
+// (Int8Keys::lut; one attention tile).
+constexpr int kLutMaxTokens = 16;
+
 void init_reader(attn::RowReader& r, const Codec* c) {
   r.codec = c;
   r.layout = c->layout();
@@ -125,7 +129,11 @@ Status attention(const AttentionArgs& a) {
       attn::int8_keys_prepare(r.layout, r.d, r.dp, r.codec->coord_scale(), r.i8);
       r.int8 = r.i8.usable;
       if (r.int8 && r.i8.residual) attn::int8_residual_table(r.i8, r.layout, r.i8r);
-      r.i8_ordered = r.int8 && attn::int8_query_order(r.i8, r.i8_order);
+      // Pair tables for decode and short batches: 16 dp bytes a query (one
+      // tile of 16 tokens, 8 KV heads, GQA 4, d 128: 2 MiB); prefill tiles
+      // keep the byte kernel (a 512-token call would hold 64 MiB of tables).
+      if (a.n_q > kLutMaxTokens) r.i8.lut = false;
+      r.i8_ordered = r.int8 && !r.i8.lut && attn::int8_query_order(r.i8, r.i8_order);
     }
   }
   for (size_t h = 0; h < vr_store.size(); ++h) {
@@ -199,6 +207,18 @@ Status attention(const AttentionArgs& a) {
   const size_t q16_rows = any_wide ? static_cast<size_t>(n_tiles) * H * G_max : 0;
   if (q16_store.size() < q16_rows * dp) q16_store.resize(q16_rows * dp);
   int16_t* const q16_all = q16_store.data();
+  // The pair tables (K readers with i8.lut), at the int8 rows' places.
+  bool any_lut = false;
+  for (const attn::RowReader& r : kr_store) any_lut = any_lut || (r.int8 && r.i8.lut);
+  const size_t lut_bytes = attn::int8_lut_bytes(dp);
+  thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> lut_store;
+  thread_local size_t lut_cap = 0;
+  const size_t lut_need = any_lut ? q8_rows * lut_bytes : 0;
+  if (lut_cap < lut_need) {
+    lut_store = hwy::AllocateAligned<uint8_t>(lut_need);
+    lut_cap = lut_need;
+  }
+  uint8_t* const lut_all = lut_store.get();
   int8_t* const q8_all = q8_store.data();
   float* const q8s_all = q8s_store.data();
   int32_t* const q8b_all = q8b_store.data();
@@ -238,6 +258,10 @@ Status attention(const AttentionArgs& a) {
         const int G_t = (std::min(a.n_q, (t + 1) * tile) - t * tile) * g;
         const size_t row = static_cast<size_t>(t) * H * 2 * G_max + static_cast<size_t>(h) * 2 * G_t +
                            static_cast<size_t>(qi - t * tile) * g + j;
+        if (KR.i8.lut) {
+          q8s_all[row] = attn::int8_lut_build(KR.i8, nat, lut_all + row * lut_bytes, &q8b_all[row]);
+          continue;
+        }
         if (KR.i8.wide) {
           const size_t row16 = static_cast<size_t>(t) * H * G_max + static_cast<size_t>(h) * G_t +
                                static_cast<size_t>(qi - t * tile) * g + j;
@@ -328,6 +352,7 @@ Status attention(const AttentionArgs& a) {
       w.q8_scale = q8s_all + base;
       w.q8_bias = q8b_all + base;
       w.q16 = q16_all + static_cast<size_t>(item.tile) * H * G_max * dp;
+      if (lut_all) w.lut = lut_all + base * lut_bytes;
     }
     w.q = qg;
     w.limit = limits;

@@ -798,14 +798,17 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
     if (dots_c_store.size() < static_cast<size_t>(G) * kBlock) dots_c_store.resize(static_cast<size_t>(G) * kBlock);
     dots_c = dots_c_store.data();
   }
-  if (K.i8_ordered) {  // (never residual)
+  if (K.i8.lut) {  // pair tables (never residual): sums of table bytes, scale sL in q8_scale
+    int8_lut_dots(K.i8, K.layout, rows, nb, w.lut + hq * int8_lut_bytes(dp), G, dots, kBlock);
+  } else if (K.i8_ordered) {  // (never residual)
     int8_dots_ordered(K.i8, K.layout, rows, nb, w.q8 + hq * dp, G, dots, kBlock);
   } else {
     int8_dots2(K.i8, K.i8.residual ? &K.i8r : nullptr, K.layout, rows, nb, w.q8 + hq * dp, R, dots, G, dots_c,
                kBlock);
   }
+  const float cs = K.i8.lut ? 1.0f : K.i8.cs;  // (the tables' sL holds the centroids' scale)
   for (int j = 0; j < G; ++j) {
-    const auto f = hn::Set(df, w.q8_scale[hq + j] * K.i8.cs);
+    const auto f = hn::Set(df, w.q8_scale[hq + j] * cs);
     const auto bias = hn::Set(di, w.q8_bias[hq + j]);
     const int32_t* dj = dots + static_cast<size_t>(j) * kBlock;
     auto main = [&](int r) HWY_ATTR { return hn::Mul(hn::ConvertTo(df, hn::Sub(hn::LoadU(di, dj + r), bias)), f); };

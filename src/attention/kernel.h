@@ -71,6 +71,9 @@ struct Work {
   // K.i8.wide: the queries as 16-bit words [H][G][dp] (natural order); their
   // scales in q8_scale at the int8 rows' places.
   const int16_t* q16 = nullptr;
+  // K.i8.lut: the pair tables [H][2G][int8_lut_bytes(dp)] at the int8 rows'
+  // places, their scales sL and biases in q8_scale and q8_bias.
+  const uint8_t* lut = nullptr;
   // Outputs: running max, sum and accumulator (V's domain) per head and query.
   float* m;                 // [h1 - h0][G]
   float* l;                 // [h1 - h0][G]

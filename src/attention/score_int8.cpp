@@ -303,6 +303,19 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     if (k.narrow)  // c8 + 32 in [1, 63]
       for (int x = 0; x < 32; ++x) k.avx2_ntable[x] = static_cast<uint8_t>(k.avx2_table[x] - 96);
   }
+  // The pair tables (score_int8.h): their rounding adds dp/2 uniform errors
+  // of step sL to a score, sL = cmax · m / 127 with m ≈ 6 smax (two
+  // coordinates of a rotated query at ~3x their RMS: pessimistic; measured
+  // 0.0008 of the codec's variance where this predicts 0.0018, tq2 d 128,
+  // RESULTS §42). Held to the residual threshold like one byte of K.
+  static const bool lut_on = env_switch_on("TKV_INT8_LUT");
+  if (lut_on && side == Int8Side::kKeys && int8_target() == Int8Target::kAvx2 && k.avx2_sig == 20 && dp <= kLutMaxDp && k.usable && !k.residual &&
+      !k.wide && codec > 0) {
+    const double sL = cmax * 6.0 * smax / 127.0;
+    k.lut_predicted = covered / 2.0 * sL * sL / 12.0 / codec;
+    k.lut = k.lut_predicted <= residual_above;
+    for (int j = 0; j < 4; ++j) k.lut_c[j] = p0.centroids[j];
+  }
   // The lane kernels' layouts (score_int8.h): one part, a 2-bit plane (+ a 1-bit one).
   if (!lanes_on || !k.aligned || L.nparts != 1 || !(dp == 64 || dp == 128 || dp == 256)) return;
   const int w0 = p0.planes[0].width, w1 = p0.nplanes > 1 ? p0.planes[1].width : 0;
@@ -420,6 +433,39 @@ double int8_score_bound(const Int8Keys& k, const float* q, int dp, float qs) {
   const double qr = qs / 254.0, cr = k.cs / 254.0;
   return 0.5 * qr * k.d * k.cmax + 0.5 * cr * sq + 0.25 * k.d * qr * cr +
          k.d * 0.5 * (qs + qr) * 0.5 * (k.cs + cr) + 0.5 * qr * k.d * 0.5 * (k.cs + cr) + 0.5 * cr * k.d * 0.5 * (qs + qr);
+}
+
+float int8_lut_build(const Int8Keys& k, const float* q, uint8_t* lut, int32_t* bias) {
+  const int np = k.dp / 2;
+  const float cmax = std::max(std::max(std::fabs(k.lut_c[0]), std::fabs(k.lut_c[1])),
+                              std::max(std::fabs(k.lut_c[2]), std::fabs(k.lut_c[3])));
+  float m = 0.0f;
+  for (int P = 0; P < np; ++P) m = std::max(m, (std::fabs(q[2 * P]) + std::fabs(q[2 * P + 1])) * cmax);
+  *bias = 128 * np;
+  const float sL = m / 127.0f;
+  const float inv = sL > 0.0f ? 127.0f / m : 0.0f;
+  for (int P = 0; P < np; ++P)
+    for (int x = 0; x < 16; ++x) {
+      const float e = std::fma(q[2 * P + 1], k.lut_c[x >> 2], q[2 * P] * k.lut_c[x & 3]);
+      const float v = std::nearbyint(e * inv);  // (|e| <= m up to rounding: the clamp is for that ulp)
+      const uint8_t b = static_cast<uint8_t>(static_cast<int>(v == v ? std::clamp(v, -127.0f, 127.0f) : 0.0f) + 128);
+      lut[32 * static_cast<size_t>(P) + x] = lut[32 * static_cast<size_t>(P) + 16 + x] = b;
+    }
+  return sL;
+}
+
+void int8_lut_dots_ref(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const uint8_t* lut,
+                       int G, int32_t* dots, int ld) {
+  const size_t o0 = L.parts[0].planes[0].offset, lb = int8_lut_bytes(k.dp);
+  for (int j = 0; j < G; ++j)
+    for (int r = 0; r < n; ++r) {
+      int32_t s = 0;
+      for (int P = 0; P < k.dp / 2; ++P) {
+        const int x = (rows[r][o0 + P / 2] >> (4 * (P % 2))) & 15;
+        s += lut[j * lb + 32 * static_cast<size_t>(P) + x];
+      }
+      dots[static_cast<size_t>(j) * ld + r] = s;
+    }
 }
 
 float int8_weights(const float* w, int n, uint8_t* w8) {
@@ -1631,6 +1677,13 @@ void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const
 void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
                int32_t* dots, int ld) {
   int8_dots2(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld);
+}
+void int8_lut_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const uint8_t* lut,
+                   int G, int32_t* dots, int ld) {
+#if TKV_INT8_KEYS_X86
+  if (TKV_INT8_AVX2 && k.lut) return int8_lut_dots_avx2(k, L, rows, n, lut, G, dots, ld);
+#endif
+  int8_lut_dots_ref(k, L, rows, n, lut, G, dots, ld);
 }
 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w, int G,
                  int ldw, float* acc) {

@@ -86,7 +86,24 @@ struct Int8Keys {
   // ±127.
   static constexpr int kNarrowV = 63;
   int bound = 127;  // the largest |c8| the table holds: kNarrow, kNarrowV or 127
+  // Key scoring by pair tables (the fast-scan, RESULTS §42): one
+  // part of 2-bit codes in one plane over dp (avx2_sig 20: tq2), AVX2 the
+  // target, dp <= kLutMaxDp. A plane byte holds coordinates 4b .. 4b+3, so
+  // each nibble is a pair (2P, 2P+1) of codes x = a | b << 2; per query and
+  // pair a 16-entry table of q'_2P·c_a + q'_2P+1·c_b in bytes
+  // (int8_lut_build) turns one vpshufb into 32 rows' partial scores, the
+  // rows' plane bytes transposed per block of 32 in registers (the cache
+  // keeps its row-major layout). lut_c: the part's 4 centroids;
+  // lut_predicted: the tables' added score-error share (as `predicted`).
+  // TKV_INT8_LUT=0 in the environment turns it off (comparisons).
+  bool lut = false;
+  float lut_c[4] = {};
+  double lut_predicted = 0;
 };
+
+// The pair tables' limit on dp: 32 rows' partial sums stay exact on 16 bits
+// while dp/2 lookups of at most 255 do (dp/2 · 255 < 65536).
+constexpr int kLutMaxDp = 512;
 
 // Which side a table serves: K's tables price the query bytes too, V's not.
 enum class Int8Side { kKeys, kValues };
@@ -213,6 +230,26 @@ void int8_dots_ordered(const Int8Keys& k, const RowLayout& layout, const uint8_t
 void int8_values_ordered(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w,
                          int G, int ldw, float* acc);
 
+// The pair tables (k.lut): one query's dp floats (natural order, coordinates
+// no part covers 0) into lut[dp/2][32]: for pair P and x < 16,
+//   e = q_2P · c_(x & 3) + q_2P+1 · c_(x >> 2)   (float, the product then an fma)
+//   lut[P][x] = lut[P][16 + x] = clamp(round(e / sL), −127, 127) + 128
+// (nearest, ties to even; the 16 bytes twice: one per 128-bit lane), with
+// sL = m / 127, m = cmax · max_P (|q_2P| + |q_2P+1|) >= |e|, cmax = max |c|.
+// Returns sL (0 for a zero query: every byte 128) and the bias 128 · dp/2 in
+// *bias. score ≈ s_t · sL · (Σ_P lut[P][nibble P of the row] − bias), each
+// table entry within sL/2 of e: |error| <= s_t · dp/4 · sL.
+constexpr size_t int8_lut_bytes(int dp) { return static_cast<size_t>(dp) * 16; }
+float int8_lut_build(const Int8Keys& k, const float* q, uint8_t* lut, int32_t* bias);
+// dots[j * ld + r] = Σ_P lut_j[P][nibble P of row r's plane bytes] for G
+// tables (lut + j · int8_lut_bytes(dp)) and n rows; nibble P is bits
+// 4(P mod 2) .. +3 of plane byte P/2. The AVX2 kernel gives the same
+// integers (32 rows a block, any n and G).
+void int8_lut_dots_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n,
+                       const uint8_t* lut, int G, int32_t* dots, int ld);
+void int8_lut_dots(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const uint8_t* lut,
+                   int G, int32_t* dots, int ld);
+
 // The AVX2 kernels (score_int8_avx2.cpp; int8_avx2_cpu() only), called
 // through the functions above.
 // ordered: queries / accumulators in int8_query_order / int8_values_order
@@ -223,6 +260,8 @@ void int8_dots16_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t*
                       int G, int32_t* dots, int ld);
 void int8_values_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w,
                       int G, int ldw, float* acc, bool ordered = false);
+void int8_lut_dots_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n,
+                        const uint8_t* lut, int G, int32_t* dots, int ld);
 
 // A bound on |approximate − exact| for one score divided by the row scale s_t:
 // Σ_i |c_i|·|q'_i − qs q8_i| + |q'_i|·|c_i − cs c8_i| + |q'_i − qs q8_i|·|c_i − cs c8_i|

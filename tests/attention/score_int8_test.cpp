@@ -180,6 +180,95 @@ TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
   }
 }
 
+// The pair tables' kernel (AVX2) against their specification: tq2 at every
+// dp it takes, blocks of 1 to 70 rows (short blocks, several blocks), 1 to 8
+// queries (whole and partial groups of 4), rows of random bytes (every
+// nibble) ending at their buffer's end, tables of random bytes and of 255
+// everywhere (dp/2 · 255: the largest sum the 16-bit halves must carry).
+TEST(Int8Lut, KernelGivesTheSpecificationsIntegers) {
+  if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  PinTarget pin(attn::Int8Target::kAvx2);
+  for (int d : {64, 128, 192, 256, 512}) {
+    auto c = make("tq2", d);
+    ASSERT_TRUE(c);
+    const int dp = padded(d);
+    Int8Keys k;
+    attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k);
+    ASSERT_TRUE(k.lut) << "tq2 d=" << d << " takes the pair tables on AVX2";
+    const size_t rb = c->row_bytes(), lb = attn::int8_lut_bytes(dp);
+    for (int n : {1, 5, 31, 32, 33, 70}) {
+      Rng rng(d * 100 + n);
+      std::vector<uint8_t> bytes(size_t(n) * rb);
+      for (auto& b : bytes) b = uint8_t(rng.next());
+      std::vector<const uint8_t*> ptr(n);
+      for (int r = 0; r < n; ++r) ptr[r] = bytes.data() + size_t(r) * rb;
+      for (int G : {1, 2, 3, 4, 5, 8})
+        for (bool full : {false, true}) {
+          std::vector<uint8_t> tab(size_t(G) * lb);
+          for (size_t i = 0; i < tab.size(); ++i) tab[i] = full ? 255 : uint8_t(rng.next());
+          for (size_t i = 0; i < tab.size(); i += 32) std::memcpy(&tab[i + 16], &tab[i], 16);  // (both lanes)
+          const int ld = n + 3;
+          std::vector<int32_t> fast(size_t(G) * ld, -1), ref(size_t(G) * ld, -1);
+          attn::int8_lut_dots(k, c->layout(), ptr.data(), n, tab.data(), G, fast.data(), ld);
+          attn::int8_lut_dots_ref(k, c->layout(), ptr.data(), n, tab.data(), G, ref.data(), ld);
+          ASSERT_EQ(fast, ref) << "d=" << d << " n=" << n << " G=" << G << (full ? " (tables of 255)" : "");
+          if (full) EXPECT_EQ(ref[0], dp / 2 * 255);
+        }
+    }
+  }
+}
+
+// The tables against their definition (score_int8.h), computed here in
+// double from the codec's codebook (checked near Lloyd-Max's published
+// 2-bit centroids for N(0, 1/d), ±0.4528 and ±1.5104 times 1/√d, Max 1960:
+// the codec's are for a rotated coordinate's exact law, 0.7 % inside at d
+// 64), not from the engine's tables: pair P reads coordinates 2P (low code)
+// and 2P + 1; sL = cmax · max_P(|q_2P| + |q_2P+1|) / 127. A grouping or a
+// scale off by one moves most bytes.
+TEST(Int8Lut, TablesAreTheirDefinition) {
+  if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  PinTarget pin(attn::Int8Target::kAvx2);
+  for (int d : {64, 128, 256}) {
+    auto c = make("tq2", d);
+    ASSERT_TRUE(c);
+    Int8Keys k;
+    attn::int8_keys_prepare(c->layout(), d, d, c->coord_scale(), k);
+    ASSERT_TRUE(k.lut);
+    const double u = 1.0 / std::sqrt(double(d));
+    const double published[4] = {-1.5104 * u, -0.4528 * u, 0.4528 * u, 1.5104 * u};
+    double cen[4];
+    for (int j = 0; j < 4; ++j) {
+      cen[j] = c->layout().parts[0].centroids[j];
+      ASSERT_NEAR(cen[j], published[j], 0.015 * std::fabs(published[j])) << "d=" << d << " centroid " << j;
+      ASSERT_EQ(k.lut_c[j], float(cen[j])) << "the tables read the codec's codebook";
+    }
+    for (int trial = 0; trial < 3; ++trial) {
+      auto q = gaussian(d, 50 + d + trial);
+      if (trial == 1) q[d / 2 + 1] = 40.0f;  // one large coordinate sets the scale
+      if (trial == 2) std::fill(q.begin(), q.end(), 0.0f);
+      std::vector<uint8_t> tab(attn::int8_lut_bytes(d));
+      int32_t bias = 0;
+      const float sL = attn::int8_lut_build(k, q.data(), tab.data(), &bias);
+      EXPECT_EQ(bias, 128 * d / 2);
+      double m = 0;
+      for (int P = 0; P < d / 2; ++P) m = std::max(m, (std::fabs(double(q[2 * P])) + std::fabs(double(q[2 * P + 1]))) * cen[3]);
+      EXPECT_NEAR(sL, m / 127, 2e-3 * m / 127 + 1e-30) << "d=" << d << " trial " << trial;
+      int equal = 0, total = 0;
+      for (int P = 0; P < d / 2; ++P)
+        for (int x = 0; x < 16; ++x) {
+          const double e = double(q[2 * P]) * cen[x & 3] + double(q[2 * P + 1]) * cen[x >> 2];
+          const double want = m > 0 ? std::nearbyint(e / (m / 127)) + 128 : 128;
+          ASSERT_EQ(tab[32 * P + x], tab[32 * P + 16 + x]) << "both lanes";
+          ASSERT_LE(std::fabs(tab[32 * P + x] - want), 1.0) << "d=" << d << " pair " << P << " entry " << x;
+          equal += tab[32 * P + x] == want;
+          ++total;
+        }
+      EXPECT_GE(equal, total * 9 / 10) << "d=" << d << " trial " << trial << ": bytes off by one (the centroids' "
+                                       << "rounding moves a few)";
+    }
+  }
+}
+
 TEST(Int8Values, KernelGivesTheSpecificationsSums) {
   if (targets_here().empty()) GTEST_SKIP() << "no AVX2 on this CPU: attention keeps the f32 path";
   for (attn::Int8Target target : targets_here()) {
@@ -510,12 +599,16 @@ TEST(Int8Keys, TableHoldsEveryCentroidWithinHalfAStep) {
 struct ScoreErrors {
   double add2 = 0, codec2 = 0, worst_over_bound = 0;
   double approx_exact = 0, exact2 = 0;  // the gain: approximate scores regressed on the exact ones
+  double own2 = 0;                      // Σ (approximate − exact)²: the path's own error
   double gain() const { return approx_exact / exact2; }
   size_t n = 0;
 };
 
+// lut (where the layout takes pair tables, Int8Keys::lut): the same for the
+// tables' scores, bound dp/4 · sL (int8_lut_build).
 void score_errors(const Codec& c, const std::vector<float>& x, int n, const std::vector<float>& q, int nq,
-                  bool use_fast, ScoreErrors& e, double residual_above = attn::kInt8Residual) {
+                  bool use_fast, ScoreErrors& e, double residual_above = attn::kInt8Residual,
+                  ScoreErrors* lut = nullptr) {
   const int d = c.dim(), dp = padded(d);
   Int8Keys k;
   // (residual_above 0: the two-byte paths, residual bytes or 16-bit words, on any layout.)
@@ -526,7 +619,8 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
   std::vector<float> dec(size_t(n) * d), unsc(dp);
   c.dequantize(rows.bytes.data(), n, dec.data(), Impl::kRef);
   // One row's approximate score (s_t included) against the exact ones.
-  auto account = [&](const float* qj, const std::vector<float>& qc, int r, double approx, double bound) {
+  auto account = [&](const float* qj, const std::vector<float>& qc, int r, double approx, double bound,
+                     ScoreErrors& e) {
     const double s = row_scale(ptr[r]);
     // Exact: the row decoded in its coding domain (what the f32 kernel reads).
     c.decode_unscaled(ptr[r], unsc.data(), Impl::kRef);
@@ -541,6 +635,7 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
     EXPECT_NEAR(exact, exact_orig, 1e-4 * (1 + std::fabs(exact_orig))) << c.name();
     e.worst_over_bound = std::max(e.worst_over_bound, std::fabs(approx - exact) / (s * bound * (1 + 1e-5) + 1e-30));
     e.add2 += (approx - truth) * (approx - truth);
+    e.own2 += (approx - exact) * (approx - exact);
     e.approx_exact += approx * exact;
     e.exact2 += exact * exact;
     e.codec2 += (exact_orig - truth) * (exact_orig - truth);
@@ -549,6 +644,19 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
   for (int j = 0; j < nq; ++j) {
     const float* qj = q.data() + size_t(j) * d;
     const auto qc = query_in_code_domain(c, qj, 1.0f);
+    if (lut && k.lut) {
+      std::vector<uint8_t> tab(attn::int8_lut_bytes(dp));
+      int32_t bias;
+      const float sL = attn::int8_lut_build(k, qc.data(), tab.data(), &bias);
+      std::vector<int32_t> dots(n);
+      if (use_fast) {
+        attn::int8_lut_dots(k, c.layout(), ptr.data(), n, tab.data(), 1, dots.data(), n);
+      } else {
+        attn::int8_lut_dots_ref(k, c.layout(), ptr.data(), n, tab.data(), 1, dots.data(), n);
+      }
+      for (int r = 0; r < n; ++r)
+        account(qj, qc, r, row_scale(ptr[r]) * double(sL) * double(dots[r] - bias), dp / 4.0 * sL, *lut);
+    }
     if (k.wide) {  // 16-bit words: one dot, no offset
       std::vector<int16_t> q16(dp);
       const float qs = attn::int8_quantize_query16(qc.data(), dp, k.wmax, q16.data());
@@ -560,7 +668,7 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
       }
       const double bound = attn::int8_score_bound(k, qc.data(), dp, qs);
       for (int r = 0; r < n; ++r)
-        account(qj, qc, r, row_scale(ptr[r]) * double(qs) * double(k.cs16) * double(dots[r]), bound);
+        account(qj, qc, r, row_scale(ptr[r]) * double(qs) * double(k.cs16) * double(dots[r]), bound, e);
       continue;
     }
     // The query's bytes: q8, and with the layout's residual its second byte r8 (a second query row).
@@ -590,8 +698,32 @@ void score_errors(const Codec& c, const std::vector<float>& x, int n, const std:
       account(qj, qc, r,
               row_scale(ptr[r]) * (k.cs * (double(qs) * double(dots[r] - bias) + double(qr) * double(dots[n + r] - bias_r)) +
                                    double(kr.cs) * double(qs) * double(dots_c[r] - bias)),
-              bound);
+              bound, e);
   }
+}
+
+// The pair tables' scores (where the layout takes them: tq2 at d 64-512
+// with AVX2 the target; expected there, from the layout alone): within
+// their bound, the score error's RMS within 2 % of the codec's, its added
+// variance at most the predicted share, and no gain (a table scale off by
+// one step in 127 moves it 0.8 %).
+void check_lut(const Codec& c, const ScoreErrors& lut, const std::string& what) {
+  Int8Keys k;
+  attn::int8_keys_prepare(c.layout(), c.dim(), padded(c.dim()), c.coord_scale(), k);
+  const RowLayout& L = c.layout();
+  const bool two_bit_plane = L.nparts == 1 && L.parts[0].count == padded(c.dim()) && L.parts[0].nplanes == 1 &&
+                             L.parts[0].planes[0].width == 2 && padded(c.dim()) % 64 == 0;
+  const bool expect = two_bit_plane && attn::int8_target() == attn::Int8Target::kAvx2 && padded(c.dim()) <= 512;
+  EXPECT_EQ(k.lut, expect) << what << ": the pair tables where the layout and the target take them";
+  if (!k.lut) return;
+  ASSERT_GT(lut.n, 0u) << what;
+  EXPECT_LE(lut.worst_over_bound, 1.0) << what << ": a table score outside dp/4 · sL";
+  const double added = lut.own2 / lut.codec2;  // (add2 / codec2 − 1 has the cross term's sampling noise)
+  EXPECT_LT(std::sqrt(lut.add2 / lut.codec2) - 1, 0.02) << what;
+  EXPECT_LE(added, k.lut_predicted) << what << ": more than the predicted share";
+  EXPECT_NEAR(lut.gain(), 1.0, 1.5e-3) << what << ": a gain on every table score";
+  std::printf("%s: pair tables add %.4f of the codec's score error variance (predicted %.4f)\n", what.c_str(),
+              added, k.lut_predicted);
 }
 
 // Every score within its bound, every format and head dim; the error added
@@ -620,9 +752,10 @@ TEST(Int8Keys, ScoresWithinTheBoundAndTheBudget) {
         x = y;
       }
       const auto q = gaussian(size_t(nq) * d, 3 * d + 2, 1.0 / std::sqrt(double(d)));
-      ScoreErrors e, two;
-      score_errors(*c, x, n, q, nq, fast, e);
+      ScoreErrors e, two, lut;
+      score_errors(*c, x, n, q, nq, fast, e, attn::kInt8Residual, &lut);
       EXPECT_LE(e.worst_over_bound, 1.0) << f << " d=" << d << ": a score outside the stated bound";
+      check_lut(*c, lut, f + " d=" + std::to_string(d));
       score_errors(*c, x, n, q, nq, fast, two, 0.0);
       EXPECT_LE(two.worst_over_bound, 1.0) << f << " d=" << d << ": a score outside the stated bound (two bytes)";
       Int8Keys k;
@@ -665,12 +798,13 @@ TEST(Int8Keys, RealKeysWithinTheBudget) {
     for (size_t j = 0; j < q.size(); ++j) q[j] = float(rng.gaussian() * std::sqrt(rms[j % d]) / std::sqrt(double(d)));
     for (const char* f : {"tq2", "tq2.5", "tq3", "tq3.5", "tq4", "tq4.5"}) {
       auto c = make(f, d);
-      ScoreErrors e, two;
+      ScoreErrors e, two, lut;
       for (int h = 0; h < H; ++h) {
         std::vector<float> x(kf.begin() + size_t(h) * T * d, kf.begin() + (size_t(h) * T + n) * d);
-        score_errors(*c, x, n, q, nq, fast, e);
+        score_errors(*c, x, n, q, nq, fast, e, attn::kInt8Residual, &lut);
         score_errors(*c, x, n, q, nq, fast, two, 0.0);
       }
+      check_lut(*c, lut, "layer " + std::to_string(layer) + " " + f);
       std::printf("layer %d %-6s: score error %+.3f%% with two bytes (residual or words)\n", layer, f,
                   100 * (std::sqrt(two.add2 / two.codec2) - 1));
       EXPECT_LE(two.worst_over_bound, 1.0) << f << " (two bytes)";
@@ -798,7 +932,14 @@ void check_attention(const AttnCase& ac) {
                                : attn::int8_quantize_query(qc.data(), padded(d), q8.data(), &bias);
       double smax = 0;  // the largest row scale of head hq / gqa
       for (int t = 0; t < n; ++t) smax = std::max<double>(smax, row_scale(kq.data() + (size_t(t) * H + hq / ac.gqa) * ck->row_bytes()));
-      const double eps = expect_int8 ? smax * attn::int8_score_bound(ik, qc.data(), padded(d), qs) : 0.0;
+      // Decode and short batches score tq2 by pair tables where the layout
+      // takes them (attention.cpp: up to 16 query tokens): their bound.
+      double bound = attn::int8_score_bound(ik, qc.data(), padded(d), qs);
+      if (ik.lut && ac.n_q <= 16) {
+        std::vector<uint8_t> tab(attn::int8_lut_bytes(padded(d)));
+        bound = padded(d) / 4.0 * attn::int8_lut_build(ik, qc.data(), tab.data(), &bias);
+      }
+      const double eps = expect_int8 ? smax * bound : 0.0;
       EXPECT_LE(std::fabs(lse_i8[row] - lse_ex[row]), eps + 1e-4 * (1 + std::fabs(lse_ex[row]))) << "query " << i << " head " << hq;
       double e2 = 0;
       for (int c = 0; c < d; ++c) e2 += std::pow(double(out_i8[row * d + c]) - out_ex[row * d + c], 2);
