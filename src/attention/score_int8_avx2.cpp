@@ -880,7 +880,7 @@ TKV_AVX2_INT8 inline void transpose16x32(const uint8_t* const* rows, size_t off,
 // NJ queries' sums over one transposed block (nb = dp/4 bytes a row) into
 // out[j][0..31], rows in order.
 template <int NJ>
-TKV_AVX2_INT8 void lut_block(const uint8_t* T, int nb, const uint8_t* const* tab, int32_t (*out)[32]) {
+TKV_AVX2_INT8 void lut_block(const uint8_t* T, int nb, const uint8_t* const* tab, int32_t* const* out) {
   const __m256i m4 = _mm256_set1_epi8(15);
   __m256i A[NJ], B[NJ];
   for (int j = 0; j < NJ; ++j) A[j] = B[j] = _mm256_setzero_si256();
@@ -910,10 +910,10 @@ TKV_AVX2_INT8 void lut_block(const uint8_t* T, int nb, const uint8_t* const* tab
     const __m256i r0 = _mm256_unpacklo_epi64(a, c), r1 = _mm256_unpackhi_epi64(a, c);  // rows 0-3 | 16-19, 4-7 | 20-23
     const __m256i r2 = _mm256_unpacklo_epi64(b, d), r3 = _mm256_unpackhi_epi64(b, d);  // 8-11 | 24-27, 12-15 | 28-31
     __m256i* o = reinterpret_cast<__m256i*>(out[j]);
-    _mm256_store_si256(o, _mm256_permute2x128_si256(r0, r1, 0x20));
-    _mm256_store_si256(o + 1, _mm256_permute2x128_si256(r2, r3, 0x20));
-    _mm256_store_si256(o + 2, _mm256_permute2x128_si256(r0, r1, 0x31));
-    _mm256_store_si256(o + 3, _mm256_permute2x128_si256(r2, r3, 0x31));
+    _mm256_storeu_si256(o, _mm256_permute2x128_si256(r0, r1, 0x20));
+    _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(r2, r3, 0x20));
+    _mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(r0, r1, 0x31));
+    _mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(r2, r3, 0x31));
   }
 }
 
@@ -923,7 +923,7 @@ TKV_AVX2_INT8 void int8_lut_dots_avx2(const Int8Keys& k, const RowLayout& L, con
   const size_t o0 = L.parts[0].planes[0].offset, lb = int8_lut_bytes(k.dp);
   const int nb = k.dp / 4;  // plane bytes a row: a multiple of 16
   alignas(32) uint8_t T[kLutMaxDp / 4 * 32];
-  alignas(32) int32_t out[4][32];
+  alignas(32) int32_t part[4][32];  // a short block's sums
   for (int r0 = 0; r0 < n; r0 += 32) {
     const int nr = std::min(32, n - r0);
     const uint8_t* rp[32];
@@ -932,15 +932,20 @@ TKV_AVX2_INT8 void int8_lut_dots_avx2(const Int8Keys& k, const RowLayout& L, con
     for (int j0 = 0; j0 < G; j0 += 4) {
       const int nj = std::min(4, G - j0);
       const uint8_t* tab[4];
-      for (int jj = 0; jj < nj; ++jj) tab[jj] = lut + static_cast<size_t>(j0 + jj) * lb;
+      int32_t* out[4];  // a whole block's straight into dots
+      for (int jj = 0; jj < nj; ++jj) {
+        tab[jj] = lut + static_cast<size_t>(j0 + jj) * lb;
+        out[jj] = nr == 32 ? dots + static_cast<size_t>(j0 + jj) * ld + r0 : part[jj];
+      }
       switch (nj) {
         case 4: lut_block<4>(T, nb, tab, out); break;
         case 3: lut_block<3>(T, nb, tab, out); break;
         case 2: lut_block<2>(T, nb, tab, out); break;
         default: lut_block<1>(T, nb, tab, out); break;
       }
-      for (int jj = 0; jj < nj; ++jj)
-        std::memcpy(dots + static_cast<size_t>(j0 + jj) * ld + r0, out[jj], sizeof(int32_t) * static_cast<size_t>(nr));
+      if (nr < 32)
+        for (int jj = 0; jj < nj; ++jj)
+          std::memcpy(dots + static_cast<size_t>(j0 + jj) * ld + r0, part[jj], sizeof(int32_t) * static_cast<size_t>(nr));
     }
   }
 }
