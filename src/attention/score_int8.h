@@ -3,7 +3,9 @@
 // entries a lookup; vpshufb, 32, on AVX2) and dotted with the query quantized
 // to int8 (vpdpbusd, 64 products an instruction; vpmaddwd on words, 16, on
 // AVX2, or vpmaddubsw on bytes, 32, where the centroid bytes are narrow),
-// instead of decoding every code to a float and multiplying in f32.
+// instead of decoding every code to a float and multiplying in f32. tq2 keys
+// on AVX2 are scored by pair tables instead (Int8Keys::lut, Faiss's
+// fast-scan: one vpshufb looks up two coordinates' products for 32 rows).
 // The scalar functions here are the specification: the AVX-512 and AVX2
 // kernels return the same integers, bit for bit.
 //

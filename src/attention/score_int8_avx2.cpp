@@ -17,6 +17,8 @@
 // 16-bit table), two unpacks to words; per query two vpmaddwd and two adds.
 // The f32 path spends two vpermps, a compare and a blend per 8 coordinates
 // of a row to decode them, then one FMA per query (RESULTS §31).
+// tq2 keys: pair tables on the rows' bytes transposed per block
+// (int8_lut_dots_avx2, at the end; RESULTS §42).
 #include "attention/score_int8.h"
 
 #include <algorithm>
