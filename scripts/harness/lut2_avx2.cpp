@@ -4,7 +4,7 @@
 // originals rotated as attention does). Build after the Release build:
 //   g++ -O2 -std=c++20 scripts/harness/lut2_avx2.cpp -o /tmp/lut2 -I build/layers/tkv_attention -I src -I build \
 //       -Lbuild -ltkv_attention -ltkv_codec -ltkv_util -lhwy -lxxhash -fopenmp
-// Usage: /tmp/lut2 [ROWS]   (default 4096)
+// Usage: /tmp/lut2 [ROWS [G]]   (default 4096 rows, G 4 queries a KV head, at most 4)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -31,7 +31,7 @@ static double cpu() {
 
 int main(int argc, char** argv) {
   const size_t rows = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 4096;
-  const int G = 4;
+  const int G = argc > 2 ? std::clamp(std::atoi(argv[2]), 1, 4) : 4;
   if (!int8_set_target(Int8Target::kAvx2)) { std::fprintf(stderr, "no AVX2\n"); return 1; }
   std::mt19937 rng(7);
   std::normal_distribution<float> N(0, 1);
@@ -109,8 +109,8 @@ int main(int argc, char** argv) {
         }
       fs = std::min(fs, (cpu() - t0) / reps / rows);
     }
-    std::printf("tq2 d %d, %zu rows, G 4: byte kernel %.2f ns a row, pair tables %.2f ns a row (%.2fx); "
+    std::printf("tq2 d %d, %zu rows, G %d: byte kernel %.2f ns a row, pair tables %.2f ns a row (%.2fx); "
                 "the tables add %.4f of the codec's score-error variance (predicted %.4f)\n",
-                d, rows, tree * 1e9, fs * 1e9, tree / fs, tab / codec, k.lut_predicted);
+                d, rows, G, tree * 1e9, fs * 1e9, tree / fs, tab / codec, k.lut_predicted);
   }
 }
