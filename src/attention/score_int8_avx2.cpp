@@ -423,31 +423,42 @@ TKV_AVX2_INT8 inline void store8(const __m256i (&acc)[2][4], int r, int nr2, int
 // chunks of A then B words, staged once per block so that the loop keeps 8
 // accumulators and 4 row vectors in the 16 registers (converting bytes to
 // words inside it spilled: 15% of the kernel).
-TKV_AVX2_INT8 void dot_words(int nr, int nch, const int16_t* qw, int G, int32_t* dots, int ld, int r0,
-                             const int16_t* words) {
-  const size_t stride = static_cast<size_t>(nch) * 32;
+// NJ of a group's queries (as dot_bytes_nj).
+template <int NJ>
+TKV_AVX2_INT8 void dot_words_nj(int nr, size_t stride, const __m256i* const* q, int j0, int32_t* dots, int ld, int r0,
+                                const int16_t* words) {
   for (int r = 0; r < nr; r += 2) {
     const int r1 = std::min(r + 1, nr - 1), nr2 = std::min(2, nr - r);
     const __m256i* x0 = reinterpret_cast<const __m256i*>(words + r * stride);
     const __m256i* x1 = reinterpret_cast<const __m256i*>(words + r1 * stride);
-    for (int j0 = 0; j0 < G; j0 += 4) {
-      const int nj = std::min(4, G - j0);
-      const __m256i* q[4];
-      for (int jj = 0; jj < 4; ++jj)
-        q[jj] = reinterpret_cast<const __m256i*>(qw + static_cast<size_t>(j0 + std::min(jj, nj - 1)) * stride);
-      __m256i acc[2][4];
-      for (auto& a : acc)
-        for (auto& x : a) x = _mm256_setzero_si256();
-      for (int c = 0; c < 2 * nch; c += 2) {
-        const __m256i a0 = _mm256_load_si256(x0 + c), b0 = _mm256_load_si256(x0 + c + 1);
-        const __m256i a1 = _mm256_load_si256(x1 + c), b1 = _mm256_load_si256(x1 + c + 1);
-        for (int jj = 0; jj < 4; ++jj) {
-          const __m256i qa = _mm256_load_si256(q[jj] + c), qb = _mm256_load_si256(q[jj] + c + 1);
-          acc[0][jj] = _mm256_add_epi32(acc[0][jj], _mm256_add_epi32(_mm256_madd_epi16(a0, qa), _mm256_madd_epi16(b0, qb)));
-          acc[1][jj] = _mm256_add_epi32(acc[1][jj], _mm256_add_epi32(_mm256_madd_epi16(a1, qa), _mm256_madd_epi16(b1, qb)));
-        }
+    __m256i acc[2][4];
+    for (auto& a : acc)
+      for (auto& x : a) x = _mm256_setzero_si256();
+    for (size_t c = 0; c < stride / 16; c += 2) {
+      const __m256i a0 = _mm256_load_si256(x0 + c), b0 = _mm256_load_si256(x0 + c + 1);
+      const __m256i a1 = _mm256_load_si256(x1 + c), b1 = _mm256_load_si256(x1 + c + 1);
+#pragma GCC unroll 4
+      for (int jj = 0; jj < NJ; ++jj) {
+        const __m256i qa = _mm256_load_si256(q[jj] + c), qb = _mm256_load_si256(q[jj] + c + 1);
+        acc[0][jj] = _mm256_add_epi32(acc[0][jj], _mm256_add_epi32(_mm256_madd_epi16(a0, qa), _mm256_madd_epi16(b0, qb)));
+        acc[1][jj] = _mm256_add_epi32(acc[1][jj], _mm256_add_epi32(_mm256_madd_epi16(a1, qa), _mm256_madd_epi16(b1, qb)));
       }
-      store8(acc, r0 + r, nr2, j0, nj, dots, ld);
+    }
+    store8(acc, r0 + r, nr2, j0, NJ, dots, ld);
+  }
+}
+TKV_AVX2_INT8 void dot_words(int nr, int nch, const int16_t* qw, int G, int32_t* dots, int ld, int r0,
+                             const int16_t* words) {
+  const size_t stride = static_cast<size_t>(nch) * 32;
+  for (int j0 = 0; j0 < G; j0 += 4) {
+    const int nj = std::min(4, G - j0);
+    const __m256i* q[4];
+    for (int jj = 0; jj < nj; ++jj) q[jj] = reinterpret_cast<const __m256i*>(qw + static_cast<size_t>(j0 + jj) * stride);
+    switch (nj) {
+      case 4: dot_words_nj<4>(nr, stride, q, j0, dots, ld, r0, words); break;
+      case 3: dot_words_nj<3>(nr, stride, q, j0, dots, ld, r0, words); break;
+      case 2: dot_words_nj<2>(nr, stride, q, j0, dots, ld, r0, words); break;
+      default: dot_words_nj<1>(nr, stride, q, j0, dots, ld, r0, words); break;
     }
   }
 }
@@ -459,31 +470,44 @@ TKV_AVX2_INT8 void dot_words(int nr, int nch, const int16_t* qw, int G, int32_t*
 // query: two vpmaddubsw (pairs within ±2·63·127), their sum on 16 bits
 // (within ±32004), one vpmaddwd by ones and one add, where the words take
 // four vpmaddwd and four adds.
+// NJ of a group's queries (a last group of 1-3 takes only its own: with 4
+// always, G = 1 or 2 paid for 4).
+template <int NJ>
+TKV_AVX2_INT8 void dot_bytes_nj(int nr, int dp, const int8_t* const* q, int j0, const int32_t* add, int32_t* dots,
+                                int ld, int r0, const uint8_t* stage) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < nr; ++r) {
+    const uint8_t* x = stage + static_cast<size_t>(r) * dp;
+    __m256i acc[2][4];
+    for (auto& a : acc[0]) a = _mm256_setzero_si256();
+    for (int c = 0; c < dp; c += 64) {
+      const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + c));
+      const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + c + 32));
+#pragma GCC unroll 4
+      for (int jj = 0; jj < NJ; ++jj) {
+        const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[jj] + c));
+        const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[jj] + c + 32));
+        const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(a, qa), _mm256_maddubs_epi16(b, qb));
+        acc[0][jj] = _mm256_add_epi32(acc[0][jj], _mm256_madd_epi16(s, ones));
+      }
+    }
+    store8(acc, r0 + r, 1, j0, NJ, dots, ld, add + j0);  // (store8 reads acc[0][NJ..3]: left zero)
+  }
+}
 TKV_AVX2_INT8 void dot_bytes(int nr, int dp, const int8_t* q8, int G, const int32_t* add, int32_t* dots, int ld,
                              int r0, const uint8_t* stage) {
   // One row at a time: 4 accumulators, the row's two vectors and the query
   // bytes as memory operands stay within the 16 registers (two rows at a
   // time spilled accumulators: perf, RESULTS §39).
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int r = 0; r < nr; ++r) {
-    const uint8_t* x = stage + static_cast<size_t>(r) * dp;
-    for (int j0 = 0; j0 < G; j0 += 4) {
-      const int nj = std::min(4, G - j0);
-      const int8_t* q[4];
-      for (int jj = 0; jj < 4; ++jj) q[jj] = q8 + static_cast<size_t>(j0 + std::min(jj, nj - 1)) * dp;
-      __m256i acc[2][4];
-      for (auto& a : acc[0]) a = _mm256_setzero_si256();
-      for (int c = 0; c < dp; c += 64) {
-        const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + c));
-        const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + c + 32));
-        for (int jj = 0; jj < 4; ++jj) {
-          const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[jj] + c));
-          const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[jj] + c + 32));
-          const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(a, qa), _mm256_maddubs_epi16(b, qb));
-          acc[0][jj] = _mm256_add_epi32(acc[0][jj], _mm256_madd_epi16(s, ones));
-        }
-      }
-      store8(acc, r0 + r, 1, j0, nj, dots, ld, add + j0);
+  for (int j0 = 0; j0 < G; j0 += 4) {
+    const int nj = std::min(4, G - j0);
+    const int8_t* q[4];
+    for (int jj = 0; jj < nj; ++jj) q[jj] = q8 + static_cast<size_t>(j0 + jj) * dp;
+    switch (nj) {
+      case 4: dot_bytes_nj<4>(nr, dp, q, j0, add, dots, ld, r0, stage); break;
+      case 3: dot_bytes_nj<3>(nr, dp, q, j0, add, dots, ld, r0, stage); break;
+      case 2: dot_bytes_nj<2>(nr, dp, q, j0, add, dots, ld, r0, stage); break;
+      default: dot_bytes_nj<1>(nr, dp, q, j0, add, dots, ld, r0, stage); break;
     }
   }
 }
@@ -717,6 +741,10 @@ TKV_AVX2_INT8 void values_quads(const Int8Keys& k, const RowLayout& L, const uin
         any |= f[jj] != 0.0f;
       }
       if (!any) continue;
+      // The products for NJ queries of the group (a last group of 1-3 takes
+      // only its own: with 4 always, G = 1 or 2 paid for 4).
+      auto products = [&](auto njc) TKV_AVX2_INT8 {
+      constexpr int NJ = decltype(njc)::value;
       for (int e = 0; e < 8 * n64; e += 2) {  // vectors e, e + 1 of each quad: 16 positions
         __m256i A[4][2];
         for (auto& x : A) x[0] = x[1] = _mm256_setzero_si256();
@@ -725,7 +753,8 @@ TKV_AVX2_INT8 void values_quads(const Int8Keys& k, const RowLayout& L, const uin
           const __m256i p0 = _mm256_load_si256(pm), p1 = _mm256_load_si256(pm + 1);
           __m256i p2 = p0, p3 = p1;
           if constexpr (NQ == 2) p2 = _mm256_load_si256(pm + qstride), p3 = _mm256_load_si256(pm + qstride + 1);
-          for (int jj = 0; jj < 4; ++jj) {
+#pragma GCC unroll 4
+          for (int jj = 0; jj < NJ; ++jj) {
             const __m256i w0 = _mm256_set1_epi32(wq[m][jj]);
             __m256i x0 = _mm256_maddubs_epi16(w0, p0), x1 = _mm256_maddubs_epi16(w0, p1);
             if constexpr (NQ == 2) {
@@ -749,6 +778,13 @@ TKV_AVX2_INT8 void values_quads(const Int8Keys& k, const RowLayout& L, const uin
           _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), _mm256_mul_ps(_mm256_cvtepi32_ps(first), fv)));
           _mm256_storeu_ps(out + 16, _mm256_add_ps(_mm256_loadu_ps(out + 16), _mm256_mul_ps(_mm256_cvtepi32_ps(second), fv)));
         }
+      }
+      };
+      switch (nj) {
+        case 4: products(std::integral_constant<int, 4>()); break;
+        case 3: products(std::integral_constant<int, 3>()); break;
+        case 2: products(std::integral_constant<int, 2>()); break;
+        default: products(std::integral_constant<int, 1>()); break;
       }
     }
   }

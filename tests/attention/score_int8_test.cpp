@@ -144,7 +144,7 @@ TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
       // Rows exactly at the end of their buffer: the kernel reads no byte past a row.
       const CodedRows rows = coded_rows(*c, x, n);
       const auto& ptr = rows.ptr;
-      for (int G : {1, 3, 4, 8}) {
+      for (int G : {1, 2, 3, 4, 6, 8}) {
         std::vector<int8_t> q8(size_t(G) * dp, 0);
         Rng rng(G * 7 + d);
         for (int j = 0; j < G; ++j)
@@ -286,7 +286,7 @@ TEST(Int8Values, KernelGivesTheSpecificationsSums) {
         const auto x = gaussian(size_t(n) * d, 200 + d + n);
         const CodedRows rows = coded_rows(*c, x, n);
         const auto& ptr = rows.ptr;
-        for (int G : {1, 3, 4, 8}) {
+        for (int G : {1, 2, 3, 4, 6, 8}) {
           const int ldw = 33;
           std::vector<float> w(size_t(G) * ldw);
           Rng rng(n * 31 + G);
@@ -371,7 +371,7 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         words_checked += expect && expect_v && !allow_narrow;
         const auto x = gaussian(size_t(n) * d, 300 + d);
         const CodedRows rows = coded_rows(*c, x, n);
-        for (int G : {1, 4, 5}) {
+        for (int G : {1, 2, 4, 5, 7}) {
           std::vector<int8_t> q8(size_t(G) * dp, 0), q8o(q8.size());
           Rng rng(G * 13 + d);
           for (int j = 0; j < G; ++j)
