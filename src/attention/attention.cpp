@@ -129,9 +129,10 @@ Status attention(const AttentionArgs& a) {
       attn::int8_keys_prepare(r.layout, r.d, r.dp, r.codec->coord_scale(), r.i8);
       r.int8 = r.i8.usable;
       if (r.int8 && r.i8.residual) attn::int8_residual_table(r.i8, r.layout, r.i8r);
-      // Pair tables for decode and short batches: 16 dp bytes a query (one
-      // tile of 16 tokens, 8 KV heads, GQA 4, d 128: 2 MiB); prefill tiles
-      // keep the byte kernel (a 512-token call would hold 64 MiB of tables).
+      // Pair tables for decode and short batches: 16 dp bytes a table, at
+      // the q8 rows' places (two a query: 32 dp bytes; one tile of 16
+      // tokens, 8 KV heads, GQA 4, d 128: 4 MiB); prefill tiles keep the
+      // byte kernel (a 512-token call would hold 128 MiB of tables).
       if (a.n_q > kLutMaxTokens) r.i8.lut = false;
       r.i8_ordered = r.int8 && !r.i8.lut && attn::int8_query_order(r.i8, r.i8_order);
     }
@@ -450,6 +451,7 @@ Status attention(const AttentionArgs& a) {
     for (const Item& item : items) {
       a.stats->rows_scored += static_cast<uint64_t>(item.r1 - item.r0) * H;
       if (Kh(item.h0).int8) a.stats->rows_scored_int8 += static_cast<uint64_t>(item.r1 - item.r0) * H;
+      if (Kh(item.h0).int8 && Kh(item.h0).i8.lut) a.stats->rows_scored_lut += static_cast<uint64_t>(item.r1 - item.r0) * H;
       if (Vh(item.h0).int8) a.stats->v_rows_int8 += static_cast<uint64_t>(item.r1 - item.r0) * H;
     }
     for (uint64_t s : skipped) a.stats->v_rows_skipped += s;

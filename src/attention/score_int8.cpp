@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -435,15 +436,26 @@ double int8_score_bound(const Int8Keys& k, const float* q, int dp, float qs) {
          k.d * 0.5 * (qs + qr) * 0.5 * (k.cs + cr) + 0.5 * qr * k.d * 0.5 * (k.cs + cr) + 0.5 * cr * k.d * 0.5 * (qs + qr);
 }
 
-float int8_lut_build(const Int8Keys& k, const float* q, uint8_t* lut, int32_t* bias) {
-  const int np = k.dp / 2;
+float int8_lut_scale(const Int8Keys& k, const float* q, float* inv) {
   const float cmax = std::max(std::max(std::fabs(k.lut_c[0]), std::fabs(k.lut_c[1])),
                               std::max(std::fabs(k.lut_c[2]), std::fabs(k.lut_c[3])));
   float m = 0.0f;
-  for (int P = 0; P < np; ++P) m = std::max(m, (std::fabs(q[2 * P]) + std::fabs(q[2 * P + 1])) * cmax);
+  bool nan = false;
+  for (int P = 0; P < k.dp / 2; ++P) {
+    nan |= q[2 * P] != q[2 * P] || q[2 * P + 1] != q[2 * P + 1];
+    m = std::max(m, (std::fabs(q[2 * P]) + std::fabs(q[2 * P + 1])) * cmax);
+  }
+  // Below 1e-30 (127/m would overflow) the query scores 0 against every row;
+  // a NaN coordinate makes sL NaN, so its scores are NaN as on the exact path.
+  *inv = m >= 1e-30f ? 127.0f / m : 0.0f;
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m >= 1e-30f ? m / 127.0f : 0.0f;
+}
+
+float int8_lut_build_ref(const Int8Keys& k, const float* q, uint8_t* lut, int32_t* bias) {
+  const int np = k.dp / 2;
   *bias = 128 * np;
-  const float sL = m / 127.0f;
-  const float inv = sL > 0.0f ? 127.0f / m : 0.0f;
+  float inv;
+  const float sL = int8_lut_scale(k, q, &inv);
   for (int P = 0; P < np; ++P)
     for (int x = 0; x < 16; ++x) {
       const float e = std::fma(q[2 * P + 1], k.lut_c[x >> 2], q[2 * P] * k.lut_c[x & 3]);
@@ -1677,6 +1689,12 @@ void int8_dots2(const Int8Keys& k, const Int8Keys* k2, const RowLayout& L, const
 void int8_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8, int G,
                int32_t* dots, int ld) {
   int8_dots2(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld);
+}
+float int8_lut_build(const Int8Keys& k, const float* q, uint8_t* lut, int32_t* bias) {
+#if TKV_INT8_KEYS_X86
+  if (TKV_INT8_AVX2) return int8_lut_build_avx2(k, q, lut, bias);
+#endif
+  return int8_lut_build_ref(k, q, lut, bias);
 }
 void int8_lut_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const uint8_t* lut,
                    int G, int32_t* dots, int ld) {

@@ -97,7 +97,8 @@ struct Int8Keys {
   // rows' plane bytes transposed per block of 32 in registers (the cache
   // keeps its row-major layout). lut_c: the part's 4 centroids;
   // lut_predicted: the tables' added score-error share (as `predicted`).
-  // TKV_INT8_LUT=0 in the environment turns it off (comparisons).
+  // TKV_INT8_LUT=0 in the environment turns it off (comparisons; so does
+  // TKV_INT8_LANES=0, which clears avx2_sig).
   bool lut = false;
   float lut_c[4] = {};
   double lut_predicted = 0;
@@ -237,12 +238,18 @@ void int8_values_ordered(const Int8Keys& k, const RowLayout& layout, const uint8
 //   e = q_2P · c_(x & 3) + q_2P+1 · c_(x >> 2)   (float, the product then an fma)
 //   lut[P][x] = lut[P][16 + x] = clamp(round(e / sL), −127, 127) + 128
 // (nearest, ties to even; the 16 bytes twice: one per 128-bit lane), with
-// sL = m / 127, m = cmax · max_P (|q_2P| + |q_2P+1|) >= |e|, cmax = max |c|.
-// Returns sL (0 for a zero query: every byte 128) and the bias 128 · dp/2 in
-// *bias. score ≈ s_t · sL · (Σ_P lut[P][nibble P of the row] − bias), each
-// table entry within sL/2 of e: |error| <= s_t · dp/4 · sL.
+// sL = m / 127, m = cmax · max_P (|q_2P| + |q_2P+1|) >= |e|, cmax = max |c|;
+// round(e / sL) is computed as nearbyint(e · (127 / m)). Returns sL (0, every
+// byte 128, for m < 1e-30: a zero query; NaN where a coordinate is NaN) and
+// the bias 128 · dp/2 in *bias. score ≈ s_t · sL · (Σ_P lut[P][nibble P of
+// the row] − bias), each table entry within sL/2 of e: |error| <= s_t · dp/4
+// · sL. The _ref function is the specification; int8_lut_build gives its
+// bytes (AVX2 where that is the target: 8 entries a vector, the same fma).
 constexpr size_t int8_lut_bytes(int dp) { return static_cast<size_t>(dp) * 16; }
 float int8_lut_build(const Int8Keys& k, const float* q, uint8_t* lut, int32_t* bias);
+float int8_lut_build_ref(const Int8Keys& k, const float* q, uint8_t* lut, int32_t* bias);
+// sL of one query (as above), and 127 / m (0 below 1e-30) in *inv.
+float int8_lut_scale(const Int8Keys& k, const float* q, float* inv);
 // dots[j * ld + r] = Σ_P lut_j[P][nibble P of row r's plane bytes] for G
 // tables (lut + j · int8_lut_bytes(dp)) and n rows; nibble P is bits
 // 4(P mod 2) .. +3 of plane byte P/2. The AVX2 kernel gives the same
@@ -264,6 +271,7 @@ void int8_values_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t*
                       int G, int ldw, float* acc, bool ordered = false);
 void int8_lut_dots_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n,
                         const uint8_t* lut, int G, int32_t* dots, int ld);
+float int8_lut_build_avx2(const Int8Keys& k, const float* q, uint8_t* lut, int32_t* bias);
 
 // A bound on |approximate − exact| for one score divided by the row scale s_t:
 // Σ_i |c_i|·|q'_i − qs q8_i| + |q'_i|·|c_i − cs c8_i| + |q'_i − qs q8_i|·|c_i − cs c8_i|

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 
@@ -25,6 +26,7 @@
 #include "codec/kernels.h"
 #include "eval/kv_file.h"
 #include "model/model.h"
+#include "util/env.h"
 #include "util/fp16.h"
 #include "util/rng.h"
 #include "attn_case.h"
@@ -265,6 +267,44 @@ TEST(Int8Lut, TablesAreTheirDefinition) {
         }
       EXPECT_GE(equal, total * 9 / 10) << "d=" << d << " trial " << trial << ": bytes off by one (the centroids' "
                                        << "rounding moves a few)";
+    }
+  }
+}
+
+// The tables built 8 entries a vector (AVX2) are the specification's bytes
+// and scale, bit for bit: Gaussian queries of several sizes, a zero query,
+// ties (coordinates that put e·127/m on a half), tiny (below 1e-30), huge,
+// infinite and NaN coordinates.
+TEST(Int8Lut, VectorBuildGivesTheSpecificationsBytes) {
+  if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  PinTarget pin(attn::Int8Target::kAvx2);
+  for (int d : {64, 128, 256, 512}) {
+    auto c = make("tq2", d);
+    ASSERT_TRUE(c);
+    Int8Keys k;
+    attn::int8_keys_prepare(c->layout(), d, d, c->coord_scale(), k);
+    ASSERT_TRUE(k.lut);
+    for (int trial = 0; trial < 12; ++trial) {
+      auto q = gaussian(d, 900 + d + trial, trial % 3 == 0 ? 1e-3 : 1.0);
+      if (trial == 1) std::fill(q.begin(), q.end(), 0.0f);
+      if (trial == 2) for (auto& v : q) v = std::nearbyint(v * 4) / 4;  // exact products: ties
+      if (trial == 4) for (auto& v : q) v *= 1e-33f;
+      if (trial == 5) q[3] = 3e38f;
+      if (trial == 6) q[d - 1] = std::numeric_limits<float>::infinity();
+      if (trial == 7) q[5] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<uint8_t> fast(attn::int8_lut_bytes(d), 7), ref(fast.size(), 9);
+      int32_t bf = 0, br = 0;
+      const float sf = attn::int8_lut_build(k, q.data(), fast.data(), &bf);
+      const float sr = attn::int8_lut_build_ref(k, q.data(), ref.data(), &br);
+      ASSERT_EQ(fast, ref) << "d=" << d << " trial " << trial;
+      ASSERT_EQ(bf, br);
+      if (std::isnan(sr)) {
+        EXPECT_TRUE(std::isnan(sf)) << "a NaN coordinate: NaN scores";
+        EXPECT_EQ(trial, 7);
+      } else {
+        ASSERT_EQ(sf, sr) << "d=" << d << " trial " << trial;
+      }
+      if (trial == 1 || trial == 4) EXPECT_EQ(sr, 0.0f) << "a zero (or below 1e-30) query scores 0";
     }
   }
 }
@@ -713,7 +753,8 @@ void check_lut(const Codec& c, const ScoreErrors& lut, const std::string& what) 
   const RowLayout& L = c.layout();
   const bool two_bit_plane = L.nparts == 1 && L.parts[0].count == padded(c.dim()) && L.parts[0].nplanes == 1 &&
                              L.parts[0].planes[0].width == 2 && padded(c.dim()) % 64 == 0;
-  const bool expect = two_bit_plane && attn::int8_target() == attn::Int8Target::kAvx2 && padded(c.dim()) <= 512;
+  const bool expect = two_bit_plane && attn::int8_target() == attn::Int8Target::kAvx2 && padded(c.dim()) <= 512 &&
+                      env_switch_on("TKV_INT8_LUT") && env_switch_on("TKV_INT8_LANES");
   EXPECT_EQ(k.lut, expect) << what << ": the pair tables where the layout and the target take them";
   if (!k.lut) return;
   ASSERT_GT(lut.n, 0u) << what;
@@ -898,6 +939,8 @@ void check_attention(const AttnCase& ac) {
   attn::int8_keys_prepare(ck->layout(), d, padded(d), ck->coord_scale(), ik);
   const bool expect_int8 = attn::int8_keys_cpu() && ik.usable;
   EXPECT_EQ(st.rows_scored_int8 > 0, expect_int8) << "the integer path ran where it should (and only there)";
+  EXPECT_EQ(st.rows_scored_lut > 0, expect_int8 && ik.lut && ac.n_q <= 16)
+      << "the pair tables scored tq2 where the layout and the target take them, up to 16 query tokens";
   a.stats = nullptr;
   a.keys = KeyScoring::kExact;
   a.out = out_ex.data();
@@ -958,6 +1001,8 @@ TEST(Int8Keys, AttentionWithinTheImpliedBound) {
     for (bool paged : {false, true})
       for (int window : {0, 40})
         for (int n_q : {1, 5}) check_attention({f, 128, 4, 300, n_q, paged, window, f});
+  // Past 16 query tokens tq2 keys go back to the byte kernel.
+  check_attention({"tq2", 128, 4, 300, 20, false, 0, "tq2"});
   }
 }
 
