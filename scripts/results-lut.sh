@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# RESULTS §42: tq2's pair tables (Int8Keys::lut) against the exact path and the byte kernel on ref-5m:
+# KL divergence from the f32 cache's distributions (WikiText-2, -c 512, 40 chunks), with -b 16 (every
+# attention call has 16 query tokens: the tables score its keys) and -b 512 (prefill: the byte kernel).
+# Usage: scripts/results-lut.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-build}/turbokv
+S=${TKV_SHARED:-../shared}
+M=$S/models/ref-5m/ref-5m-f32.gguf
+T=$S/data/text/wikitext-2-raw-test.txt
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+date -u
+"$B" perplexity -m "$M" -f "$T" -c 512 --chunks 40 -ctk f32 -ctv f32 --kl-divergence-base "$tmp/base" -t 2 >/dev/null 2>&1
+for b in 16 512; do
+  for set in "TKV_KEYS=exact" "TKV_KEYS=int8 TKV_INT8_LUT=0" "TKV_KEYS=int8 TKV_INT8_LUT=1"; do
+    out=$(env $set "$B" perplexity -m "$M" -f "$T" -c 512 --chunks 40 -b $b -ctk tq2 -ctv tq2 \
+          --kl-divergence-base "$tmp/base" --kl-divergence -t 2 2>&1)
+    echo "-b $b $set: KLD $(printf '%s\n' "$out" | grep -m1 '^Mean *KLD:' | awk '{print $3}')" \
+         "PPL $(printf '%s\n' "$out" | grep -m1 '^Final estimate: PPL' | awk '{print $5}')"
+  done
+done
