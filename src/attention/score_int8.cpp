@@ -437,8 +437,7 @@ double int8_score_bound(const Int8Keys& k, const float* q, int dp, float qs) {
 }
 
 float int8_lut_scale(const Int8Keys& k, const float* q, float* inv) {
-  const float cmax = std::max(std::max(std::fabs(k.lut_c[0]), std::fabs(k.lut_c[1])),
-                              std::max(std::fabs(k.lut_c[2]), std::fabs(k.lut_c[3])));
+  const float cmax = k.cmax;  // (the one part's max |c_j|: max |lut_c|)
   float m = 0.0f;
   bool nan = false;
   for (int P = 0; P < k.dp / 2; ++P) {

@@ -243,6 +243,18 @@ TKV_AVX2_INT8 void with_ordered(int sig, Fn&& fn) {
   }
 }
 
+// Calls fn(nj) with a group's query count (1-4) as a constant: the kernels
+// take a last group of 1-3 queries alone (with 4 always, G = 1 or 2 paid for 4).
+template <class Fn>
+TKV_AVX2_INT8 void with_count(int nj, Fn&& fn) {
+  switch (nj) {
+    case 4: return fn(std::integral_constant<int, 4>());
+    case 3: return fn(std::integral_constant<int, 3>());
+    case 2: return fn(std::integral_constant<int, 2>());
+    default: return fn(std::integral_constant<int, 1>());
+  }
+}
+
 // bytes64 with a layout's plane offsets and one of its two tables (K's
 // unsigned, V's signed).
 template <int SIG>
@@ -454,12 +466,7 @@ TKV_AVX2_INT8 void dot_words(int nr, int nch, const int16_t* qw, int G, int32_t*
     const int nj = std::min(4, G - j0);
     const __m256i* q[4];
     for (int jj = 0; jj < nj; ++jj) q[jj] = reinterpret_cast<const __m256i*>(qw + static_cast<size_t>(j0 + jj) * stride);
-    switch (nj) {
-      case 4: dot_words_nj<4>(nr, stride, q, j0, dots, ld, r0, words); break;
-      case 3: dot_words_nj<3>(nr, stride, q, j0, dots, ld, r0, words); break;
-      case 2: dot_words_nj<2>(nr, stride, q, j0, dots, ld, r0, words); break;
-      default: dot_words_nj<1>(nr, stride, q, j0, dots, ld, r0, words); break;
-    }
+    with_count(nj, [&](auto c) TKV_AVX2_INT8 { dot_words_nj<c>(nr, stride, q, j0, dots, ld, r0, words); });
   }
 }
 
@@ -470,8 +477,7 @@ TKV_AVX2_INT8 void dot_words(int nr, int nch, const int16_t* qw, int G, int32_t*
 // query: two vpmaddubsw (pairs within ±2·63·127), their sum on 16 bits
 // (within ±32004), one vpmaddwd by ones and one add, where the words take
 // four vpmaddwd and four adds.
-// NJ of a group's queries (a last group of 1-3 takes only its own: with 4
-// always, G = 1 or 2 paid for 4).
+// NJ of a group's queries (with_count).
 template <int NJ>
 TKV_AVX2_INT8 void dot_bytes_nj(int nr, int dp, const int8_t* const* q, int j0, const int32_t* add, int32_t* dots,
                                 int ld, int r0, const uint8_t* stage) {
@@ -503,12 +509,7 @@ TKV_AVX2_INT8 void dot_bytes(int nr, int dp, const int8_t* q8, int G, const int3
     const int nj = std::min(4, G - j0);
     const int8_t* q[4];
     for (int jj = 0; jj < nj; ++jj) q[jj] = q8 + static_cast<size_t>(j0 + jj) * dp;
-    switch (nj) {
-      case 4: dot_bytes_nj<4>(nr, dp, q, j0, add, dots, ld, r0, stage); break;
-      case 3: dot_bytes_nj<3>(nr, dp, q, j0, add, dots, ld, r0, stage); break;
-      case 2: dot_bytes_nj<2>(nr, dp, q, j0, add, dots, ld, r0, stage); break;
-      default: dot_bytes_nj<1>(nr, dp, q, j0, add, dots, ld, r0, stage); break;
-    }
+    with_count(nj, [&](auto c) TKV_AVX2_INT8 { dot_bytes_nj<c>(nr, dp, q, j0, add, dots, ld, r0, stage); });
   }
 }
 
@@ -741,8 +742,7 @@ TKV_AVX2_INT8 void values_quads(const Int8Keys& k, const RowLayout& L, const uin
         any |= f[jj] != 0.0f;
       }
       if (!any) continue;
-      // The products for NJ queries of the group (a last group of 1-3 takes
-      // only its own: with 4 always, G = 1 or 2 paid for 4).
+      // The products for the group's NJ queries (with_count).
       auto products = [&](auto njc) TKV_AVX2_INT8 {
       constexpr int NJ = decltype(njc)::value;
       for (int e = 0; e < 8 * n64; e += 2) {  // vectors e, e + 1 of each quad: 16 positions
@@ -780,12 +780,7 @@ TKV_AVX2_INT8 void values_quads(const Int8Keys& k, const RowLayout& L, const uin
         }
       }
       };
-      switch (nj) {
-        case 4: products(std::integral_constant<int, 4>()); break;
-        case 3: products(std::integral_constant<int, 3>()); break;
-        case 2: products(std::integral_constant<int, 2>()); break;
-        default: products(std::integral_constant<int, 1>()); break;
-      }
+      with_count(nj, products);
     }
   }
 }
@@ -1007,12 +1002,7 @@ TKV_AVX2_INT8 void int8_lut_dots_avx2(const Int8Keys& k, const RowLayout& L, con
         tab[jj] = lut + static_cast<size_t>(j0 + jj) * lb;
         out[jj] = nr == 32 ? dots + static_cast<size_t>(j0 + jj) * ld + r0 : part[jj];
       }
-      switch (nj) {
-        case 4: lut_block<4>(T, nb, tab, out); break;
-        case 3: lut_block<3>(T, nb, tab, out); break;
-        case 2: lut_block<2>(T, nb, tab, out); break;
-        default: lut_block<1>(T, nb, tab, out); break;
-      }
+      with_count(nj, [&](auto c) TKV_AVX2_INT8 { lut_block<c>(T, nb, tab, out); });
       if (nr < 32)
         for (int jj = 0; jj < nj; ++jj)
           std::memcpy(dots + static_cast<size_t>(j0 + jj) * ld + r0, part[jj], sizeof(int32_t) * static_cast<size_t>(nr));
