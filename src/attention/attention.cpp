@@ -20,8 +20,8 @@
 namespace tkv {
 namespace {
 
-// Calls of up to this many query tokens score tq2 keys by pair tables
-// (Int8Keys::lut; one attention tile).
+// Calls of up to this many query tokens score tq2 keys and sum tq2 values by
+// pair tables (Int8Keys::lut, vlut; one attention tile).
 constexpr int kLutMaxTokens = 16;
 
 void init_reader(attn::RowReader& r, const Codec* c) {
@@ -146,6 +146,9 @@ Status attention(const AttentionArgs& a) {
                               attn::Int8Side::kValues);
       r.int8 = r.i8.usable;
       if (r.int8) attn::int8_values_order(r.i8, r.perm);
+      // V's pair tables: 16 bytes a pair of rows and query, built per block
+      // (no store across the call); prefill tiles keep the byte kernel, as K.
+      if (a.n_q > kLutMaxTokens) r.i8.vlut = false;
     }
   }
   const attn::RowReader* Kr = kr_store.data();
@@ -453,6 +456,7 @@ Status attention(const AttentionArgs& a) {
       if (Kh(item.h0).int8) a.stats->rows_scored_int8 += static_cast<uint64_t>(item.r1 - item.r0) * H;
       if (Kh(item.h0).int8 && Kh(item.h0).i8.lut) a.stats->rows_scored_lut += static_cast<uint64_t>(item.r1 - item.r0) * H;
       if (Vh(item.h0).int8) a.stats->v_rows_int8 += static_cast<uint64_t>(item.r1 - item.r0) * H;
+      if (Vh(item.h0).int8 && Vh(item.h0).i8.vlut) a.stats->v_rows_lut += static_cast<uint64_t>(item.r1 - item.r0) * H;
     }
     for (uint64_t s : skipped) a.stats->v_rows_skipped += s;
     for (uint64_t s : v_zero) a.stats->v_rows_zero += s;

@@ -908,7 +908,9 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const 
       nb = n2;
     }
   }
-  int8_values_ordered(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);  // acch in V.perm's order
+  // acch in V.perm's order (the pair tables keep the byte kernel's order)
+  if (V.i8.vlut) return int8_vlut_values_ordered(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);
+  int8_values_ordered(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);
 }
 
 // e^x for x <= 0 (-inf included: 0), the integer path's softmax weights,

@@ -317,6 +317,16 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     k.lut = k.lut_predicted <= residual_above;
     for (int j = 0; j < 4; ++j) k.lut_c[j] = p0.centroids[j];
   }
+  // V's pair tables (score_int8.h): r's rounding, uniform within 1/2 of
+  // cs · 128 · ws, against a row's codec error at the block's maximum
+  // weight (ws · 255): covered · (cs · 128 / 255)² / 12 over codec.
+  static const bool vlut_on = env_switch_on("TKV_INT8_VLUT");
+  if (vlut_on && side == Int8Side::kValues && int8_target() == Int8Target::kAvx2 && k.avx2_sig == 20 &&
+      dp <= kLutMaxDp && k.usable && k.bound <= Int8Keys::kNarrow && codec > 0) {
+    const double u = k.cs * 128.0 / 255.0;
+    k.vlut_predicted = covered * u * u / 12.0 / codec;
+    k.vlut = k.vlut_predicted <= kInt8ValueMax;
+  }
   // The lane kernels' layouts (score_int8.h): one part, a 2-bit plane (+ a 1-bit one).
   if (!lanes_on || !k.aligned || L.nparts != 1 || !(dp == 64 || dp == 128 || dp == 256)) return;
   const int w0 = p0.planes[0].width, w1 = p0.nplanes > 1 ? p0.planes[1].width : 0;
@@ -518,6 +528,32 @@ void int8_values_ref(const Int8Keys& k, const RowLayout& L, const uint8_t* const
       int32_t a = 0;
       for (int r = 0; r < n; ++r) a += int32_t(w8[r]) * (int32_t(bytes[static_cast<size_t>(r) * k.dp + i]) - 128);
       acc[static_cast<size_t>(j) * k.dp + i] += static_cast<float>(a) * f;
+    }
+  }
+}
+
+// V's pair tables (score_int8.h, Int8Keys::vlut): per query a row's four
+// products in bytes r = (w8 · c8 + 64) >> 7, two rows' sums per pair of
+// codes in one table, the sums of table entries per coordinate.
+void int8_vlut_values_ref(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w,
+                          int G, int ldw, float* acc) {
+  const size_t o0 = L.parts[0].planes[0].offset;
+  const int np = (n + 1) / 2;
+  std::vector<uint8_t> w8(2 * static_cast<size_t>(np), 0);
+  for (int j = 0; j < G; ++j) {
+    const float ws = int8_weights(w + static_cast<size_t>(j) * ldw, n, w8.data());
+    if (ws == 0.0f) continue;
+    const float f = ws * k.cs * 128.0f;
+    for (int i = 0; i < k.dp; ++i) {
+      int32_t s = 0;
+      for (int P = 0; P < np; ++P) {
+        const int ra = 2 * P, rb = std::min(2 * P + 1, n - 1);  // (an odd n: the last row again, weight 0)
+        const int a = (rows[ra][o0 + i / 4] >> (2 * (i % 4))) & 3, b = (rows[rb][o0 + i / 4] >> (2 * (i % 4))) & 3;
+        const int x = a | b << 2;
+        auto r = [&](int row, int code) { return (int32_t(w8[row]) * (int32_t(k.table[0][code]) - 128) + 64) >> 7; };
+        s += r(ra, x & 3) + r(2 * P + 1, x >> 2) + 128;  // the table entry T[x]
+      }
+      acc[static_cast<size_t>(j) * k.dp + i] += static_cast<float>(s - 128 * np) * f;
     }
   }
 }
@@ -1701,6 +1737,18 @@ void int8_lut_dots(const Int8Keys& k, const RowLayout& L, const uint8_t* const* 
   if (TKV_INT8_AVX2 && k.lut) return int8_lut_dots_avx2(k, L, rows, n, lut, G, dots, ld);
 #endif
   int8_lut_dots_ref(k, L, rows, n, lut, G, dots, ld);
+}
+void int8_vlut_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                              const float* w, int G, int ldw, float* acc) {
+#if TKV_INT8_KEYS_X86
+  if (TKV_INT8_AVX2 && k.vlut) return int8_vlut_values_avx2(k, L, rows, n, w, G, ldw, acc);
+#endif
+  int perm[1024];  // (the specification in natural order, through the order)
+  int8_values_order(k, perm);
+  std::vector<float> nat(static_cast<size_t>(G) * k.dp);
+  reorder(acc, nat.data(), G, k.dp, perm, true);
+  int8_vlut_values_ref(k, L, rows, n, w, G, ldw, nat.data());
+  reorder(nat.data(), acc, G, k.dp, perm, false);
 }
 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w, int G,
                  int ldw, float* acc) {

@@ -102,6 +102,19 @@ struct Int8Keys {
   bool lut = false;
   float lut_c[4] = {};
   double lut_predicted = 0;
+  // V's pair tables (the "then V", RESULTS §43): the same layout
+  // (avx2_sig 20, |c8| <= kNarrow, dp <= kLutMaxDp) prepared for V on AVX2.
+  // The products w8 · c8 of int8_values are coarsened to one byte per row
+  // and centroid, r = (w8 · c8 + 64) >> 7 (|r| <= 62), and per query and
+  // pair of rows a 16-entry table r_a(x & 3) + r_b(x >> 2) turns one vpshufb
+  // into 32 coordinates' sums of two rows: no multiply per row and
+  // coordinate (the V kernels' vpmaddubsw run on Zen 1's one vector-multiply
+  // pipe). vlut_predicted: r's rounding over the codec's error where every
+  // row of a block weighs its maximum (d 64-512: 0.0004; one row at the
+  // maximum and 31 at the rounding's scale: up to 32 times that). Held to
+  // kInt8ValueMax. TKV_INT8_VLUT=0 in the environment turns it off.
+  bool vlut = false;
+  double vlut_predicted = 0;
 };
 
 // The pair tables' limit on dp: 32 rows' partial sums stay exact on 16 bits
@@ -259,6 +272,19 @@ void int8_lut_dots_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t
 void int8_lut_dots(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const uint8_t* lut,
                    int G, int32_t* dots, int ld);
 
+// V's pair tables (k.vlut): with w8 and ws = wmax / 255 from int8_weights,
+//   r_j(row, c) = (w8_j,row · c8_c + 64) >> 7            (c8_c = table[0][c] − 128, |r| <= 62)
+//   T_jP[x] = r_j(2P, x & 3) + r_j(2P+1, x >> 2) + 128    (x = code(2P, i) | code(2P+1, i) << 2)
+//   acc[j][i] += (ws_j · cs · 128) · (Σ_P T_jP[x_P(i)] − 128 · ceil(n/2))
+// (an odd n's last pair: row n−1 again, with weight byte 0: r = 0). Each r is
+// within 1/2 of w8 · c8 / 128, so |error| <= ws · cs · 64 · n beyond
+// int8_values' own. n <= 32, acc natural (_ref) or in int8_values_order
+// (_ordered; the AVX2 kernel where that is the target, 32 rows a block).
+void int8_vlut_values_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n,
+                          const float* w, int G, int ldw, float* acc);
+void int8_vlut_values_ordered(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n,
+                              const float* w, int G, int ldw, float* acc);
+
 // The AVX2 kernels (score_int8_avx2.cpp; int8_avx2_cpu() only), called
 // through the functions above.
 // ordered: queries / accumulators in int8_query_order / int8_values_order
@@ -272,6 +298,8 @@ void int8_values_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t*
 void int8_lut_dots_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n,
                         const uint8_t* lut, int G, int32_t* dots, int ld);
 float int8_lut_build_avx2(const Int8Keys& k, const float* q, uint8_t* lut, int32_t* bias);
+void int8_vlut_values_avx2(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n,
+                           const float* w, int G, int ldw, float* acc);
 
 // A bound on |approximate − exact| for one score divided by the row scale s_t:
 // Σ_i |c_i|·|q'_i − qs q8_i| + |q'_i|·|c_i − cs c8_i| + |q'_i − qs q8_i|·|c_i − cs c8_i|

@@ -1010,6 +1010,153 @@ TKV_AVX2_INT8 void int8_lut_dots_avx2(const Int8Keys& k, const RowLayout& L, con
   }
 }
 
+// V's pair tables (score_int8.h, Int8Keys::vlut), in int8_values_order
+// (position 64c + 16s + b holds coordinate 64c + 4b + s).
+//
+// Per block of up to 32 rows, shared by the queries: per pair of rows (a, b)
+// and chunk of 64 coordinates, two vectors of table indices. Row a's 16
+// plane bytes in lane 0 and shifted right by 2 in lane 1, row b's shifted
+// left by 2 in lane 0 and as they are in lane 1, masked (0x33, 0xCC) and
+// or-ed: each byte's low nibble is code(a) | code(b) << 2 of coordinate 4b
+// (lane 0) or 4b + 1 (lane 1): positions 0-31; the high nibble those of 4b
+// + 2 and 4b + 3: positions 32-63.
+// Per query: the weight bytes (int8_weights) times the four c8 on 16 bits
+// (vpmullw, 16 a vector), + 64 >> 7, packed to bytes: rows 0, 1, 4, 5 in
+// lane 0 and 2, 3, 6, 7 in lane 1 of each 8; two vpshufb read a pair's r_a
+// (x & 3) and r_b (x >> 2), added and flipped by 128: the pair's 16-byte
+// table. Then per pair and 32 positions one vpshufb, summed as in the key
+// tables (lut_block): two pairs' lookups added as words into A, their high
+// bytes into B; position 2w = A − 256 B, 2w + 1 = B (mod 2^16; exact while
+// 16 pairs of at most 252 stay below 2^16). Per 8 rows, 64 positions and a
+// query: 8 lookups and 12 adds and shifts, where values_quads takes 16
+// vpmaddubsw and 8 vpmaddwd on the one multiply pipe.
+TKV_AVX2_INT8 void int8_vlut_values_avx2(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
+                                         const float* w, int G, int ldw, float* acc) {
+  if (k.dp % 64 != 0 || k.dp > kLutMaxDp || L.nparts != 1) {
+    int perm[1024];
+    int8_values_order(k, perm);
+    std::vector<float> nat(static_cast<size_t>(G) * k.dp);
+    for (int j = 0; j < G; ++j)
+      for (int p = 0; p < k.dp; ++p) nat[static_cast<size_t>(j) * k.dp + perm[p]] = acc[static_cast<size_t>(j) * k.dp + p];
+    int8_vlut_values_ref(k, L, rows, n, w, G, ldw, nat.data());
+    for (int j = 0; j < G; ++j)
+      for (int p = 0; p < k.dp; ++p) acc[static_cast<size_t>(j) * k.dp + p] = nat[static_cast<size_t>(j) * k.dp + perm[p]];
+    return;
+  }
+  const size_t o0 = L.parts[0].planes[0].offset;
+  const int nch = k.dp / 64;
+  alignas(32) __m256i idx[kMaxRows / 2][kLutMaxDp / 64][2];
+  alignas(32) uint8_t tab[kMaxRows / 2][16];
+  alignas(32) uint8_t w8[kMaxRows + 8];
+  const __m256i m33 = _mm256_set1_epi8(0x33), mcc = _mm256_set1_epi8(static_cast<char>(0xCC));
+  const __m256i m4 = _mm256_set1_epi8(15), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  // c8 of codes 0-3 as words, four times; the weight bytes' spread: word
+  // 4i + c of lane l (8 rows' bytes broadcast) = byte 2l + i (rows 0-3:
+  // 0, 1 | 2, 3), or + 4 (rows 4-7).
+  __m256i c16;
+  {
+    alignas(32) int16_t cw[16];
+    for (int x = 0; x < 16; ++x) cw[x] = static_cast<int16_t>(int(k.table[0][x & 3]) - 128);
+    c16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(cw));
+  }
+  const char z = static_cast<char>(0x80);
+  const __m256i spread0 = _mm256_setr_epi8(0, z, 0, z, 0, z, 0, z, 1, z, 1, z, 1, z, 1, z,  //
+                                           2, z, 2, z, 2, z, 2, z, 3, z, 3, z, 3, z, 3, z);
+  const __m256i spread1 = _mm256_add_epi8(spread0, _mm256_setr_epi8(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0,  //
+                                                                      4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0));
+  // Table patterns: r_a (x & 3) and r_b (x >> 2) of a lane's first pair (bytes
+  // 0-7) and of its second (8-15).
+  __m256i pa[2], pb[2];
+  {
+    alignas(32) uint8_t a8[2][32], b8[2][32];
+    for (int h = 0; h < 2; ++h)
+      for (int x = 0; x < 32; ++x) {
+        a8[h][x] = static_cast<uint8_t>(8 * h + (x & 3));
+        b8[h][x] = static_cast<uint8_t>(8 * h + 4 + ((x & 15) >> 2));
+      }
+    for (int h = 0; h < 2; ++h) {
+      pa[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a8[h]));
+      pb[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(b8[h]));
+    }
+  }
+  const __m256i r64 = _mm256_set1_epi16(64);
+  for (int r0 = 0; r0 < n; r0 += kMaxRows) {
+    const int nr = std::min(kMaxRows, n - r0), np = (nr + 1) / 2;
+    const uint8_t* const* rr = rows + r0;
+    for (int P = 0; P < np; ++P) {
+      const uint8_t* ra = rr[2 * P];
+      const uint8_t* rb = rr[std::min(2 * P + 1, nr - 1)];  // (an odd block's last pair: weight 0)
+      for (int c = 0; c < nch; ++c) {
+        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ra + o0 + 16 * static_cast<size_t>(c)));
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rb + o0 + 16 * static_cast<size_t>(c)));
+        const __m256i A = _mm256_set_m128i(_mm_srli_epi16(a, 2), a), B = _mm256_set_m128i(b, _mm_slli_epi16(b, 2));
+        const __m256i x = _mm256_or_si256(_mm256_and_si256(A, m33), _mm256_and_si256(B, mcc));
+        _mm256_store_si256(&idx[P][c][0], _mm256_and_si256(x, m4));
+        _mm256_store_si256(&idx[P][c][1], _mm256_and_si256(_mm256_srli_epi16(x, 4), m4));
+      }
+    }
+    const int np2 = (np + 1) / 2;  // pairs of pairs (an odd count's last: a table of 128s)
+    const __m256i bias = _mm256_set1_epi16(static_cast<int16_t>(128 * 2 * np2));
+    for (int j = 0; j < G; ++j) {
+      const float ws = weights8(w + static_cast<size_t>(j) * ldw + r0, nr, w8);
+      if (ws == 0.0f) continue;
+      std::memset(w8 + nr, 0, sizeof(w8) - static_cast<size_t>(nr));
+      const float f = ws * k.cs * 128.0f;
+      // The tables, 8 rows (4 pairs) at a time.
+      for (int r = 0; r < 2 * np; r += 8) {
+        const __m256i wb = _mm256_set1_epi64x(*reinterpret_cast<const long long*>(w8 + r));
+        auto prod = [&](__m256i spread) TKV_AVX2_INT8 {
+          const __m256i p = _mm256_mullo_epi16(_mm256_shuffle_epi8(wb, spread), c16);
+          return _mm256_srai_epi16(_mm256_add_epi16(p, r64), 7);
+        };
+        const __m256i R = _mm256_packs_epi16(prod(spread0), prod(spread1));  // rows 0 1 4 5 | 2 3 6 7
+        const __m256i t0 = _mm256_xor_si256(_mm256_add_epi8(_mm256_shuffle_epi8(R, pa[0]), _mm256_shuffle_epi8(R, pb[0])), flip);
+        const __m256i t1 = _mm256_xor_si256(_mm256_add_epi8(_mm256_shuffle_epi8(R, pa[1]), _mm256_shuffle_epi8(R, pb[1])), flip);
+        // t0: pairs r/2 (lane 0), r/2 + 1 (lane 1); t1: r/2 + 2, r/2 + 3.
+        _mm_store_si128(reinterpret_cast<__m128i*>(tab[r / 2]), _mm256_castsi256_si128(t0));
+        _mm_store_si128(reinterpret_cast<__m128i*>(tab[r / 2 + 1]), _mm256_extracti128_si256(t0, 1));
+        _mm_store_si128(reinterpret_cast<__m128i*>(tab[r / 2 + 2]), _mm256_castsi256_si128(t1));
+        _mm_store_si128(reinterpret_cast<__m128i*>(tab[r / 2 + 3]), _mm256_extracti128_si256(t1, 1));
+      }
+      if (np % 2) std::memset(tab[np], 128, 16);  // (its lookups add 128: in the bias)
+      for (int c = 0; c < nch; ++c) {
+        __m256i A0 = _mm256_setzero_si256(), B0 = A0, A1 = A0, B1 = A0;
+        for (int P = 0; P < 2 * np2; P += 2) {
+          const __m256i ta = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(tab[P])));
+          const __m256i tb = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(tab[P + 1])));
+          // (the second pair of an odd count: the first's indices, a table of 128s)
+          const int Q = P + 1 < np ? P + 1 : P;
+          const __m256i x0 = _mm256_shuffle_epi8(ta, _mm256_load_si256(&idx[P][c][0]));
+          const __m256i y0 = _mm256_shuffle_epi8(tb, _mm256_load_si256(&idx[Q][c][0]));
+          const __m256i x1 = _mm256_shuffle_epi8(ta, _mm256_load_si256(&idx[P][c][1]));
+          const __m256i y1 = _mm256_shuffle_epi8(tb, _mm256_load_si256(&idx[Q][c][1]));
+          A0 = _mm256_add_epi16(A0, _mm256_add_epi16(x0, y0));
+          B0 = _mm256_add_epi16(B0, _mm256_add_epi16(_mm256_srli_epi16(x0, 8), _mm256_srli_epi16(y0, 8)));
+          A1 = _mm256_add_epi16(A1, _mm256_add_epi16(x1, y1));
+          B1 = _mm256_add_epi16(B1, _mm256_add_epi16(_mm256_srli_epi16(x1, 8), _mm256_srli_epi16(y1, 8)));
+        }
+        const __m256 fv = _mm256_set1_ps(f);
+        float* out = acc + static_cast<size_t>(j) * k.dp + 64 * static_cast<size_t>(c);
+        auto put = [&](__m256i Av, __m256i Bv, float* o) TKV_AVX2_INT8 {
+          const __m256i even = _mm256_sub_epi16(_mm256_sub_epi16(Av, _mm256_slli_epi16(Bv, 8)), bias);
+          const __m256i odd = _mm256_sub_epi16(Bv, bias);
+          const __m256i u0 = _mm256_unpacklo_epi16(even, odd), u1 = _mm256_unpackhi_epi16(even, odd);
+          // u0: positions 0-7 | 16-23, u1: 8-15 | 24-31
+          const __m128i q[4] = {_mm256_castsi256_si128(u0), _mm256_castsi256_si128(u1), _mm256_extracti128_si256(u0, 1),
+                                _mm256_extracti128_si256(u1, 1)};
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) {
+            const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(q[i]));
+            _mm256_storeu_ps(o + 8 * i, _mm256_add_ps(_mm256_loadu_ps(o + 8 * i), _mm256_mul_ps(v, fv)));
+          }
+        };
+        put(A0, B0, out);
+        put(A1, B1, out + 32);
+      }
+    }
+  }
+}
+
 }  // namespace tkv::attn
 
 #else

@@ -326,6 +326,140 @@ TEST(Int8Lut, VectorBuildGivesTheSpecificationsBytes) {
   }
 }
 
+// V's pair tables (Int8Keys::vlut): the AVX2 kernel against its
+// specification, accumulators in int8_values_order (written out here:
+// position 64c + 16s + b holds coordinate 64c + 4b + s), at every dp it
+// takes, blocks of 1 to 32 rows (odd counts: a last pair of one row), 1 to 8
+// queries, rows of random bytes (every code pair) ending at their buffer's
+// end, weights with zeros, a query of zeros and rows at weight 255 with the
+// largest centroid (the largest 16-bit sums).
+TEST(Int8VLut, KernelGivesTheSpecificationsSums) {
+  if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  PinTarget pin(attn::Int8Target::kAvx2);
+  for (int d : {64, 128, 192, 256, 512}) {
+    auto c = make("tq2", d);
+    ASSERT_TRUE(c);
+    const int dp = padded(d);
+    Int8Keys k;
+    attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k, attn::kInt8Residual, true, attn::Int8Side::kValues);
+    ASSERT_TRUE(k.vlut) << "tq2 d=" << d << " takes V's pair tables on AVX2";
+    Int8Keys kk;
+    attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), kk);
+    EXPECT_FALSE(kk.vlut) << "K's tables are not V's";
+    std::vector<int> order(dp);
+    for (int p = 0; p < dp; ++p) order[p] = 64 * (p / 64) + 4 * (p % 16) + (p % 64) / 16;
+    const size_t rb = c->row_bytes();
+    for (int n : {1, 2, 5, 8, 9, 17, 31, 32}) {
+      Rng rng(d * 100 + n);
+      for (bool full : {false, true}) {
+        std::vector<uint8_t> bytes(size_t(n) * rb);
+        for (auto& b : bytes) b = uint8_t(rng.next());
+        if (full)  // every code the largest centroid (code 3)
+          for (int r = 0; r < n; ++r) std::memset(bytes.data() + size_t(r) * rb + c->layout().parts[0].planes[0].offset, 0xFF, dp / 4);
+        std::vector<const uint8_t*> ptr(n);
+        for (int r = 0; r < n; ++r) ptr[r] = bytes.data() + size_t(r) * rb;
+        for (int G : {1, 2, 3, 4, 5, 8}) {
+          const int ldw = 37;
+          std::vector<float> w(size_t(G) * ldw);
+          for (auto& v : w) v = full ? 1.0f : rng.next() % 4 == 0 ? 0.0f : float(std::exp(-5.0 * rng.uniform()));
+          if (G == 3) std::fill(w.begin() + ldw, w.begin() + 2 * ldw, 0.0f);  // a query with nothing to add
+          std::vector<float> fast(size_t(G) * dp), nat(fast.size());
+          for (size_t i = 0; i < fast.size(); ++i) nat[i] = float(i % 7) - 3.0f;
+          for (int j = 0; j < G; ++j)
+            for (int p = 0; p < dp; ++p) fast[size_t(j) * dp + p] = nat[size_t(j) * dp + order[p]];
+          attn::int8_vlut_values_ordered(k, c->layout(), ptr.data(), n, w.data(), G, ldw, fast.data());
+          attn::int8_vlut_values_ref(k, c->layout(), ptr.data(), n, w.data(), G, ldw, nat.data());
+          for (int j = 0; j < G; ++j)
+            for (int p = 0; p < dp; ++p)
+              ASSERT_NEAR(fast[size_t(j) * dp + p], nat[size_t(j) * dp + order[p]], 1e-6 * (1 + std::fabs(nat[size_t(j) * dp + order[p]])))
+                  << "d=" << d << " n=" << n << " G=" << G << " query " << j << " position " << p << (full ? " (largest sums)" : "");
+          if (G == 3)
+            for (int p = 0; p < dp; ++p) ASSERT_EQ(nat[size_t(dp) + p], float((dp + p) % 7) - 3.0f) << "zero weights add nothing";
+        }
+      }
+    }
+  }
+}
+
+// V's pair tables against their definition, computed here in double from
+// the codec's codebook (checked near Lloyd-Max's published 2-bit centroids,
+// ±0.4528 and ±1.5104 times 1/√d): acc[j][i] ≈ Σ_r w_jr · c(code of row r,
+// coordinate i). Per coordinate within the bound the header states (weight
+// bytes within ws/2, centroid bytes within cs/2, r within 64 cs ws, summed
+// over rows); over many blocks no gain (a scale off by 1 in 128 is 0.8 %),
+// and the error variance a small share of the codec's own (n rows at
+// Lloyd-Max's 2-bit distortion 0.1175 of 1/d per coordinate): weights flat,
+// a softmax of N(0, 2²) scores, one row far above the rest.
+TEST(Int8VLut, SumsAreTheirDefinitionWithinTheBound) {
+  if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  PinTarget pin(attn::Int8Target::kAvx2);
+  for (int d : {64, 128, 256}) {
+    auto c = make("tq2", d);
+    ASSERT_TRUE(c);
+    Int8Keys k;
+    attn::int8_keys_prepare(c->layout(), d, d, c->coord_scale(), k, attn::kInt8Residual, true, attn::Int8Side::kValues);
+    ASSERT_TRUE(k.vlut);
+    const double u = 1.0 / std::sqrt(double(d));
+    const double published[4] = {-1.5104 * u, -0.4528 * u, 0.4528 * u, 1.5104 * u};
+    double cen[4];
+    for (int j = 0; j < 4; ++j) {
+      cen[j] = c->layout().parts[0].centroids[j];
+      ASSERT_NEAR(cen[j], published[j], 0.015 * std::fabs(published[j])) << "d=" << d << " centroid " << j;
+    }
+    const double cmax = cen[3];
+    // The centroid bytes' step: |c8| <= 31 (Int8Keys::kNarrow) over the codebook.
+    ASSERT_NEAR(k.cs, cmax / 31, 0.05 * cmax / 31) << "d=" << d;
+    std::vector<int> order(d);
+    for (int p = 0; p < d; ++p) order[p] = 64 * (p / 64) + 4 * (p % 16) + (p % 64) / 16;
+    const int n = 32, G = 4, trials = 60;
+    const size_t o0 = c->layout().parts[0].planes[0].offset;
+    for (int kind = 0; kind < 3; ++kind) {
+      double ee = 0, ex2 = 0, exe = 0, codec = 0, eb = 0, exb = 0;  // (eb, exb: int8_values' own, for comparison)
+      for (int t = 0; t < trials; ++t) {
+        const CodedRows rows = coded_rows(*c, gaussian(size_t(n) * d, 7000 + 10 * d + 3 * t + kind), n);
+        Rng rng(300 * d + 7 * t + kind);
+        std::vector<float> w(size_t(G) * n);
+        for (int j = 0; j < G; ++j) {
+          std::vector<double> s(n);
+          for (int r = 0; r < n; ++r) s[r] = kind == 0 ? 0.0 : kind == 1 ? 2.0 * rng.gaussian() : -8.0 * rng.uniform();
+          if (kind == 2) s[rng.next() % n] = 0.0;
+          const double mx = *std::max_element(s.begin(), s.end());
+          for (int r = 0; r < n; ++r) w[size_t(j) * n + r] = float(kind == 0 ? 0.5 + 0.5 * rng.uniform() : std::exp(s[r] - mx));
+        }
+        std::vector<float> acc(size_t(G) * d, 0.0f);
+        attn::int8_vlut_values_ordered(k, c->layout(), rows.ptr.data(), n, w.data(), G, n, acc.data());
+        std::vector<float> bytes_acc(size_t(G) * d, 0.0f);
+        attn::int8_values_ref(k, c->layout(), rows.ptr.data(), n, w.data(), G, n, bytes_acc.data());
+        for (int j = 0; j < G; ++j) {
+          double wmax = 0;
+          for (int r = 0; r < n; ++r) wmax = std::max<double>(wmax, w[size_t(j) * n + r]);
+          const double ws = wmax / 255;
+          const double bound = n * ws * (cmax / 2 + 255 * k.cs / 2 + 64 * k.cs);
+          // (d coordinates at 0.1175 / d each: 0.1175 a row)
+          for (int r = 0; r < n; ++r) codec += double(w[size_t(j) * n + r]) * w[size_t(j) * n + r] * 0.1175;
+          for (int p = 0; p < d; ++p) {
+            const int i = order[p];
+            double x = 0;
+            for (int r = 0; r < n; ++r) x += double(w[size_t(j) * n + r]) * cen[(rows.ptr[r][o0 + i / 4] >> (2 * (i % 4))) & 3];
+            const double e = acc[size_t(j) * d + p] - x;
+            ASSERT_LE(std::fabs(e), bound) << "d=" << d << " kind " << kind << " query " << j << " coordinate " << i;
+            ee += e * e, ex2 += x * x, exe += x * e;
+            const double e0 = bytes_acc[size_t(j) * d + i] - x;
+            eb += e0 * e0, exb += x * e0;
+          }
+        }
+      }
+      const double gain = exe / ex2, share = ee / codec;
+      std::printf("tq2 V pair tables d=%d, weights %s: gain %+.5f, error variance %.5f of the codec's (predicted %.5f); "
+                  "int8_values: gain %+.5f, %.5f\n", d, kind == 0 ? "flat" : kind == 1 ? "softmax" : "one high", gain, share,
+                  k.vlut_predicted, exb / ex2, eb / codec);
+      EXPECT_LT(std::fabs(gain), 0.004) << "d=" << d << " kind " << kind;  // (a scale off by 1 in 128: 0.0078)
+      EXPECT_LT(share, attn::kInt8ValueMax) << "d=" << d << " kind " << kind;
+      if (kind == 0) EXPECT_LT(share, 2 * k.vlut_predicted) << "flat weights: the prediction's case";
+    }
+  }
+}
+
 TEST(Int8Values, KernelGivesTheSpecificationsSums) {
   if (targets_here().empty()) GTEST_SKIP() << "no AVX2 on this CPU: attention keeps the f32 path";
   for (attn::Int8Target target : targets_here()) {
@@ -980,7 +1114,16 @@ void check_attention(const AttnCase& ac) {
   attn::int8_keys_prepare(cv->layout(), d, padded(d), cv->coord_scale(), iv);
   double svmax = 0;
   for (size_t r = 0; r < size_t(n) * H; ++r) svmax = std::max<double>(svmax, row_scale(vq.data() + r * cv->row_bytes()));
-  const double v_bound = attn::int8_keys_cpu() && iv.usable ? svmax * iv.cs * 0.5 * std::sqrt(double(d)) + 32.0 / 510 * vmax : 0.0;
+  double v_bound = attn::int8_keys_cpu() && iv.usable ? svmax * iv.cs * 0.5 * std::sqrt(double(d)) + 32.0 / 510 * vmax : 0.0;
+  // V's pair tables (tq2 on AVX2, up to 16 query tokens): each of a block's
+  // up to 32 rows within 64 cs ws per coordinate, ws its block's largest
+  // weight / 255, whose sum over blocks is at most the softmax sum.
+  Int8Keys ivv;
+  attn::int8_keys_prepare(cv->layout(), d, padded(d), cv->coord_scale(), ivv, attn::kInt8Residual, true,
+                          attn::Int8Side::kValues);
+  const bool expect_vlut = attn::int8_keys_cpu() && ivv.usable && ivv.vlut && ac.n_q <= 16;
+  EXPECT_EQ(st.v_rows_lut > 0, expect_vlut) << "V's pair tables summed tq2 where the layout and the target take them";
+  if (expect_vlut) v_bound += svmax * ivv.cs * 32 * 64 / 255.0 * std::sqrt(double(d));
   for (int i = 0; i < ac.n_q; ++i)
     for (int hq = 0; hq < Hq; ++hq) {
       const size_t row = size_t(i) * Hq + hq;
