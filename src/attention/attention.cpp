@@ -322,7 +322,7 @@ Status attention(const AttentionArgs& a) {
   // each worker's own (empty) instance.
   float* mbuf = m_store.data();
   float* lbuf = l_store.data();
-  std::vector<uint64_t> skipped(n_items, 0), v_zero(n_items, 0);
+  std::vector<uint64_t> skipped(n_items, 0), v_zero(n_items, 0), v_lut(n_items, 0);
   const bool drop_zero = attn::v_drop_zero();
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(a.threads)
@@ -377,6 +377,7 @@ Status attention(const AttentionArgs& a) {
     w.skipped = &skipped[it];
     w.v_drop_zero = drop_zero;
     w.v_zero = &v_zero[it];
+    w.v_lut = &v_lut[it];
     attn::run_work(Kh(item.h0), Vh(item.h0), w);
   }
 
@@ -456,10 +457,10 @@ Status attention(const AttentionArgs& a) {
       if (Kh(item.h0).int8) a.stats->rows_scored_int8 += static_cast<uint64_t>(item.r1 - item.r0) * H;
       if (Kh(item.h0).int8 && Kh(item.h0).i8.lut) a.stats->rows_scored_lut += static_cast<uint64_t>(item.r1 - item.r0) * H;
       if (Vh(item.h0).int8) a.stats->v_rows_int8 += static_cast<uint64_t>(item.r1 - item.r0) * H;
-      if (Vh(item.h0).int8 && Vh(item.h0).i8.vlut) a.stats->v_rows_lut += static_cast<uint64_t>(item.r1 - item.r0) * H;
     }
     for (uint64_t s : skipped) a.stats->v_rows_skipped += s;
     for (uint64_t s : v_zero) a.stats->v_rows_zero += s;
+    for (uint64_t s : v_lut) a.stats->v_rows_lut += s;
   }
   return Status::Ok();
 }

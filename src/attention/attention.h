@@ -73,7 +73,7 @@ struct AttnStats {
   uint64_t rows_scored_int8 = 0;  // of rows_scored, those scored on int8 (KeyScoring)
   uint64_t rows_scored_lut = 0;   // of those, scored by pair tables (tq2 on AVX2, up to 16 query tokens)
   uint64_t v_rows_int8 = 0;       // V rows accumulated on int8
-  uint64_t v_rows_lut = 0;        // of those, by V's pair tables (tq2 on AVX2, up to 16 query tokens)
+  uint64_t v_rows_lut = 0;        // of those read, summed by V's pair tables (tq2 on AVX2, up to 16 query tokens)
   uint64_t v_rows_zero = 0;       // of those, rows every query's weight byte left at 0: not read
 };
 

@@ -909,7 +909,10 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const 
     }
   }
   // acch in V.perm's order (the pair tables keep the byte kernel's order)
-  if (V.i8.vlut) return int8_vlut_values_ordered(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);
+  if (V.i8.vlut) {
+    if (w.v_lut) *w.v_lut += static_cast<uint64_t>(nb);
+    return int8_vlut_values_ordered(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);
+  }
   int8_values_ordered(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);
 }
 

@@ -84,6 +84,7 @@ struct Work {
   // (AttnStats::v_rows_zero; sparse V's skipped rows are among them).
   bool v_drop_zero = false;  // (attention.cpp sets it, with v_zero)
   uint64_t* v_zero = nullptr;
+  uint64_t* v_lut = nullptr;  // rows V's pair tables summed (AttnStats::v_rows_lut), where non-null
 };
 
 // Whether ValuesInt8 leaves out rows whose weight bytes are all 0 (default

@@ -18,7 +18,8 @@
 // The f32 path spends two vpermps, a compare and a blend per 8 coordinates
 // of a row to decode them, then one FMA per query (RESULTS §31).
 // tq2 keys: pair tables on the rows' bytes transposed per block
-// (int8_lut_dots_avx2, at the end; RESULTS §42).
+// (int8_lut_dots_avx2, at the end; RESULTS §42); tq2 values: pair tables of
+// two rows' weighted centroids (int8_vlut_values_avx2, the last; §43).
 #include "attention/score_int8.h"
 
 #include <algorithm>
@@ -1118,7 +1119,8 @@ TKV_AVX2_INT8 void int8_vlut_values_avx2(const Int8Keys& k, const RowLayout& L, 
         _mm_store_si128(reinterpret_cast<__m128i*>(tab[r / 2 + 2]), _mm256_castsi256_si128(t1));
         _mm_store_si128(reinterpret_cast<__m128i*>(tab[r / 2 + 3]), _mm256_extracti128_si256(t1, 1));
       }
-      if (np % 2) std::memset(tab[np], 128, 16);  // (its lookups add 128: in the bias)
+      // (An odd count's filler, table np, is in the last 8 rows built: weight
+      // bytes 0, r = 0, every entry 128, counted in the bias.)
       for (int c = 0; c < nch; ++c) {
         __m256i A0 = _mm256_setzero_si256(), B0 = A0, A1 = A0, B1 = A0;
         for (int P = 0; P < 2 * np2; P += 2) {
