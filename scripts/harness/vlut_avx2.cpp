@@ -1,8 +1,9 @@
 // V's pair tables (RESULTS §43) against the quads, alone in L1; build after the Release build:
 //   g++ -O2 -std=c++20 scripts/harness/vlut_avx2.cpp -o /tmp/vlut -I build/layers/tkv_attention -I src -I build \
 //       -Lbuild -ltkv_attention -ltkv_codec -ltkv_util -lhwy -lxxhash -fopenmp
-// tq2, 32 rows a call: the kernel's largest difference from its specification, then ns a row
-// (best of 7) of int8_values_ordered (quads) and int8_vlut_values_ordered at d 64/128/256, G 1/4.
+// tq2: the kernel's largest difference from its specification (1-32 rows), then ns a row (best of
+// 7) of int8_values_ordered (quads) and int8_vlut_values_ordered at d 64/128/256, G 1/4, on 32 rows
+// a call, and ns a call at d 128 on the 1-8 rows a peaked softmax leaves after ValuesInt8's drop.
 #include "attention/score_int8.h"
 #include "codec/format.h"
 #include <algorithm>
@@ -49,6 +50,22 @@ int main() {
         t[m] = best;
       }
       printf("d %3d G %d: worst rel diff %.2e; quads %.2f, pair tables %.2f ns a row (%.2fx)\n", d, G, worst, t[0], t[1], t[0] / t[1]);
+      if (d != 128) continue;
+      for (int n : {1, 2, 4, 8}) {
+        double tn[2];
+        for (int m = 0; m < 2; ++m) {
+          double best = 1e9;
+          for (int rep = 0; rep < 7; ++rep) {
+            double t0 = cpu();
+            for (int i = 0; i < 50000; ++i)
+              if (m == 0) attn::int8_values_ordered(k, C.layout(), p.data(), n, w.data(), G, 32, acc.data());
+              else attn::int8_vlut_values_ordered(k, C.layout(), p.data(), n, w.data(), G, 32, acc.data());
+            best = std::min(best, (cpu() - t0) / 50000 * 1e9);
+          }
+          tn[m] = best;
+        }
+        printf("  n %d: quads %.0f, pair tables %.0f ns a call\n", n, tn[0], tn[1]);
+      }
     }
   }
 }

@@ -1105,7 +1105,9 @@ TKV_AVX2_INT8 void int8_vlut_values_avx2(const Int8Keys& k, const RowLayout& L, 
       const float f = ws * k.cs * 128.0f;
       // The tables, 8 rows (4 pairs) at a time.
       for (int r = 0; r < 2 * np; r += 8) {
-        const __m256i wb = _mm256_set1_epi64x(*reinterpret_cast<const long long*>(w8 + r));
+        long long w8r;
+        std::memcpy(&w8r, w8 + r, 8);
+        const __m256i wb = _mm256_set1_epi64x(w8r);
         auto prod = [&](__m256i spread) TKV_AVX2_INT8 {
           const __m256i p = _mm256_mullo_epi16(_mm256_shuffle_epi8(wb, spread), c16);
           return _mm256_srai_epi16(_mm256_add_epi16(p, r64), 7);
