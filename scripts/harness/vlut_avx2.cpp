@@ -37,33 +37,23 @@ int main() {
       }
       for (auto& v : w) v = 0.5f + 0.5f * U(rng);
       std::vector<float> acc(G * d, 0.0f);
-      double t[2];
-      for (int m = 0; m < 2; ++m) {
+      // Best of 7, ns a call of n rows: m 0 the quads, 1 the pair tables.
+      auto best_ns = [&](int m, int n, int iters) {
         double best = 1e9;
         for (int rep = 0; rep < 7; ++rep) {
           double t0 = cpu();
-          for (int i = 0; i < 20000; ++i)
-            if (m == 0) attn::int8_values_ordered(k, C.layout(), p.data(), 32, w.data(), G, 32, acc.data());
-            else attn::int8_vlut_values_ordered(k, C.layout(), p.data(), 32, w.data(), G, 32, acc.data());
-          best = std::min(best, (cpu() - t0) / 20000 / 32 * 1e9);
+          for (int i = 0; i < iters; ++i)
+            if (m == 0) attn::int8_values_ordered(k, C.layout(), p.data(), n, w.data(), G, 32, acc.data());
+            else attn::int8_vlut_values_ordered(k, C.layout(), p.data(), n, w.data(), G, 32, acc.data());
+          best = std::min(best, (cpu() - t0) / iters * 1e9);
         }
-        t[m] = best;
-      }
+        return best;
+      };
+      const double t[2] = {best_ns(0, 32, 20000) / 32, best_ns(1, 32, 20000) / 32};
       printf("d %3d G %d: worst rel diff %.2e; quads %.2f, pair tables %.2f ns a row (%.2fx)\n", d, G, worst, t[0], t[1], t[0] / t[1]);
       if (d != 128) continue;
       for (int n : {1, 2, 4, 8}) {
-        double tn[2];
-        for (int m = 0; m < 2; ++m) {
-          double best = 1e9;
-          for (int rep = 0; rep < 7; ++rep) {
-            double t0 = cpu();
-            for (int i = 0; i < 50000; ++i)
-              if (m == 0) attn::int8_values_ordered(k, C.layout(), p.data(), n, w.data(), G, 32, acc.data());
-              else attn::int8_vlut_values_ordered(k, C.layout(), p.data(), n, w.data(), G, 32, acc.data());
-            best = std::min(best, (cpu() - t0) / 50000 * 1e9);
-          }
-          tn[m] = best;
-        }
+        const double tn[2] = {best_ns(0, n, 50000), best_ns(1, n, 50000)};
         printf("  n %d: quads %.0f, pair tables %.0f ns a call\n", n, tn[0], tn[1]);
       }
     }

@@ -1098,10 +1098,10 @@ TKV_AVX2_INT8 void int8_vlut_values_avx2(const Int8Keys& k, const RowLayout& L, 
     }
     const int np2 = (np + 1) / 2;  // pairs of pairs (an odd count's last: a table of 128s)
     const __m256i bias = _mm256_set1_epi16(static_cast<int16_t>(128 * 2 * np2));
+    std::fill(w8 + nr, w8 + sizeof(w8), uint8_t{0});  // (weights8 writes nr bytes: rows past them weigh 0)
     for (int j = 0; j < G; ++j) {
       const float ws = weights8(w + static_cast<size_t>(j) * ldw + r0, nr, w8);
       if (ws == 0.0f) continue;
-      std::memset(w8 + nr, 0, sizeof(w8) - static_cast<size_t>(nr));
       const float f = ws * k.cs * 128.0f;
       // The tables, 8 rows (4 pairs) at a time.
       for (int r = 0; r < 2 * np; r += 8) {

@@ -182,6 +182,31 @@ TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
   }
 }
 
+// tq2 at d with its integer tables prepared for K or V (the pair tables'
+// tests: the layout takes them on AVX2).
+struct Tq2Tables {
+  std::unique_ptr<Codec> c;
+  Int8Keys k;
+};
+Tq2Tables tq2_tables(int d, attn::Int8Side side) {
+  Tq2Tables t{make("tq2", d), {}};
+  if (t.c)
+    attn::int8_keys_prepare(t.c->layout(), d, padded(d), t.c->coord_scale(), t.k, attn::kInt8Residual, true, side);
+  return t;
+}
+
+// The codec's 2-bit codebook at d into cen, each near Lloyd-Max's published
+// centroid for N(0, 1/d), ±0.4528 and ±1.5104 times 1/√d (Max 1960; the
+// codec's are for a rotated coordinate's exact law, 0.7 % inside at d 64).
+void tq2_codebook(const Codec& c, int d, double* cen) {
+  const double u = 1.0 / std::sqrt(double(d));
+  const double published[4] = {-1.5104 * u, -0.4528 * u, 0.4528 * u, 1.5104 * u};
+  for (int j = 0; j < 4; ++j) {
+    cen[j] = c.layout().parts[0].centroids[j];
+    EXPECT_NEAR(cen[j], published[j], 0.015 * std::fabs(published[j])) << "d=" << d << " centroid " << j;
+  }
+}
+
 // The pair tables' kernel (AVX2) against their specification: tq2 at every
 // dp it takes, blocks of 1 to 70 rows (short blocks, several blocks), 1 to 8
 // queries (whole and partial groups of 4), rows of random bytes (every
@@ -191,11 +216,9 @@ TEST(Int8Lut, KernelGivesTheSpecificationsIntegers) {
   if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   PinTarget pin(attn::Int8Target::kAvx2);
   for (int d : {64, 128, 192, 256, 512}) {
-    auto c = make("tq2", d);
+    const auto [c, k] = tq2_tables(d, attn::Int8Side::kKeys);
     ASSERT_TRUE(c);
     const int dp = padded(d);
-    Int8Keys k;
-    attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k);
     ASSERT_TRUE(k.lut) << "tq2 d=" << d << " takes the pair tables on AVX2";
     const size_t rb = c->row_bytes(), lb = attn::int8_lut_bytes(dp);
     for (int n : {1, 5, 31, 32, 33, 70}) {
@@ -231,19 +254,12 @@ TEST(Int8Lut, TablesAreTheirDefinition) {
   if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   PinTarget pin(attn::Int8Target::kAvx2);
   for (int d : {64, 128, 256}) {
-    auto c = make("tq2", d);
+    const auto [c, k] = tq2_tables(d, attn::Int8Side::kKeys);
     ASSERT_TRUE(c);
-    Int8Keys k;
-    attn::int8_keys_prepare(c->layout(), d, d, c->coord_scale(), k);
     ASSERT_TRUE(k.lut);
-    const double u = 1.0 / std::sqrt(double(d));
-    const double published[4] = {-1.5104 * u, -0.4528 * u, 0.4528 * u, 1.5104 * u};
     double cen[4];
-    for (int j = 0; j < 4; ++j) {
-      cen[j] = c->layout().parts[0].centroids[j];
-      ASSERT_NEAR(cen[j], published[j], 0.015 * std::fabs(published[j])) << "d=" << d << " centroid " << j;
-      ASSERT_EQ(k.lut_c[j], float(cen[j])) << "the tables read the codec's codebook";
-    }
+    tq2_codebook(*c, d, cen);
+    for (int j = 0; j < 4; ++j) ASSERT_EQ(k.lut_c[j], float(cen[j])) << "the tables read the codec's codebook";
     for (int trial = 0; trial < 3; ++trial) {
       auto q = gaussian(d, 50 + d + trial);
       if (trial == 1) q[d / 2 + 1] = 40.0f;  // one large coordinate sets the scale
@@ -279,10 +295,8 @@ TEST(Int8Lut, VectorBuildGivesTheSpecificationsBytes) {
   if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   PinTarget pin(attn::Int8Target::kAvx2);
   for (int d : {64, 128, 256, 512}) {
-    auto c = make("tq2", d);
+    const auto [c, k] = tq2_tables(d, attn::Int8Side::kKeys);
     ASSERT_TRUE(c);
-    Int8Keys k;
-    attn::int8_keys_prepare(c->layout(), d, d, c->coord_scale(), k);
     ASSERT_TRUE(k.lut);
     for (int trial = 0; trial < 12; ++trial) {
       auto q = gaussian(d, 900 + d + trial, trial % 3 == 0 ? 1e-3 : 1.0);
@@ -337,15 +351,11 @@ TEST(Int8VLut, KernelGivesTheSpecificationsSums) {
   if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   PinTarget pin(attn::Int8Target::kAvx2);
   for (int d : {64, 128, 192, 256, 512}) {
-    auto c = make("tq2", d);
+    const auto [c, k] = tq2_tables(d, attn::Int8Side::kValues);
     ASSERT_TRUE(c);
     const int dp = padded(d);
-    Int8Keys k;
-    attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k, attn::kInt8Residual, true, attn::Int8Side::kValues);
     ASSERT_TRUE(k.vlut) << "tq2 d=" << d << " takes V's pair tables on AVX2";
-    Int8Keys kk;
-    attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), kk);
-    EXPECT_FALSE(kk.vlut) << "K's tables are not V's";
+    EXPECT_FALSE(tq2_tables(d, attn::Int8Side::kKeys).k.vlut) << "K's tables are not V's";
     std::vector<int> order(dp);
     for (int p = 0; p < dp; ++p) order[p] = 64 * (p / 64) + 4 * (p % 16) + (p % 64) / 16;
     const size_t rb = c->row_bytes();
@@ -394,18 +404,11 @@ TEST(Int8VLut, SumsAreTheirDefinitionWithinTheBound) {
   if (!attn::int8_target_supported(attn::Int8Target::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   PinTarget pin(attn::Int8Target::kAvx2);
   for (int d : {64, 128, 256}) {
-    auto c = make("tq2", d);
+    const auto [c, k] = tq2_tables(d, attn::Int8Side::kValues);
     ASSERT_TRUE(c);
-    Int8Keys k;
-    attn::int8_keys_prepare(c->layout(), d, d, c->coord_scale(), k, attn::kInt8Residual, true, attn::Int8Side::kValues);
     ASSERT_TRUE(k.vlut);
-    const double u = 1.0 / std::sqrt(double(d));
-    const double published[4] = {-1.5104 * u, -0.4528 * u, 0.4528 * u, 1.5104 * u};
     double cen[4];
-    for (int j = 0; j < 4; ++j) {
-      cen[j] = c->layout().parts[0].centroids[j];
-      ASSERT_NEAR(cen[j], published[j], 0.015 * std::fabs(published[j])) << "d=" << d << " centroid " << j;
-    }
+    tq2_codebook(*c, d, cen);
     const double cmax = cen[3];
     // The centroid bytes' step: |c8| <= 31 (Int8Keys::kNarrow) over the codebook.
     ASSERT_NEAR(k.cs, cmax / 31, 0.05 * cmax / 31) << "d=" << d;
