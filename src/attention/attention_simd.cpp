@@ -777,9 +777,13 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
   // p[j][r] = score(r) · s_r for the rows (lo, hi) of this block that query j
   // sees, -inf elsewhere; score(r) gives the N rows from r on, before s_r.
   auto store = [&](int j, auto score) HWY_ATTR {
+    float* pj = p + static_cast<size_t>(j) * kBlock;
+    if (nb == kBlock && w.start[j] <= b0 && w.limit[j] >= b0 + kBlock) {  // every row visible (decode's blocks)
+      for (int r = 0; r < kBlock; r += N) hn::StoreU(hn::Mul(score(r), hn::Load(df, scale + r)), df, pj + r);
+      return;
+    }
     const auto lo = hn::Set(di, std::max(w.start[j], b0) - b0 - 1);  // (rows > lo: 1.0.3 has no integer Ge)
     const auto hi = hn::Set(di, std::min(w.limit[j], b0 + nb) - b0);
-    float* pj = p + static_cast<size_t>(j) * kBlock;
     for (int r = 0; r < kBlock; r += N) {
       const auto idx = hn::Load(di, kRowIndex + r);
       const auto vis = hn::RebindMask(df, hn::And(hn::Gt(idx, lo), hn::Lt(idx, hi)));
