@@ -1166,6 +1166,9 @@ TEST(Int8Keys, AttentionWithinTheImpliedBound) {
         for (int n_q : {1, 5}) check_attention({f, 128, 4, 300, n_q, paged, window, f});
   // Past 16 query tokens tq2 keys go back to the byte kernel.
   check_attention({"tq2", 128, 4, 300, 20, false, 0, "tq2"});
+  // 320 rows: a causal tile's limits inside a whole block of 32 (ScoresInt8
+  // masks the rows past them; only blocks every query sees whole skip it).
+  for (const char* f : {"tq2", "tq4"}) check_attention({f, 128, 4, 320, 5, false, 0, f});
   }
 }
 
@@ -1367,6 +1370,52 @@ TEST(Int8Keys, SoftmaxKeepsAScoreFarAboveTheBlocksBefore) {
         for (int i = 0; i < d; ++i)
           ASSERT_NEAR(out[size_t(hq) * d + i], v40[i], 0.05 * (1 + std::fabs(v40[i])))
               << f << (ks == KeyScoring::kInt8 ? " int8" : " exact") << " head " << hq << " coordinate " << i;
+    }
+  }
+  }
+}
+
+// A causal tile whose limits fall inside a whole block of 32 rows (320
+// rows, 5 queries: limits 316-320): rows 316-319 are aimed at the queries
+// with scores near 30, so a row shown to a query before its limit would take
+// nearly all of that query's weight. Each query's int8 output stays within
+// a small distance of the exact path's, which masks them.
+TEST(Int8Keys, CausalTileMasksTheRowsPastEachQuerysLimit) {
+  for (attn::Int8Target target : targets_or_none()) {
+  SCOPED_TRACE(target_name(target));
+  PinTarget pin(target);
+  const int d = 128, H = 1, Hq = 4, n = 320, nq = 5;
+  const auto q = gaussian(size_t(nq) * Hq * d, 601);
+  std::vector<float> K = gaussian(size_t(n) * d, 602, 0.05), V = gaussian(size_t(n) * d, 603);
+  std::vector<float> dir(d, 0.0f);
+  for (size_t r = 0; r < size_t(nq) * Hq; ++r)
+    for (int i = 0; i < d; ++i) dir[i] += q[r * d + i];
+  double n2 = 0;
+  for (float v : dir) n2 += double(v) * v;
+  for (int t = n - 4; t < n; ++t)
+    for (int i = 0; i < d; ++i) K[size_t(t) * d + i] = float(dir[i] * 30.0 * std::sqrt(double(d)) * nq * Hq / n2);
+  for (const char* f : {"tq2", "tq4"}) {
+    auto c = make(f, d);
+    ASSERT_TRUE(c);
+    std::vector<uint8_t> kq(size_t(n) * c->row_bytes()), vq(kq.size());
+    ASSERT_TRUE(c->quantize(K.data(), n, kq.data()).ok());
+    ASSERT_TRUE(c->quantize(V.data(), n, vq.data()).ok());
+    std::vector<float> out[2];
+    for (int mode = 0; mode < 2; ++mode) {
+      AttentionArgs a = flat_args(q, nq, Hq, n, H, d, c.get(), kq, c.get(), vq);
+      a.causal_offset = n - nq;
+      out[mode].resize(q.size());
+      a.out = out[mode].data();
+      a.keys = mode ? KeyScoring::kInt8 : KeyScoring::kExact;
+      ASSERT_TRUE(attention(a).ok());
+    }
+    for (int i = 0; i < nq * Hq; ++i) {
+      double e2 = 0, v2 = 0;
+      for (int x = 0; x < d; ++x) {
+        e2 += std::pow(double(out[1][size_t(i) * d + x]) - out[0][size_t(i) * d + x], 2);
+        v2 += std::pow(double(out[0][size_t(i) * d + x]), 2);
+      }
+      EXPECT_LT(std::sqrt(e2), 0.25 * std::sqrt(v2) + 0.05) << f << " query " << i / Hq << " head " << i % Hq;
     }
   }
   }
