@@ -1030,20 +1030,10 @@ TKV_AVX2_INT8 void int8_lut_dots_avx2(const Int8Keys& k, const RowLayout& L, con
 // bytes into B; position 2w = A − 256 B, 2w + 1 = B (mod 2^16; exact while
 // 16 pairs of at most 252 stay below 2^16). Per 8 rows, 64 positions and a
 // query: 8 lookups and 12 adds and shifts, where values_quads takes 16
-// vpmaddubsw and 8 vpmaddwd on the one multiply pipe.
+// vpmaddubsw and 8 vpmaddwd on the one multiply pipe. Called for k.vlut
+// alone (one part, dp a multiple of 64 up to kLutMaxDp: int8_keys_prepare).
 TKV_AVX2_INT8 void int8_vlut_values_avx2(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
                                          const float* w, int G, int ldw, float* acc) {
-  if (k.dp % 64 != 0 || k.dp > kLutMaxDp || L.nparts != 1) {
-    int perm[1024];
-    int8_values_order(k, perm);
-    std::vector<float> nat(static_cast<size_t>(G) * k.dp);
-    for (int j = 0; j < G; ++j)
-      for (int p = 0; p < k.dp; ++p) nat[static_cast<size_t>(j) * k.dp + perm[p]] = acc[static_cast<size_t>(j) * k.dp + p];
-    int8_vlut_values_ref(k, L, rows, n, w, G, ldw, nat.data());
-    for (int j = 0; j < G; ++j)
-      for (int p = 0; p < k.dp; ++p) acc[static_cast<size_t>(j) * k.dp + p] = nat[static_cast<size_t>(j) * k.dp + perm[p]];
-    return;
-  }
   const size_t o0 = L.parts[0].planes[0].offset;
   const int nch = k.dp / 64;
   alignas(32) __m256i idx[kMaxRows / 2][kLutMaxDp / 64][2];
@@ -1103,6 +1093,7 @@ TKV_AVX2_INT8 void int8_vlut_values_avx2(const Int8Keys& k, const RowLayout& L, 
       const float ws = weights8(w + static_cast<size_t>(j) * ldw + r0, nr, w8);
       if (ws == 0.0f) continue;
       const float f = ws * k.cs * 128.0f;
+      const __m256 fv = _mm256_set1_ps(f);
       // The tables, 8 rows (4 pairs) at a time.
       for (int r = 0; r < 2 * np; r += 8) {
         long long w8r;
@@ -1139,7 +1130,6 @@ TKV_AVX2_INT8 void int8_vlut_values_avx2(const Int8Keys& k, const RowLayout& L, 
           A1 = _mm256_add_epi16(A1, _mm256_add_epi16(x1, y1));
           B1 = _mm256_add_epi16(B1, _mm256_add_epi16(_mm256_srli_epi16(x1, 8), _mm256_srli_epi16(y1, 8)));
         }
-        const __m256 fv = _mm256_set1_ps(f);
         float* out = acc + static_cast<size_t>(j) * k.dp + 64 * static_cast<size_t>(c);
         auto put = [&](__m256i Av, __m256i Bv, float* o) TKV_AVX2_INT8 {
           const __m256i even = _mm256_sub_epi16(_mm256_sub_epi16(Av, _mm256_slli_epi16(Bv, 8)), bias);
