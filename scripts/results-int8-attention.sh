@@ -8,13 +8,8 @@
 # Usage: scripts/results-int8-attention.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${1:-build}/turbokv
-S=${TKV_SHARED:-../shared}
-M=$S/models/ref-5m/ref-5m-f32.gguf
-T=$S/data/text/wikitext-2-raw-test.txt
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 date -u; uptime
-"$B" perplexity -m "$M" -f "$T" -c 512 --chunks 40 -ctk f32 -ctv f32 --kl-divergence-base "$tmp/base" -t 2 >/dev/null 2>&1
+. scripts/ref5m-kld-base.sh "$@"
 printf '%-8s %-6s %12s %12s\n' format keys "mean KLD" PPL
 for f in tq2 tq2.5 tq3 tq3.5 tq4 tq4.5; do
   for k in exact int8; do

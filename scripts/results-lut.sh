@@ -6,13 +6,8 @@
 # Usage: scripts/results-lut.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${1:-build}/turbokv
-S=${TKV_SHARED:-../shared}
-M=$S/models/ref-5m/ref-5m-f32.gguf
-T=$S/data/text/wikitext-2-raw-test.txt
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 date -u
-"$B" perplexity -m "$M" -f "$T" -c 512 --chunks 40 -ctk f32 -ctv f32 --kl-divergence-base "$tmp/base" -t 2 >/dev/null 2>&1
+. scripts/ref5m-kld-base.sh "$@"
 for b in 16 512; do
   sets=("TKV_KEYS=exact" "TKV_KEYS=int8 TKV_INT8_LUT=0 TKV_INT8_VLUT=0")
   [ $b = 16 ] && sets+=("TKV_KEYS=int8 TKV_INT8_LUT=1 TKV_INT8_VLUT=0" "TKV_KEYS=int8 TKV_INT8_LUT=0 TKV_INT8_VLUT=1"
