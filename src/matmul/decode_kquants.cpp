@@ -222,7 +222,8 @@ TKV_KQ2_ATTR inline float hsum4(__m128 v) {
 
 // Bytes ahead of the loads that the row kernels prefetch (as the float rows
 // of matmul.cpp: AMD's stream prefetcher stops at 4 KB pages; past a row's
-// end it is the next row's, which the same thread reads next).
+// end it is the next row's, which the same thread reads next), into L2 as
+// there (prefetcht1: prefetcht0 evicted the activations from L1 on Zen 4).
 constexpr int64_t kKqPrefetch = 6144;
 
 // Q4_K and Q5_K: 144 / 176 bytes per super-block. Per 64 codes: vpmaddubsw
@@ -242,7 +243,7 @@ TKV_KQ_ATTR float row_q45k(const uint8_t* row, int64_t nb, const KActs& a) {
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + b * kBytes;
     const uint8_t* qs = blk + (kQ5 ? 48 : 16);
-    for (int64_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T0);
+    for (int64_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T1);
     __m128i sc8, mn8;
     scales_mins_k4(blk + 4, sc8, mn8);
     const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sc8));  // words 0-7
@@ -287,7 +288,7 @@ TKV_KQ_ATTR float row_q6k(const uint8_t* row, int64_t nb, const KActs& a) {
   __m512 f = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + b * 210;
-    for (int64_t o = 0; o < 210; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T0);
+    for (int64_t o = 0; o < 210; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T1);
     const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
     const __m512i sc16 = _mm512_castsi256_si512(sc);
     const __m512i sidx[4] = {i0, i1, i2, i3};
@@ -353,7 +354,7 @@ TKV_KQ2_ATTR float row_q45k_avx2(const uint8_t* row, int64_t nb, const KActs& a)
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + b * kBytes;
     const uint8_t* qs = blk + (kQ5 ? 48 : 16);
-    for (int64_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T0);
+    for (int64_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T1);
     __m128i sc8, mn8;
     scales_mins_k4(blk + 4, sc8, mn8);
     const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc8));  // words 0-7, both lanes
@@ -393,7 +394,7 @@ TKV_KQ2_ATTR float row_q6k_avx2(const uint8_t* row, int64_t nb, const KActs& a) 
   __m256 f = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + b * 210;
-    for (int64_t o = 0; o < 210; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T0);
+    for (int64_t o = 0; o < 210; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kKqPrefetch + o), _MM_HINT_T1);
     const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
     const __m256i osum = _mm256_madd_epi16(sc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s16.data() + b * 16)));
     __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(osum, 5));

@@ -376,7 +376,7 @@ GroupActs group_acts(const DecodeActs* const* a, int nt, int64_t nb) {
 constexpr int64_t kQ4Block = 18;  // f16 scale + 16 bytes of nibbles
 // Bytes ahead of the loads that the Q4_0 kernel prefetches, once per block
 // pair of 36 bytes (as the float rows of matmul.cpp: AMD's stream prefetcher
-// stops at 4 KB pages).
+// stops at 4 KB pages), into L2 as there.
 constexpr int64_t kQ4Prefetch = 6144;
 
 // One block pair of a Q4_0 row as the kernel's 64 unsigned codes (lane order
@@ -436,7 +436,7 @@ TKV_VNNI_ATTR void decode_rows_tokens(const uint8_t* rows, int64_t row_bytes, in
     __m512 hs[NR];
     for (int r = 0; r < NR; ++r) {
       const uint8_t* pa = rows + r * row_bytes + j * kQ4Block;
-      _mm_prefetch(reinterpret_cast<const char*>(pa + kQ4Prefetch), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pa + kQ4Prefetch), _MM_HINT_T1);
       unpack_pair(pa, w[r], hs[r]);
     }
     const int8_t* qp = qp_all + (j / 2) * NT * 64;
