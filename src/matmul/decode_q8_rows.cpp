@@ -93,9 +93,17 @@ float f16_scale(const uint8_t* block) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+enum class RowKind { kQ8, kMx, kQ40 };
+constexpr int32_t code_offset(RowKind k) { return k == RowKind::kQ40 ? 8 : k == RowKind::kMx ? 12 : 0; }
+
 // 16 rows (row r at base + r * rb; rows past the matrix repeat the last one
-// and are not stored) x NT tokens.
-template <int NT, bool kMx>
+// and are not stored) x NT tokens. Q4_0 (K = kQ40) takes MXFP4's nibble
+// expansion without the table: the nibbles are the unsigned operands 0..15,
+// value = nibble - 8, the offset back as -8 Σq. A one-thread Q4_0 tg16 on a
+// Zen 4 EPYC (2026-12-05): the row kernel of matmul_tiled.cpp (one row at a
+// time, 11 vector operations per 64 weights) 29.3 ms a step, the AVX2 8-row
+// kernel 26.1 ms, this one [see RESULTS §44].
+template <int NT, RowKind K>
 TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool more, int64_t nb,
                                 const Q8Acts* const* a, float* out, int64_t out_stride) {
   const uint8_t* row[16];
@@ -103,13 +111,14 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
   // Qword indices that gather [u.lane j, v.lane j, u.lane j+2, v.lane j+2].
   const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
   const __m512i bias = _mm512_set1_epi8(-128);
-  constexpr int kBlock = kMx ? kMxBlock : kQ8Block;
-  // MXFP4: kMxfp4[code] + 12 per code (the table in every 128-bit lane), and
-  // per 128-bit lane of [row i codes x2 | row i + 8 codes x2] the shift that
-  // takes the low nibbles (values 0-15) then the high ones (16-31).
+  constexpr bool kMx = K == RowKind::kMx;
+  constexpr bool kNib = K != RowKind::kQ8;  // 16 bytes of nibbles per block
+  constexpr int kBlock = kMx ? kMxBlock : K == RowKind::kQ40 ? kQ40Block : kQ8Block;
+  // The row in lane j (Q8_0: j; the nibble kinds: j / 4 + 4 (j % 4), the
+  // order their transposition leaves), for the scales and the store.
+  auto rj = [](int j) { return kNib ? (j >> 2) + 4 * (j & 3) : j; };
+  // MXFP4: kMxfp4[code] + 12 per code (the table in every 128-bit lane).
   const __m512i mx_tbl = _mm512_load_si512(kMxTable);
-  const __m512i mx_shift = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0, 0, 0x0004000400040004,
-                                             0x0004000400040004);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   __m512 f[NT];
   for (int t = 0; t < NT; ++t) f[t] = _mm512_setzero_ps();
@@ -123,56 +132,72 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
       const uint8_t* pf = base + 16 * rb + b * 16 * kBlock;
       for (int l = 0; l < 16 * kBlock; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + l), _MM_HINT_T1);
     }
-    // z[i] = [row i codes | row i + 8 codes] (8 dwords each), as u8 (+128).
-    __m512i z[8];
-    if (kMx) {
-      // [row i | row i | row i + 8 | row i + 8] codes, low nibbles in lanes 0
-      // and 2, high in 1 and 3, each through the table.
-      for (int i = 0; i < 8; ++i) {
-        const __m512i c = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_broadcastsi128_si256(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + bo + 1)))),
-            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i + 8] + bo + 1))), 1);
-        z[i] = _mm512_shuffle_epi8(mx_tbl, _mm512_and_si512(_mm512_srlv_epi16(c, mx_shift), m4));
+    // w[k] lane j = dword k (codes 4k..4k+3) of row rj(j).
+    __m512i w[8];
+    if constexpr (kNib) {
+      // The 16 rows' 16 code bytes, four rows a vector (128-bit lane L of g[i]
+      // = row 4i + L), transposed by dwords inside the lanes (4 + 4 unpacks):
+      // dword 4L + e of W_k = dword k of row L + 4e (rj). Byte t of dword k holds
+      // value 4k + t in its low nibble and 16 + 4k + t in its high one, so
+      // w[k] = W_k & 15 and w[k + 4] = (W_k >> 4) & 15 (MXFP4: through the
+      // table). Where the codes went through 8 broadcasts, inserts and shifts
+      // then an 8x8 dword transposition (24 shuffles), a one-thread Q4_0
+      // tg16 took [see RESULTS §44].
+      constexpr int kCodes = kMx ? 1 : 2;
+      auto ld = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + bo + kCodes)); };
+      __m512i g[4];
+      for (int i = 0; i < 4; ++i)
+        g[i] = _mm512_inserti32x4(
+            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(ld(4 * i)), ld(4 * i + 1), 1), ld(4 * i + 2), 2),
+            ld(4 * i + 3), 3);
+      const __m512i ab_lo = _mm512_unpacklo_epi32(g[0], g[1]), ab_hi = _mm512_unpackhi_epi32(g[0], g[1]);
+      const __m512i cd_lo = _mm512_unpacklo_epi32(g[2], g[3]), cd_hi = _mm512_unpackhi_epi32(g[2], g[3]);
+      const __m512i W[4] = {_mm512_unpacklo_epi64(ab_lo, cd_lo), _mm512_unpackhi_epi64(ab_lo, cd_lo),
+                            _mm512_unpacklo_epi64(ab_hi, cd_hi), _mm512_unpackhi_epi64(ab_hi, cd_hi)};
+      for (int k = 0; k < 4; ++k) {
+        const __m512i lo = _mm512_and_si512(W[k], m4), hi = _mm512_and_si512(_mm512_srli_epi16(W[k], 4), m4);
+        w[k] = kMx ? _mm512_shuffle_epi8(mx_tbl, lo) : lo;
+        w[k + 4] = kMx ? _mm512_shuffle_epi8(mx_tbl, hi) : hi;
       }
     } else {
-    for (int i = 0; i < 8; ++i)
-      z[i] = _mm512_xor_si512(
-          _mm512_inserti64x4(
-              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i] + bo + 2))),
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i + 8] + bo + 2)), 1),
-          bias);
-    }
-    // 8x8 dword transpose inside each 256-bit half, then lanes regrouped: w[k]
-    // lane r = dword k (codes 4k..4k+3) of row r.
-    __m512i t[8], u[8], w[8];
-    for (int i = 0; i < 4; ++i) {
-      t[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
-      t[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
-    }
-    for (int h = 0; h < 2; ++h) {  // rows 0-3 (h = 0) and 4-7 (h = 1) of each half
-      const __m512i* th = t + 4 * h;
-      u[4 * h + 0] = _mm512_unpacklo_epi64(th[0], th[2]);  // dwords 0 | 4
-      u[4 * h + 1] = _mm512_unpackhi_epi64(th[0], th[2]);  // 1 | 5
-      u[4 * h + 2] = _mm512_unpacklo_epi64(th[1], th[3]);  // 2 | 6
-      u[4 * h + 3] = _mm512_unpackhi_epi64(th[1], th[3]);  // 3 | 7
-    }
-    for (int k = 0; k < 4; ++k) {
-      w[k] = _mm512_permutex2var_epi64(u[k], lo, u[4 + k]);
-      w[k + 4] = _mm512_permutex2var_epi64(u[k], hi, u[4 + k]);
+      // z[i] = [row i codes | row i + 8 codes] (8 dwords each), as u8 (+128).
+      __m512i z[8];
+      for (int i = 0; i < 8; ++i)
+        z[i] = _mm512_xor_si512(
+            _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i] + bo + 2))),
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i + 8] + bo + 2)), 1),
+            bias);
+      // 8x8 dword transpose inside each 256-bit half, then lanes regrouped.
+      __m512i t[8], u[8];
+      for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
+      }
+      for (int h = 0; h < 2; ++h) {  // rows 0-3 (h = 0) and 4-7 (h = 1) of each half
+        const __m512i* th = t + 4 * h;
+        u[4 * h + 0] = _mm512_unpacklo_epi64(th[0], th[2]);  // dwords 0 | 4
+        u[4 * h + 1] = _mm512_unpackhi_epi64(th[0], th[2]);  // 1 | 5
+        u[4 * h + 2] = _mm512_unpacklo_epi64(th[1], th[3]);  // 2 | 6
+        u[4 * h + 3] = _mm512_unpackhi_epi64(th[1], th[3]);  // 3 | 7
+      }
+      for (int k = 0; k < 4; ++k) {
+        w[k] = _mm512_permutex2var_epi64(u[k], lo, u[4 + k]);
+        w[k + 4] = _mm512_permutex2var_epi64(u[k], hi, u[4 + k]);
+      }
     }
     // Row scales built in a register: 16 two-byte stores then a vector load
     // stalled store forwarding every block (one stream 28 -> 40 tokens/s).
-    auto h = [&](int r) {
+    auto h = [&](int j) {
       uint16_t v;
-      std::memcpy(&v, row[r] + bo, 2);
+      std::memcpy(&v, row[rj(j)] + bo, 2);
       return static_cast<short>(v);
     };
     __m512 dw;
-    if (kMx) {
+    if constexpr (kMx) {
       // 2^(e - 128) (mxfp4_scale): bits (e - 1) << 23 from e = 2, the
       // subnormals 0x00200000 << e for e = 0 and 1.
-      auto eb = [&](int r) { return static_cast<char>(row[r][bo]); };
+      auto eb = [&](int j) { return static_cast<char>(row[rj(j)][bo]); };
       const __m512i e = _mm512_cvtepu8_epi32(_mm_setr_epi8(eb(0), eb(1), eb(2), eb(3), eb(4), eb(5), eb(6), eb(7), eb(8),
                                                            eb(9), eb(10), eb(11), eb(12), eb(13), eb(14), eb(15)));
       const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
@@ -184,21 +209,23 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
     }
     for (int tk = 0; tk < NT; ++tk) {
       const int8_t* q = a[tk]->q.data() + b * 32;
-      int32_t xq[8];
-      std::memcpy(xq, q, 32);
+      // Activation dwords broadcast from memory (one load each: from a
+      // general register it is a move and a shuffle).
+#define TKV_XQ(k) _mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss(reinterpret_cast<const float*>(q + 4 * (k)))))
       __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
       for (int k = 0; k < 8; k += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, w[k], _mm512_set1_epi32(xq[k]));
-        s1 = _mm512_dpbusd_epi32(s1, w[k + 1], _mm512_set1_epi32(xq[k + 1]));
+        s0 = _mm512_dpbusd_epi32(s0, w[k], TKV_XQ(k));
+        s1 = _mm512_dpbusd_epi32(s1, w[k + 1], TKV_XQ(k + 1));
       }
-      const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32((kMx ? 12 : 128) * a[tk]->sum[b]));
+#undef TKV_XQ
+      const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32((kNib ? code_offset(K) : 128) * a[tk]->sum[b]));
       f[tk] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(a[tk]->d[b])), f[tk]);
     }
   }
   alignas(64) float o[16];
   for (int tk = 0; tk < NT; ++tk) {
     _mm512_store_ps(o, f[tk]);
-    for (int r = 0; r < nrows; ++r) out[tk * out_stride + r] = o[r];
+    for (int r = 0; r < nrows; ++r) out[tk * out_stride + r] = o[kNib ? 4 * (r & 3) + (r >> 2) : r];
   }
 }
 // ---- AVX2: 8 rows in the 8 lanes (no AVX-512: Zen 2/3, older Intel) ----
@@ -214,7 +241,6 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
 // of the specification
 //   f = fma(float(dot), d_w * d_x, f)
 // in block order: every (row, token) lane gives decode_q8_rows_ref's bits.
-enum class RowKind { kQ8, kMx, kQ40 };
 
 // Q4_0 / MXFP4: the unsigned operand and its offset (value = operand - offset).
 template <RowKind K>
@@ -231,8 +257,6 @@ TKV_Q8R2_ATTR inline __m256i codes_avx2(const uint8_t* blk) {
     }
   }
 }
-constexpr int32_t code_offset(RowKind k) { return k == RowKind::kQ40 ? 8 : k == RowKind::kMx ? 12 : 0; }
-
 template <int NT, RowKind K>
 TKV_Q8R2_ATTR void rows8_tokens_avx2(const uint8_t* base, int64_t rb, int nrows, bool more, int64_t nb,
                                      const Q8Acts* const* a, float* out, int64_t out_stride) {
@@ -361,6 +385,10 @@ bool decode_q8_rows_avx2_used(uint32_t type) {
   return (type == 8 || type == kMxfp4Type || type == kQ40) && !vnni_available() && avx2_decode_available();
 }
 
+bool decode_q8_rows_takes(uint32_t type) {
+  return type == 8 || type == kMxfp4Type || (type == kQ40 && (vnni_available() || decode_q8_rows_avx2_used(type)));
+}
+
 void decode_q8_rows_team(const Matrix& w, const float* x, float* y) {
 #ifdef TKV_Q8R_VNNI
   const Q8Acts a = q8_acts(x, w.cols);
@@ -381,8 +409,9 @@ void decode_q8_rows_team(const Matrix& w, const float* x, float* y) {
     const int64_t r0 = g * 16;
     const int nr = static_cast<int>(std::min<int64_t>(16, w.rows - r0));
     const uint8_t* base = w.data + r0 * w.row_bytes;
-    if (w.type == kMxfp4Type) rows16_tokens<1, true>(base, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
-    else rows16_tokens<1, false>(base, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
+    if (w.type == kMxfp4Type) rows16_tokens<1, RowKind::kMx>(base, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
+    else if (w.type == kQ40) rows16_tokens<1, RowKind::kQ40>(base, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
+    else rows16_tokens<1, RowKind::kQ8>(base, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
   }
 #else
   (void)w;
@@ -394,9 +423,8 @@ void decode_q8_rows_team(const Matrix& w, const float* x, float* y) {
 bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   if (w.cols % 32 != 0 || n_tok < 1) return false;
   const bool avx2 = decode_q8_rows_avx2_used(w.type);
-  if (!avx2 && ((w.type != 8 && w.type != kMxfp4Type) || !vnni_available())) return false;
+  if (!avx2 && ((w.type != 8 && w.type != kMxfp4Type && w.type != kQ40) || !vnni_available())) return false;
 #ifdef TKV_Q8R_VNNI
-  const bool mx = w.type == kMxfp4Type;
   std::vector<Q8Acts> acts;
   for (int t = 0; t < n_tok; ++t) acts.push_back(q8_acts(x + t * w.cols, w.cols));
   std::vector<const Q8Acts*> ap;
@@ -425,8 +453,9 @@ bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int th
       const Q8Acts* const* at = ap.data() + t0;
       float* out = y + int64_t(t0) * w.rows + r0;
 #define TKV_Q8R_RUN(NT)                                                                         \
-  (mx ? rows16_tokens<NT, true>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows) \
-      : rows16_tokens<NT, false>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows))
+  (w.type == kMxfp4Type ? rows16_tokens<NT, RowKind::kMx>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows)  \
+   : w.type == kQ40     ? rows16_tokens<NT, RowKind::kQ40>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows) \
+                        : rows16_tokens<NT, RowKind::kQ8>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows))
       switch (std::min(8, n_tok - t0)) {
         case 1: TKV_Q8R_RUN(1); break;
         case 2: TKV_Q8R_RUN(2); break;

@@ -302,183 +302,6 @@ void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, 
   }
 }
 
-#ifdef TKV_VNNI
-// ---- decode (one token): weight streaming with int8 activations ----
-namespace {
-
-// Q4_0 decode (Q8_0 decodes with rows in lanes: decode_q8_rows.cpp).
-// One token's activations in the kernel's order: per pair of blocks
-// (2p, 2p + 1) 64 codes and 4 scales {dx(2p), dx(2p+1), cs(2p), cs(2p+1)},
-// which the kernel spreads over the 16 lanes of its sums: the weight vectors
-// are [low nibbles of both blocks | high nibbles of both], so lanes 0-3 and
-// 8-11 hold block 2p and the codes are permuted to match. cs = -8 s / 8 per
-// lane, summing to the block's offset term -8 d_w s over its 8 lanes once
-// multiplied by d_w (Q4_0's codes are q + 8). Four
-// floats, not the 32 lanes themselves: a group of 8 tokens then reads 80
-// bytes per block pair and token instead of 192 (which did not stay in L1
-// for 4096-wide rows), and the lanes hold the same values, so the same bits.
-struct DecodeActs {
-  std::vector<int8_t> q, qp;
-  std::vector<float> d, s, sc;
-};
-
-DecodeActs decode_acts(const float* x, int64_t cols) {
-  DecodeActs a;
-  const int64_t nb = cols / 32;
-  a.q.resize(cols);
-  a.d.resize(nb);
-  a.s.resize(nb);
-  quantize_activations_q8_simd(x, cols, a.q.data(), a.d.data(), a.s.data());
-  a.qp = a.q;
-  a.sc.resize(nb / 2 * 4);
-  for (int64_t j = 0; j + 2 <= nb; j += 2) {
-    for (int h = 0; h < 2; ++h) {
-      a.sc[j * 2 + h] = a.d[j + h];
-      a.sc[j * 2 + 2 + h] = -8.0f * a.s[j + h] / 8.0f;
-    }
-    for (int l = 0; l < 16; ++l) {
-      const int64_t b = j + (l / 4) % 2;
-      for (int k = 0; k < 4; ++k) a.qp[j * 32 + 4 * l + k] = a.q[b * 32 + (l >= 8 ? 16 : 0) + 4 * (l % 4) + k];
-    }
-  }
-  return a;
-}
-
-// decode_row for NT tokens at once, each with exactly decode_row's operations
-// in its order (so each token's bits equal decode_row's): the weights of a
-// block pair are unpacked once for all NT tokens, which halves the
-// instructions per token of a server's batched decode step (the one-token
-// kernel is compute-bound, not memory-bound, from ~4 streams on).
-// The activations of up to 8 tokens interleaved per block pair ([pair][token]
-// 64 codes, 4 scales), so the kernel reads them from one base pointer
-// (eight tokens' separate pointers spilled: perf showed the moves on top).
-struct GroupActs {
-  std::vector<int8_t> qp;
-  std::vector<float> sc;
-  const DecodeActs* a[8];
-};
-
-GroupActs group_acts(const DecodeActs* const* a, int nt, int64_t nb) {
-  GroupActs g;
-  const int64_t pairs = nb / 2;
-  g.qp.resize(pairs * nt * 64);
-  g.sc.resize(pairs * nt * 4);
-  for (int t = 0; t < nt; ++t) {
-    g.a[t] = a[t];
-    for (int64_t p = 0; p < pairs; ++p) {
-      std::memcpy(&g.qp[(p * nt + t) * 64], a[t]->qp.data() + p * 64, 64);
-      std::memcpy(&g.sc[(p * nt + t) * 4], a[t]->sc.data() + p * 4, 16);
-    }
-  }
-  return g;
-}
-
-constexpr int64_t kQ4Block = 18;  // f16 scale + 16 bytes of nibbles
-// Bytes ahead of the loads that the Q4_0 kernel prefetches, once per block
-// pair of 36 bytes (as the float rows of matmul.cpp: AMD's stream prefetcher
-// stops at 4 KB pages), into L2 as there.
-constexpr int64_t kQ4Prefetch = 6144;
-
-// One block pair of a Q4_0 row as the kernel's 64 unsigned codes (lane order
-// of DecodeActs) and the two weight scales spread to match: the pair's 36
-// bytes as two 32-byte loads (words 0-15 and 2-17; a masked 36-byte load ran
-// the one-thread Q4_0 decode 2x slower on this AMD EPYC), then words moved by
-// vpermt2w / vpermw: the nibble bytes of both blocks ([qa | qb | qa | qb],
-// the high half shifted by 4) and the scales ([ha x 4 | hb x 4] twice,
-// converted by vcvtph2ps), where 16-byte loads, inserts, scalar scale loads
-// and broadcasts took twice the uops.
-struct PairIdx {
-  alignas(64) int16_t codes[32];
-  alignas(64) int16_t scales[32];
-  alignas(64) int16_t shift[32];
-  PairIdx() {
-    for (int k = 0; k < 32; ++k) {
-      const int i = k % 16;  // word i of [qa | qb]: qa = words 1..8 of the pair, qb = words 10..17
-      const int word = i < 8 ? 1 + i : 10 + (i - 8);
-      codes[k] = static_cast<int16_t>(word < 16 ? word : 32 + word - 2);  // words 16, 17: the second load's 14, 15
-      scales[k] = static_cast<int16_t>((k / 4) % 2 == 0 ? 0 : 9);  // lanes 0-3, 8-11: ha (word 0); 4-7, 12-15: hb (word 9)
-      shift[k] = static_cast<int16_t>(k < 16 ? 0 : 4);
-    }
-  }
-};
-const PairIdx kPairIdx;
-
-TKV_VNNI_ATTR inline void unpack_pair(const uint8_t* pa, __m512i& w, __m512& hs) {
-  const __m512i a = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa)));
-  const __m512i b = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 4)));
-  const __m512i t = _mm512_permutex2var_epi16(a, _mm512_load_si512(kPairIdx.codes), b);
-  w = _mm512_and_si512(_mm512_srlv_epi16(t, _mm512_load_si512(kPairIdx.shift)), _mm512_set1_epi8(0x0F));
-  hs = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(kPairIdx.scales), a)));
-}
-
-// NR rows x NT tokens: qp_all, sc_all are the tokens' activations
-// interleaved per block pair (GroupActs; for one token, DecodeActs' own
-// arrays); a: each token's, for an odd last block. Every (row, token) lane
-// does exactly the one-row one-token operations in their order, so its bits
-// do not depend on NR or NT; sharing is of loads only: a row's block pair is
-// unpacked once for all NT tokens, and a token's codes and spread scales are
-// loaded once for all NR rows (8 tokens of one row at a time read 80 bytes
-// of activations per 64 weights; two rows halve that, which a 16-stream
-// server step is bound by).
-template <int NR, int NT>
-TKV_VNNI_ATTR void decode_rows_tokens(const uint8_t* rows, int64_t row_bytes, int64_t nb, const int8_t* qp_all,
-                                      const float* sc_all, const DecodeActs* const* a, float* out,
-                                      int64_t out_stride) {
-  __m512 f[NR][NT];
-  for (int r = 0; r < NR; ++r)
-    for (int t = 0; t < NT; ++t) f[r][t] = _mm512_setzero_ps();
-  // Lanes of {dx(a), dx(b), cs(a), cs(b)} per lane of the sums (see DecodeActs).
-  const __m512i idx_d = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
-  const __m512i idx_c = _mm512_add_epi32(idx_d, _mm512_set1_epi32(2));
-  int64_t j = 0;
-  for (; j + 2 <= nb; j += 2) {
-    __m512i w[NR];
-    __m512 hs[NR];
-    for (int r = 0; r < NR; ++r) {
-      const uint8_t* pa = rows + r * row_bytes + j * kQ4Block;
-      _mm_prefetch(reinterpret_cast<const char*>(pa + kQ4Prefetch), _MM_HINT_T1);
-      unpack_pair(pa, w[r], hs[r]);
-    }
-    const int8_t* qp = qp_all + (j / 2) * NT * 64;
-    const float* sc = sc_all + (j / 2) * NT * 4;
-    for (int t = 0; t < NT; ++t) {
-      const __m512i q = _mm512_loadu_si512(qp + t * 64);
-      const __m512 s4 = _mm512_castps128_ps512(_mm_loadu_ps(sc + t * 4));
-      const __m512 dx = _mm512_permutexvar_ps(idx_d, s4), cs = _mm512_permutexvar_ps(idx_c, s4);
-      for (int r = 0; r < NR; ++r) {
-        const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], q);
-        const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dx, cs);
-        f[r][t] = _mm512_fmadd_ps(hs[r], v, f[r][t]);
-      }
-    }
-  }
-  for (int r = 0; r < NR; ++r)
-    for (int t = 0; t < NT; ++t) {
-      float tail = 0.0f;
-      for (int64_t k0 = j; k0 < nb; ++k0) {  // an odd last block
-        uint8_t u[32];
-        float d, m;
-        unpack_u8(2, rows + r * row_bytes, k0, u, &d, &m);  // Q4_0
-        int32_t isum = 0;
-        for (int k = 0; k < 32; ++k) isum += u[k] * a[t]->q[k0 * 32 + k];
-        tail += d * a[t]->d[k0] * static_cast<float>(isum) + m * a[t]->s[k0];
-      }
-      out[r + t * out_stride] = _mm512_reduce_add_ps(f[r][t]) + tail;
-    }
-}
-
-// One token: the same kernel, so a token decoded alone and in a group of up
-// to 8 gets the same bits (matmul_tokens).
-TKV_VNNI_ATTR float decode_row(const uint8_t* row, int64_t nb, const DecodeActs& a) {
-  const DecodeActs* ap = &a;
-  float out = 0.0f;
-  decode_rows_tokens<1, 1>(row, 0, nb, a.qp.data(), a.sc.data(), &ap, &out, 1);
-  return out;
-}
-
-}  // namespace
-#endif
-
 void quantize_activations_q8_simd(const float* x, int64_t cols, int8_t* q, float* d, float* s) {
   HWY_DYNAMIC_DISPATCH(QuantizeActsQ8)(x, cols, q, d, s);
 }
@@ -505,18 +328,9 @@ bool avx2_decode_available() {
 }
 
 bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads) {
-  if (w.type == 8 || w.type == kMxfp4Type || decode_q8_rows_avx2_used(w.type)) return decode_q8_rows(w, x, 1, y, threads);
+  if (decode_q8_rows_takes(w.type)) return decode_q8_rows(w, x, 1, y, threads);
   if (w.type == 12 || w.type == 13 || w.type == 14) return decode_kquants(w, x, 1, y, threads);
-  if (w.type != 2 || w.cols % 32 != 0 || !vnni_available()) return false;
-#ifdef TKV_VNNI
-  const DecodeActs a = decode_acts(x, w.cols);
-  const int64_t nb = w.cols / 32;
-#pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
-  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.data + r * w.row_bytes, nb, a);
-  return true;
-#else
   return false;
-#endif
 }
 
 bool int8_decode_team_supported(const Matrix& w) {
@@ -524,69 +338,19 @@ bool int8_decode_team_supported(const Matrix& w) {
     return w.cols % 256 == 0 && (vnni_available() || avx2_decode_available());
   if (decode_q8_rows_avx2_used(w.type)) return w.cols % 32 == 0;
   if (!vnni_available()) return false;
-  if (w.type == 8 || w.type == kMxfp4Type || w.type == 2) return w.cols % 32 == 0;
+  if (decode_q8_rows_takes(w.type)) return w.cols % 32 == 0;
   return false;
 }
 
 void int8_decode_team(const Matrix& w, const float* x, float* y) {
-  if (w.type == 8 || w.type == kMxfp4Type || decode_q8_rows_avx2_used(w.type)) return decode_q8_rows_team(w, x, y);
+  if (decode_q8_rows_takes(w.type)) return decode_q8_rows_team(w, x, y);
   if (w.type == 12 || w.type == 13 || w.type == 14) return decode_kquants_team(w, x, y);
-#ifdef TKV_VNNI
-  const DecodeActs a = decode_acts(x, w.cols);
-  const int64_t nb = w.cols / 32;
-#pragma omp for schedule(static) nowait
-  for (int64_t r = 0; r < w.rows; ++r) y[r] = decode_row(w.data + r * w.row_bytes, nb, a);
-#else
-  (void)x;
-  (void)y;
-#endif
 }
 
 bool matmul_int8_decode_tokens(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
-  if (w.type == 8 || w.type == kMxfp4Type || decode_q8_rows_avx2_used(w.type))
-    return decode_q8_rows(w, x, n_tok, y, threads);
+  if (decode_q8_rows_takes(w.type)) return decode_q8_rows(w, x, n_tok, y, threads);
   if (w.type == 12 || w.type == 13 || w.type == 14) return decode_kquants(w, x, n_tok, y, threads);
-  if (w.type != 2 || w.cols % 32 != 0 || !vnni_available()) return false;
-#ifdef TKV_VNNI
-  std::vector<DecodeActs> acts;
-  for (int t = 0; t < n_tok; ++t) acts.push_back(decode_acts(x + t * w.cols, w.cols));
-  const int64_t nb = w.cols / 32;
-  std::vector<const DecodeActs*> ap;
-  for (const auto& x : acts) ap.push_back(&x);
-  std::vector<GroupActs> groups;
-  for (int t0 = 0; t0 < n_tok; t0 += 8) groups.push_back(group_acts(ap.data() + t0, std::min(8, n_tok - t0), nb));
-  // Pairs of rows (an odd last row alone) x groups of up to 8 tokens.
-  const int64_t pairs_of_rows = (w.rows + 1) / 2;
-#pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
-  for (int64_t rp = 0; rp < pairs_of_rows; ++rp) {
-    const int64_t r = rp * 2;
-    const uint8_t* row = w.data + r * w.row_bytes;
-    const bool two = r + 1 < w.rows;
-    for (int t0 = 0; t0 < n_tok; t0 += 8) {  // 2 x 8 accumulators + the pairs' registers fit the 32 zmm
-      const GroupActs& at = groups[t0 / 8];
-      float* out = y + t0 * w.rows + r;
-#define TKV_CASE(NT)                                                                                         \
-  case NT:                                                                                                   \
-    if (two) decode_rows_tokens<2, NT>(row, w.row_bytes, nb, at.qp.data(), at.sc.data(), at.a, out, w.rows); \
-    else decode_rows_tokens<1, NT>(row, w.row_bytes, nb, at.qp.data(), at.sc.data(), at.a, out, w.rows);     \
-    break;
-      switch (std::min(8, n_tok - t0)) {
-        TKV_CASE(1)
-        TKV_CASE(2)
-        TKV_CASE(3)
-        TKV_CASE(4)
-        TKV_CASE(5)
-        TKV_CASE(6)
-        TKV_CASE(7)
-        default: TKV_CASE(8)
-      }
-#undef TKV_CASE
-    }
-  }
-  return true;
-#else
   return false;
-#endif
 }
 
 }  // namespace tkv

@@ -51,10 +51,9 @@ bool vnni_available();
 // The AVX2 decode kernels usable now (AVX2 + FMA + F16C, and dispatch may
 // pick the AVX2 target or wider): Q4_K/Q5_K/Q6_K where VNNI is absent.
 bool avx2_decode_available();
-// Decode (one token) with int8 activations for Q8_0, MXFP4 and Q4_0: Q8_0
-// and MXFP4 by decode_q8_rows (below), Q4_K/Q5_K/Q6_K by decode_kquants; Q4_0 rows streamed straight from their blocks, two
-// blocks per vpdpbusd, scales applied per lane. False (nothing written) for
-// other types or without the kernel.
+// Decode (one token) with int8 activations: Q8_0, MXFP4 and Q4_0 by
+// decode_q8_rows (below), Q4_K/Q5_K/Q6_K by decode_kquants. False (nothing
+// written) for other types or without the kernel.
 bool matmul_int8_decode(const Matrix& w, const float* x, float* y, int threads);
 // The same one-token kernels as a share of a thread team (matmul_many):
 // called by every thread of an enclosing parallel region (or by one thread
@@ -81,7 +80,7 @@ bool decode_kquants(const Matrix& w, const float* x, int n_tok, float* y, int th
 // Σ_j m_j |Σq| |dmin_b|) dx_b, the size of what the kernel adds in f32, whose
 // rounding alone separates the two: |y_kernel - y| <= (2 nb + 16) 2^-24 mag.
 void decode_kquants_ref(const Matrix& w, const float* x, int n_tok, double* y, double* mag);
-// Q8_0 and MXFP4 decode with rows in lanes (decode_q8_rows.cpp) for one
+// Q8_0, Q4_0 and MXFP4 decode with rows in lanes (decode_q8_rows.cpp) for one
 // token or a group: 16 rows per vector (AVX2: 8), each block's int32 dots completed
 // before one scale step, so scales cost 3 operations per 512 weights per
 // token; every token's bits are decode_q8_rows_ref's for it alone. MXFP4's
@@ -90,9 +89,12 @@ void decode_kquants_ref(const Matrix& w, const float* x, int n_tok, double* y, d
 // False for other types or without AVX512-VNNI or AVX2.
 bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 // On a CPU without AVX512-VNNI (avx2_decode_available()), decode_q8_rows
-// also takes Q4_0 (code - 8), 8 rows in the lanes of an AVX2 kernel with
-// the same specification; true where that kernel runs for this type.
+// runs 8 rows in the lanes of an AVX2 kernel with the same specification;
+// true where that kernel runs for this type.
 bool decode_q8_rows_avx2_used(uint32_t type);
+// True for the types the one-token and group decode send to decode_q8_rows:
+// Q8_0, MXFP4, and Q4_0 where AVX512-VNNI or the AVX2 kernel runs.
+bool decode_q8_rows_takes(uint32_t type);
 // Its scalar specification: per row and token, f = fma(float(dot_b), d_w(b) * d_x(b), f)
 // over the blocks in order, dot_b the exact integer dot of the block's codes
 // (MXFP4: the values kMxfp4[code], d_w = mxfp4_scale(e); Q4_0: code - 8).

@@ -376,8 +376,8 @@ TEST(Matmul, KQuantDecodeMatchesItsScalarSpecWithinF32Rounding) {
 // bit for bit: row counts around the 16 lanes, block counts odd and even,
 // groups of 1..8 tokens and more than one group; codes over the full int8
 // range (-128 included, which ggml never writes but a file may hold).
-// Every target: AVX-512 (16 rows in lanes, Q8_0), AVX2 (8 rows, Q8_0 and
-// Q4_0: its nibbles, both halves, every code), below (declines). Then
+// Every target: AVX-512 (16 rows in lanes) and AVX2 (8 rows), each for Q8_0
+// and Q4_0 (its nibbles, both halves, every code), below (declines). Then
 // matmul and matmul_tokens must give the kernel's bits (the decode wiring).
 TEST(Matmul, Q8DecodeRowsEqualItsScalarSpecBitForBit) {
   TargetGuard guard;
@@ -386,7 +386,7 @@ TEST(Matmul, Q8DecodeRowsEqualItsScalarSpecBitForBit) {
     simd_force_target(target.bit);
     for (uint32_t id : {8u, 2u}) {
       const auto& ty = *std::find_if(std::begin(kTypes), std::end(kTypes), [&](const auto& t) { return t.id == id; });
-      const bool here = id == 8 ? vnni_available() || decode_q8_rows_avx2_used(8) : decode_q8_rows_avx2_used(2);
+      const bool here = vnni_available() || decode_q8_rows_avx2_used(id);
       const int bb = weight_block_bytes(id);
       uint64_t seed = 900;
       for (int64_t rows : {1, 7, 8, 9, 15, 16, 17, 33, 100})
