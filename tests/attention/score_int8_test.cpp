@@ -29,6 +29,7 @@
 #include "util/env.h"
 #include "util/fp16.h"
 #include "util/rng.h"
+#include "util/simd_targets.h"
 #include "attn_case.h"
 #include "shared_data.h"
 
@@ -116,10 +117,27 @@ std::vector<attn::Int8Target> targets_or_none() {
   if (t.empty()) t.push_back(attn::Int8Target::kNone);
   return t;
 }
+// On an AVX-512 CPU the AVX2 kernels are pinned with Highway's dispatch
+// forced to its AVX2 code as well, as an AVX2-only CPU runs them (the
+// `HWY_TARGET == HWY_AVX2` branches of attention_simd.cpp, e.g.
+// BlockScales' scalar inserts, run nowhere else).
 struct PinTarget {
   attn::Int8Target saved = attn::int8_target();
-  explicit PinTarget(attn::Int8Target t) { EXPECT_TRUE(attn::int8_set_target(t)); }
-  ~PinTarget() { attn::int8_set_target(saved); }
+  bool forced = false;
+  explicit PinTarget(attn::Int8Target t) {
+    const auto all = simd_targets();
+    if (t == attn::Int8Target::kAvx2 && !all.empty() && all.front().name != "AVX2")
+      for (const auto& s : all)
+        if (s.name == "AVX2") {
+          simd_force_target(s.bit);
+          forced = true;
+        }
+    EXPECT_TRUE(attn::int8_set_target(t));
+  }
+  ~PinTarget() {
+    if (forced) simd_force_target(0);
+    attn::int8_set_target(saved);
+  }
 };
 
 TEST(Int8Keys, KernelGivesTheSpecificationsIntegers) {
