@@ -162,21 +162,21 @@ KActs k_acts(const float* x, int64_t cols, bool permute, bool avx2 = false) {
 }
 
 #ifdef TKV_KQ_VNNI
-// Word indices spreading sub-block scales (16-bit, in the low 128 bits) over
-// the 32 words of a vector of pair sums: Q4_K/Q5_K's [4h | 4h + 2] and
-// [4h + 1 | 4h + 3], 16 words each, for h = 0, 1; Q6_K's 16 scales, 8 words
-// (16 values) each, 4 per vector, for the 4 vectors of a super-block.
+// Indices spreading sub-block scales over the 32 words of a vector of pair
+// sums: Q4_K/Q5_K's [4h | 4h + 2] and [4h + 1 | 4h + 3], 16 words each, for
+// h = 0, 1, as vpshufb indices on the 8 scale bytes broadcast to every
+// 128-bit lane (a word's low byte the scale's, its high byte zeroed by
+// 0x80); Q6_K's 16 scales (16-bit, in the low 128 bits; vpermw indices), 8
+// words (16 values) each, 4 per vector, for the 4 vectors of a super-block.
 struct SpreadIdx {
-  alignas(64) int16_t k4[4][32];
+  alignas(64) uint8_t b4[4][64];
   alignas(64) int16_t k6[4][32];
-  alignas(64) uint8_t b4[4][64];  // vpshufb form of k4 on bytes: low byte the scale's, high byte zero
   SpreadIdx() {
     for (int v = 0; v < 4; ++v)
       for (int w = 0; w < 32; ++w) {
-        k4[v][w] = static_cast<int16_t>(4 * (v / 2) + v % 2 + (w >= 16 ? 2 : 0));
-        k6[v][w] = static_cast<int16_t>(4 * v + w / 8);
-        b4[v][2 * w] = static_cast<uint8_t>(k4[v][w]);
+        b4[v][2 * w] = static_cast<uint8_t>(4 * (v / 2) + v % 2 + (w >= 16 ? 2 : 0));
         b4[v][2 * w + 1] = 0x80;
+        k6[v][w] = static_cast<int16_t>(4 * v + w / 8);
       }
   }
 };

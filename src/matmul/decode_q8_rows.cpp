@@ -100,23 +100,22 @@ constexpr int32_t code_offset(RowKind k) { return k == RowKind::kQ40 ? 8 : k == 
 // and are not stored) x NT tokens. Q4_0 (K = kQ40) takes MXFP4's nibble
 // expansion without the table: the nibbles are the unsigned operands 0..15,
 // value = nibble - 8, the offset back as -8 Σq. A one-thread Q4_0 tg16 on a
-// Zen 4 EPYC (2026-12-05): the row kernel of matmul_tiled.cpp (one row at a
+// Zen 4 EPYC (2026-12-05, RESULTS §44): the former row kernel (one row at a
 // time, 11 vector operations per 64 weights) 29.3 ms a step, the AVX2 8-row
-// kernel 26.1 ms, this one [see RESULTS §44].
+// kernel 26.1 ms, this one 19.7.
 template <int NT, RowKind K>
 TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool more, int64_t nb,
                                 const Q8Acts* const* a, float* out, int64_t out_stride) {
   const uint8_t* row[16];
   for (int r = 0; r < 16; ++r) row[r] = base + std::min(r, nrows - 1) * rb;
-  // Qword indices that gather [u.lane j, v.lane j, u.lane j+2, v.lane j+2].
-  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-  const __m512i bias = _mm512_set1_epi8(-128);
   constexpr bool kMx = K == RowKind::kMx;
   constexpr bool kNib = K != RowKind::kQ8;  // 16 bytes of nibbles per block
   constexpr int kBlock = kMx ? kMxBlock : K == RowKind::kQ40 ? kQ40Block : kQ8Block;
   // The row in lane j (Q8_0: j; the nibble kinds: j / 4 + 4 (j % 4), the
-  // order their transposition leaves), for the scales and the store.
+  // order their transposition leaves) for the scales, and its inverse, the
+  // lane of row r, for the store.
   auto rj = [](int j) { return kNib ? (j >> 2) + 4 * (j & 3) : j; };
+  auto lane = [](int r) { return kNib ? 4 * (r & 3) + (r >> 2) : r; };
   // MXFP4: kMxfp4[code] + 12 per code (the table in every 128-bit lane).
   const __m512i mx_tbl = _mm512_load_si512(kMxTable);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -141,8 +140,9 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
       // value 4k + t in its low nibble and 16 + 4k + t in its high one, so
       // w[k] = W_k & 15 and w[k + 4] = (W_k >> 4) & 15 (MXFP4: through the
       // table). Where the codes went through 8 broadcasts, inserts and shifts
-      // then an 8x8 dword transposition (24 shuffles), a one-thread Q4_0
-      // tg16 took [see RESULTS §44].
+      // then Q8_0's 8x8 dword transposition (24 shuffles), a one-thread Q4_0
+      // tg16 took 25.7-26.0 ms a step (with the activations' broadcast below
+      // also changed, 19.7).
       constexpr int kCodes = kMx ? 1 : 2;
       auto ld = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + bo + kCodes)); };
       __m512i g[4];
@@ -155,12 +155,13 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
       const __m512i W[4] = {_mm512_unpacklo_epi64(ab_lo, cd_lo), _mm512_unpackhi_epi64(ab_lo, cd_lo),
                             _mm512_unpacklo_epi64(ab_hi, cd_hi), _mm512_unpackhi_epi64(ab_hi, cd_hi)};
       for (int k = 0; k < 4; ++k) {
-        const __m512i lo = _mm512_and_si512(W[k], m4), hi = _mm512_and_si512(_mm512_srli_epi16(W[k], 4), m4);
-        w[k] = kMx ? _mm512_shuffle_epi8(mx_tbl, lo) : lo;
-        w[k + 4] = kMx ? _mm512_shuffle_epi8(mx_tbl, hi) : hi;
+        const __m512i nlo = _mm512_and_si512(W[k], m4), nhi = _mm512_and_si512(_mm512_srli_epi16(W[k], 4), m4);
+        w[k] = kMx ? _mm512_shuffle_epi8(mx_tbl, nlo) : nlo;
+        w[k + 4] = kMx ? _mm512_shuffle_epi8(mx_tbl, nhi) : nhi;
       }
     } else {
       // z[i] = [row i codes | row i + 8 codes] (8 dwords each), as u8 (+128).
+      const __m512i bias = _mm512_set1_epi8(-128);
       __m512i z[8];
       for (int i = 0; i < 8; ++i)
         z[i] = _mm512_xor_si512(
@@ -168,7 +169,9 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
                 _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i] + bo + 2))),
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i + 8] + bo + 2)), 1),
             bias);
-      // 8x8 dword transpose inside each 256-bit half, then lanes regrouped.
+      // 8x8 dword transpose inside each 256-bit half, then lanes regrouped
+      // (qword indices that gather [u.lane j, v.lane j, u.lane j+2, v.lane j+2]).
+      const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
       __m512i t[8], u[8];
       for (int i = 0; i < 4; ++i) {
         t[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
@@ -225,7 +228,7 @@ TKV_Q8R_ATTR void rows16_tokens(const uint8_t* base, int64_t rb, int nrows, bool
   alignas(64) float o[16];
   for (int tk = 0; tk < NT; ++tk) {
     _mm512_store_ps(o, f[tk]);
-    for (int r = 0; r < nrows; ++r) out[tk * out_stride + r] = o[kNib ? 4 * (r & 3) + (r >> 2) : r];
+    for (int r = 0; r < nrows; ++r) out[tk * out_stride + r] = o[lane(r)];
   }
 }
 // ---- AVX2: 8 rows in the 8 lanes (no AVX-512: Zen 2/3, older Intel) ----
@@ -363,6 +366,15 @@ void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y) {
 
 namespace {
 #ifdef TKV_Q8R_VNNI
+// The AVX-512 kernel of the weight type for one group of up to 16 rows and NT tokens.
+template <int NT>
+void rows16(uint32_t type, const uint8_t* base, int64_t rb, int nr, bool more, int64_t nb, const Q8Acts* const* at,
+            float* out, int64_t out_stride) {
+  if (type == kMxfp4Type) rows16_tokens<NT, RowKind::kMx>(base, rb, nr, more, nb, at, out, out_stride);
+  else if (type == kQ40) rows16_tokens<NT, RowKind::kQ40>(base, rb, nr, more, nb, at, out, out_stride);
+  else rows16_tokens<NT, RowKind::kQ8>(base, rb, nr, more, nb, at, out, out_stride);
+}
+
 // The AVX2 kernel for one group of up to 8 rows and a tile of up to 4 tokens.
 void rows8_avx2(uint32_t type, int nt, const uint8_t* base, int64_t rb, int nr, bool more, int64_t nb,
                 const Q8Acts* const* at, float* out, int64_t out_stride) {
@@ -409,9 +421,7 @@ void decode_q8_rows_team(const Matrix& w, const float* x, float* y) {
     const int64_t r0 = g * 16;
     const int nr = static_cast<int>(std::min<int64_t>(16, w.rows - r0));
     const uint8_t* base = w.data + r0 * w.row_bytes;
-    if (w.type == kMxfp4Type) rows16_tokens<1, RowKind::kMx>(base, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
-    else if (w.type == kQ40) rows16_tokens<1, RowKind::kQ40>(base, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
-    else rows16_tokens<1, RowKind::kQ8>(base, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
+    rows16<1>(w.type, base, w.row_bytes, nr, g + 1 < groups, nb, &ap, y + r0, w.rows);
   }
 #else
   (void)w;
@@ -452,10 +462,7 @@ bool decode_q8_rows(const Matrix& w, const float* x, int n_tok, float* y, int th
     for (int t0 = 0; t0 < n_tok; t0 += 8) {  // 8 accumulators + 8 code vectors + temporaries in the 32 zmm
       const Q8Acts* const* at = ap.data() + t0;
       float* out = y + int64_t(t0) * w.rows + r0;
-#define TKV_Q8R_RUN(NT)                                                                         \
-  (w.type == kMxfp4Type ? rows16_tokens<NT, RowKind::kMx>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows)  \
-   : w.type == kQ40     ? rows16_tokens<NT, RowKind::kQ40>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows) \
-                        : rows16_tokens<NT, RowKind::kQ8>(base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows))
+#define TKV_Q8R_RUN(NT) rows16<NT>(w.type, base, w.row_bytes, nr, g + 1 < groups, nb, at, out, w.rows)
       switch (std::min(8, n_tok - t0)) {
         case 1: TKV_Q8R_RUN(1); break;
         case 2: TKV_Q8R_RUN(2); break;
