@@ -334,10 +334,13 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   // (4-bit codes were measured too, keys on words and values on bytes: 7 and
   // 12 % slower than the row kernels above, RESULTS §33; they keep those.)
   const bool two = w0 == 2 && (w1 == 0 || w1 == 1);
+  // 4-bit codes (tq4): keys on the transposed kernel at dp 128 and 256, in
+  // AVX2's nibble order (fill_order); values keep the row kernels.
+  const bool nib = w0 == 4 && w1 == 0 && dp != 64;
   k.lanes_values = two;
-  k.lanes_dots = two && !k.residual && !k.wide;
+  k.lanes_dots = (two || nib) && !k.residual && !k.wide;
   for (int x = 0; x < 64; ++x) {  // the codes' bits below 6 not theirs are ignored: the table repeats
-    k.lanes_table[x] = k.table[0][x % (4 << w1)];
+    k.lanes_table[x] = k.table[0][x % (nib ? 16 : 4 << w1)];
     k.lanes_vtable[x] = static_cast<uint8_t>(k.lanes_table[x] ^ 0x80);
   }
 }
@@ -1571,7 +1574,7 @@ const T16Consts& t16_consts() {
 
 // NQ queries from j0 on, 16 rows (rp; the store masked to m), one 2-bit
 // plane at off0 (+ a 1-bit plane at off1 when W1 = 1), dp = 64 NCH.
-template <int W1, int NCH, int NQ>
+template <int BITS, int W1, int NCH, int NQ>
 TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uint8_t* const* rp, size_t off0,
                                                                         size_t off1, __m512i tab,
                                                                         const __m512i* hctl, const int8_t* q8,
@@ -1585,7 +1588,8 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
   const int32_t* q[NQ];
 #pragma GCC unroll 4
   for (int jj = 0; jj < NQ; ++jj) q[jj] = reinterpret_cast<const int32_t*>(q8 + static_cast<size_t>(j0 + jj) * dp);
-  for (int c = 0; c < NCH / 2; ++c) {  // 32 plane bytes (128 coordinates) at a time
+  constexpr int S = 8 / BITS, per = 16 / S;  // codes a byte; plane dwords a 64-coordinate chunk
+  for (int c = 0; c < NCH * BITS / 4; ++c) {  // 32 plane bytes (32 S coordinates) at a time
     __m512i Z[8], H[4];
     transpose16x8(rp, off0 + 32 * c, Z);
     if constexpr (W1 == 1) transpose16x4(rp, off1 + 16 * c, H);
@@ -1595,8 +1599,8 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
       if constexpr (W1 == 1) hh = _mm512_multishift_epi64_epi8(hctl[k % 2], H[k / 2]);
       const int kk = 8 * c + k;
 #pragma GCC unroll 4
-      for (int s = 0; s < 4; ++s) {
-        __m512i idx = s ? _mm512_srli_epi16(Z[k], 2 * s) : Z[k];
+      for (int s = 0; s < S; ++s) {
+        __m512i idx = s ? _mm512_srli_epi16(Z[k], BITS * s) : Z[k];
         if constexpr (W1 == 1) {
           const __m512i hb = s == 0   ? _mm512_slli_epi16(hh, 2)
                              : s == 1 ? _mm512_slli_epi16(hh, 1)
@@ -1605,7 +1609,7 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
           idx = _mm512_ternarylogic_epi32(idx, hb, low2, kSelectAC);
         }
         const __m512i x = _mm512_permutexvar_epi8(idx, tab);
-        const int qd = 16 * (kk / 4) + 4 * s + kk % 4;
+        const int qd = 16 * (kk / per) + per * s + kk % per;
 #pragma GCC unroll 4
         for (int jj = 0; jj < NQ; ++jj)  // (the broadcast folds into vpdpbusd's m32bcst operand)
           a[jj][s & 1] = _mm512_dpbusd_epi32(a[jj][s & 1], x, _mm512_set1_epi32(q[jj][qd]));
@@ -1618,10 +1622,10 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
                              _mm512_add_epi32(a[jj][0], a[jj][1]));
 }
 
-template <int W1, int NCH>
+template <int BITS, int W1, int NCH>
 TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table, const uint8_t* const* rows, int n,
                               const int8_t* q8, int G, int32_t* dots, int ld) {
-  static_assert(NCH % 2 == 0, "32 plane bytes a step");
+  static_assert(NCH * BITS % 4 == 0, "32 plane bytes a step");
   const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_table
   __m512i hctl[2];
   if constexpr (W1 == 1)
@@ -1637,11 +1641,11 @@ TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table,
     const __mmask16 m = n - r0 >= 16 ? static_cast<__mmask16>(0xFFFF)
                                      : static_cast<__mmask16>((1u << (n - r0)) - 1);
     int j0 = 0;
-    for (; j0 + 4 <= G; j0 += 4) t16_queries<W1, NCH, 4>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m);
+    for (; j0 + 4 <= G; j0 += 4) t16_queries<BITS, W1, NCH, 4>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m);
     switch (G - j0) {
-      case 3: t16_queries<W1, NCH, 3>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m); break;
-      case 2: t16_queries<W1, NCH, 2>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m); break;
-      case 1: t16_queries<W1, NCH, 1>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m); break;
+      case 3: t16_queries<BITS, W1, NCH, 3>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m); break;
+      case 2: t16_queries<BITS, W1, NCH, 2>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m); break;
+      case 1: t16_queries<BITS, W1, NCH, 1>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m); break;
       default: break;
     }
   }
@@ -1661,10 +1665,12 @@ TKV_AVX512_INT8 void dots_lanes_avx512(const Int8Keys& k, const RowLayout& L, co
   const RowLayout::Part& p = L.parts[0];
   with_nch(k.dp, [&](auto nch) TKV_AVX512_INT8 {
     if constexpr (nch % 2 == 0) {  // dp 128, 256: 16 rows transposed
-      if (p.nplanes > 1) {
-        dots_t16<1, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
+      if (p.planes[0].width == 4) {
+        dots_t16<4, 0, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
+      } else if (p.nplanes > 1) {
+        dots_t16<2, 1, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
       } else {
-        dots_t16<0, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
+        dots_t16<2, 0, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
       }
     } else if (p.nplanes > 1) {
       dots_lanes2<1, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
@@ -1804,8 +1810,8 @@ bool avx2_ordered(const Int8Keys& k, bool keys) {
 }
 bool ordered_dots(const Int8Keys& k) { return lanes_run(k.lanes_dots) || avx2_ordered(k, true); }
 bool ordered_values(const Int8Keys& k) { return lanes_run(k.lanes_values) || avx2_ordered(k, false); }
-// The orders (score_int8.h): 2-bit planes, or AVX2's 4-bit one (the lane
-// kernels take no 4-bit codes).
+// The orders (score_int8.h): 2-bit planes, or the 4-bit one (AVX2's
+// ordered decode, and AVX-512's transposed keys for tq4).
 void fill_order(const Int8Keys& k, int* perm) {
   const bool nib = k.avx2_sig == 40;
   for (int c = 0; c < k.dp / 64; ++c)

@@ -547,12 +547,14 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         std::vector<int> order(dp), vorder(dp);
         const bool lanes = attn::int8_query_order(k, order.data());
         const bool vlanes = attn::int8_values_order(kv, vorder.data());
-        // Where they run: tq2 and tq3 (one 2-bit plane, + a 1-bit one) at d 64, 128, 256, on AVX-512;
-        // those and tq4 (one 4-bit plane) on AVX2, K not where it takes residual bytes or words.
+        // Where they run: tq2 and tq3 (one 2-bit plane, + a 1-bit one) at d 64, 128, 256, on AVX-512,
+        // and there tq4's keys (one 4-bit plane) at d 128 and 256; those and tq4 at d 64 too on AVX2,
+        // K not where it takes residual bytes or words.
         const bool two = (f == "tq2" || f == "tq3") && d != 80;
+        const bool four512 = target == attn::Int8Target::kAvx512 && f == "tq4" && (d == 128 || d == 256);
         const bool avx2 = target == attn::Int8Target::kAvx2 && (two || (f == "tq4" && d != 80));
         const bool expect_v = (target == attn::Int8Target::kAvx512 && two) || avx2;
-        const bool expect = (target == attn::Int8Target::kAvx512 && two) || (avx2 && !k.residual && !k.wide);
+        const bool expect = (target == attn::Int8Target::kAvx512 && two) || four512 || (avx2 && !k.residual && !k.wide);
         ASSERT_EQ(lanes, expect) << f << " d=" << d;
         ASSERT_EQ(vlanes, expect_v) << f << " d=" << d;
         // AVX2's byte kernels: tq2 and tq3 on centroid bytes within ±31 (their budget allows it).
@@ -574,11 +576,11 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         }
         for (int p = 0; p < dp; ++p) {
           const int c64 = p / 64;
-          const int want = nib ? 64 * c64 + 2 * (p % 32) + p % 64 / 32 : 64 * c64 + 4 * (p % 16) + p % 64 / 16;
+          const int want = f == "tq4" ? 64 * c64 + 2 * (p % 32) + p % 64 / 32 : 64 * c64 + 4 * (p % 16) + p % 64 / 16;
           ASSERT_EQ(order[p], expect ? want : p) << f << " d=" << d << " position " << p;
           ASSERT_EQ(vorder[p], expect_v ? want : p) << f << " d=" << d << " position " << p;
         }
-        lanes_checked += expect && target == attn::Int8Target::kAvx512;
+        lanes_checked += expect && target == attn::Int8Target::kAvx512;  // (tq2, tq3 at 3 sizes; tq4 at 2)
         avx2_checked += expect && expect_v && target == attn::Int8Target::kAvx2 && allow_narrow;
         words_checked += expect && expect_v && !allow_narrow;
         const auto x = gaussian(size_t(n) * d, 300 + d);
@@ -615,7 +617,7 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         }
       }
   }
-  if (attn::int8_target_supported(attn::Int8Target::kAvx512)) EXPECT_EQ(lanes_checked, 2 * 3);
+  if (attn::int8_target_supported(attn::Int8Target::kAvx512)) EXPECT_EQ(lanes_checked, 2 * 3 + 2);
   if (attn::int8_target_supported(attn::Int8Target::kAvx2)) EXPECT_EQ(avx2_checked, 3 * 3);
   if (attn::int8_target_supported(attn::Int8Target::kAvx2)) EXPECT_EQ(words_checked, 2 * 3);
 }
