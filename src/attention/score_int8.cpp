@@ -1355,17 +1355,18 @@ TKV_AVX512_INT8 inline __m512i qwords4(const uint8_t* const* rp, size_t off) {
 // scalar operations a row).
 struct LaneConsts {
   alignas(64) uint8_t kctrl[4][64];  // keys: lane byte b <- bit 4b + s at bit 2 (both qwords hold the row's 64 bits)
-  alignas(64) uint8_t vctrl[4][64];  // values: byte 4i + m <- row m's bit 4i + s = bit 8m + 4 (i % 2) + s of qword i / 2
   alignas(64) uint8_t ileave[64];    // dword i byte m <- lane m byte i
   alignas(64) uint8_t hileave[64];   // qword Q byte p <- qword p % 4's byte Q
+  alignas(64) uint8_t vnib[64];      // values: byte 4i + m <- row m's bits 4i .. 4i+3 at bits 0-3 (bits 8m + 4 (i % 2) ..
+                                     // of qword i / 2)
   LaneConsts() {
     for (int e = 0; e < 64; ++e) {
       for (int s = 0; s < 4; ++s) {
         kctrl[s][e] = static_cast<uint8_t>((4 * (e % 16) + s - 2) & 63);  // (the rotation wraps within the qword)
-        vctrl[s][e] = static_cast<uint8_t>((8 * (e % 4) + 4 * (e / 4 % 2) + s - 2) & 63);
       }
       ileave[e] = static_cast<uint8_t>(16 * (e % 4) + e / 4);
       hileave[e] = static_cast<uint8_t>(8 * (e % 8 % 4) + e / 8);
+      vnib[e] = static_cast<uint8_t>((8 * (e % 4) + 4 * (e / 4 % 2)) & 63);
     }
   }
 };
@@ -1450,9 +1451,7 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
   const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_vtable (signed c8)
   const LaneConsts& lc = lane_consts();
   const __m512i ileave = _mm512_load_si512(lc.ileave), hileave = _mm512_load_si512(lc.hileave);
-  __m512i hctrl[4];
-  if constexpr (W1 == 1)
-    for (int s = 0; s < 4; ++s) hctrl[s] = _mm512_load_si512(lc.vctrl[s]);
+  const __m512i vnib = _mm512_load_si512(lc.vnib);
   const __m512i low2 = _mm512_set1_epi8(3);
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
   const int ng = (n + 3) / 4;
@@ -1468,12 +1467,22 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
         const uint8_t* rp[4];
         for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)];  // past n: weight 0
         const __m512i z = _mm512_permutexvar_epi8(ileave, lanes4(rp, off0 + 16 * u));
-        __m512i hi = _mm512_setzero_si512();
-        if constexpr (W1 == 1) hi = _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u));
+        // (tq3) the 4 rows' high bits of coordinates 64u + 4i .. +3 in bits
+        // 0-3 of dword i's bytes, by one vpmultishiftqb; bit s then goes to
+        // bit 2 by a shift (vpmultishiftqb shares its pipe with vpdpbusd on
+        // Zen 4: one a step, where one a code position cost 1.5 cycles a row)
+        __m512i hh = _mm512_setzero_si512();
+        if constexpr (W1 == 1)
+          hh = _mm512_multishift_epi64_epi8(vnib, _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u)));
         for (int s = 0; s < 4; ++s) {
           __m512i code = s ? _mm512_srli_epi16(z, 2 * s) : z;
-          if constexpr (W1 == 1)
-            code = _mm512_ternarylogic_epi32(code, _mm512_multishift_epi64_epi8(hctrl[s], hi), low2, kSelectAC);
+          if constexpr (W1 == 1) {
+            const __m512i hb = s == 0   ? _mm512_slli_epi16(hh, 2)
+                               : s == 1 ? _mm512_slli_epi16(hh, 1)
+                               : s == 2 ? hh
+                                        : _mm512_srli_epi16(hh, 1);
+            code = _mm512_ternarylogic_epi32(code, hb, low2, kSelectAC);
+          }
           const __m512i x = _mm512_permutexvar_epi8(code, tab);
           for (int jj = 0; jj < 4; ++jj) s4[jj][s] = _mm512_dpbusd_epi32(s4[jj][s], _mm512_set1_epi32(w4[jj][g]), x);
         }
