@@ -334,10 +334,10 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
   // (4-bit codes were measured too, keys on words and values on bytes: 7 and
   // 12 % slower than the row kernels above, RESULTS §33; they keep those.)
   const bool two = w0 == 2 && (w1 == 0 || w1 == 1);
-  // 4-bit codes (tq4): keys on the transposed kernel at dp 128 and 256, in
-  // AVX2's nibble order (fill_order); values keep the row kernels.
+  // 4-bit codes (tq4) at dp 128 and 256: keys on the transposed kernel and
+  // values on values_nib4, in AVX2's nibble order (fill_order).
   const bool nib = w0 == 4 && w1 == 0 && dp != 64;
-  k.lanes_values = two;
+  k.lanes_values = two || nib;
   k.lanes_dots = (two || nib) && !k.residual && !k.wide;
   for (int x = 0; x < 64; ++x) {  // the codes' bits below 6 not theirs are ignored: the table repeats
     k.lanes_table[x] = k.table[0][x % (nib ? 16 : 4 << w1)];
@@ -1329,8 +1329,9 @@ void dots16_avx512(const Int8Keys& k, const RowLayout& L, const uint8_t* const* 
 // int8_values_order. Measured alone in L1 (RESULTS §33): tq2 keys 6-21 %
 // and values 11-20 % faster than the row kernels, tq3 0-19 %; the dots
 // (8 a row for keys, 8 for values, G = 4) are now most of the work. 4-bit
-// codes in lanes (keys on words, values on bytes) ran 7-12 % slower: tq4
-// keeps the row kernels.
+// codes in lanes (keys on words, values on bytes) ran 7-12 % slower; tq4
+// now takes the transposed keys and values_nib4 below (RESULTS §45), and
+// so do tq2 and tq3's keys at dp 128 and 256 (dots_t16).
 
 // Row l's 16 bytes at off in 128-bit lane l (rp: 4 row pointers).
 TKV_AVX512_INT8 inline __m512i lanes4(const uint8_t* const* rp, size_t off) {
@@ -1660,6 +1661,75 @@ TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table,
   }
 }
 
+// Values of 4-bit codes (tq4, dp 128 and 256): per 4 rows and 64
+// coordinates, the rows' 32 code bytes go into two vectors (two rows each)
+// and one two-source byte permute (vpermt2b) a half gives dword i byte m =
+// row m's byte 16h + i, whose nibble s is coordinate 64u + 32h + 2i + s:
+// then a shift, a lookup and vpdpbusd with the rows' weight bytes, as the
+// lane kernel above does for 2-bit codes. Accumulators in the 4-bit order
+// (fill_order: position 32s + b <-> coordinate 2b + s of a chunk). The row
+// kernel (values_fixed) looked each row up alone and interleaved 4 rows'
+// centroid bytes by 8 unpacks: 23 cycles a row at dp 128 and G 4 against
+// NN here (Zen 4, alone in L1; RESULTS §45).
+struct Nib4Consts {
+  alignas(64) uint8_t il[2][64];  // half h: byte 4i + m <- row m's byte 16h + i (rows 0, 1 in a; 2, 3 in b)
+  Nib4Consts() {
+    for (int h = 0; h < 2; ++h)
+      for (int e = 0; e < 64; ++e) il[h][e] = static_cast<uint8_t>(64 * (e % 4 / 2) + 32 * (e % 2) + 16 * h + e / 4);
+  }
+};
+const Nib4Consts& nib4_consts() {
+  static const Nib4Consts c;
+  return c;
+}
+
+template <int NCH>
+TKV_AVX512_INT8 void values_nib4(const RowLayout::Part& part, const uint8_t* table, float cs,
+                                 const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
+  const int dp = 64 * NCH;
+  const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_vtable (signed c8, period 16)
+  const __m512i il[2] = {_mm512_load_si512(nib4_consts().il[0]), _mm512_load_si512(nib4_consts().il[1])};
+  const size_t off0 = part.planes[0].offset;
+  const int ng = (n + 3) / 4;
+  auto half = [](const uint8_t* a, const uint8_t* b) TKV_AVX512_INT8 {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+  };
+  for (int j0 = 0; j0 < G; j0 += 4) {
+    float f[4];
+    int32_t w4[4][8];
+    if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
+    for (int u = 0; u < NCH; ++u) {
+      __m512i s4[4][4];  // [query][2h + s]
+      for (int jj = 0; jj < 4; ++jj)
+        for (int t = 0; t < 4; ++t) s4[jj][t] = _mm512_setzero_si512();
+      for (int g = 0; g < ng; ++g) {
+        const uint8_t* rp[4];
+        for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)] + off0 + 32 * u;  // past n: weight 0
+        const __m512i a = half(rp[0], rp[1]), b = half(rp[2], rp[3]);
+        for (int h = 0; h < 2; ++h) {
+          const __m512i z = _mm512_permutex2var_epi8(a, il[h], b);
+          for (int s = 0; s < 2; ++s) {
+            const __m512i x = _mm512_permutexvar_epi8(s ? _mm512_srli_epi16(z, 4) : z, tab);
+            for (int jj = 0; jj < 4; ++jj)
+              s4[jj][2 * h + s] = _mm512_dpbusd_epi32(s4[jj][2 * h + s], _mm512_set1_epi32(w4[jj][g]), x);
+          }
+        }
+      }
+      for (int jj = 0; jj < 4; ++jj) {
+        if (j0 + jj >= G || f[jj] == 0.0f) continue;
+        const __m512 fv = _mm512_set1_ps(f[jj]);
+        float* out = acc + static_cast<size_t>(j0 + jj) * dp + 64 * u;
+        for (int h = 0; h < 2; ++h)
+          for (int s = 0; s < 2; ++s) {
+            float* o = out + 32 * s + 16 * h;
+            _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s4[jj][2 * h + s]), fv, _mm512_loadu_ps(o)));
+          }
+      }
+    }
+  }
+}
+
 template <class Fn>
 TKV_AVX512_INT8 void with_nch(int dp, Fn&& fn) {
   switch (dp) {
@@ -1693,7 +1763,9 @@ TKV_AVX512_INT8 void values_lanes_avx512(const Int8Keys& k, const RowLayout& L, 
                                          const float* w, int G, int ldw, float* acc) {
   const RowLayout::Part& p = L.parts[0];
   with_nch(k.dp, [&](auto nch) TKV_AVX512_INT8 {
-    if (p.nplanes > 1) {
+    if (p.planes[0].width == 4) {
+      values_nib4<nch>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
+    } else if (p.nplanes > 1) {
       values_lanes2<1, nch>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
     } else {
       values_lanes2<0, nch>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
