@@ -1333,6 +1333,18 @@ void dots16_avx512(const Int8Keys& k, const RowLayout& L, const uint8_t* const* 
 // now takes the transposed keys and values_nib4 below (RESULTS §45), and
 // so do tq2 and tq3's keys at dp 128 and 256 (dots_t16).
 
+// Calls fn(nq) with a group's query count (1-4) as a constant (the V
+// kernels: a last group of 1-3 queries, and G = 1 or 2, paid for 4).
+template <class Fn>
+TKV_AVX512_INT8 void with_count512(int nq, Fn&& fn) {
+  switch (nq) {
+    case 4: return fn(Int<4>{});
+    case 3: return fn(Int<3>{});
+    case 2: return fn(Int<2>{});
+    default: return fn(Int<1>{});
+  }
+}
+
 // Row l's 16 bytes at off in 128-bit lane l (rp: 4 row pointers).
 TKV_AVX512_INT8 inline __m512i lanes4(const uint8_t* const* rp, size_t off) {
   __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[0] + off)));
@@ -1460,43 +1472,46 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
     float f[4];
     int32_t w4[4][8];
     if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
-    for (int u = 0; u < NCH; ++u) {
-      __m512i s4[4][4];
-      for (int jj = 0; jj < 4; ++jj)
-        for (int s = 0; s < 4; ++s) s4[jj][s] = _mm512_setzero_si512();
-      for (int g = 0; g < ng; ++g) {
-        const uint8_t* rp[4];
-        for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)];  // past n: weight 0
-        const __m512i z = _mm512_permutexvar_epi8(ileave, lanes4(rp, off0 + 16 * u));
-        // (tq3) the 4 rows' high bits of coordinates 64u + 4i .. +3 in bits
-        // 0-3 of dword i's bytes, by one vpmultishiftqb; bit s then goes to
-        // bit 2 by a shift (vpmultishiftqb shares its pipe with vpdpbusd on
-        // Zen 4: one a step, where one a code position cost 1.5 cycles a row)
-        __m512i hh = _mm512_setzero_si512();
-        if constexpr (W1 == 1)
-          hh = _mm512_multishift_epi64_epi8(vnib, _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u)));
-        for (int s = 0; s < 4; ++s) {
-          __m512i code = s ? _mm512_srli_epi16(z, 2 * s) : z;
-          if constexpr (W1 == 1) {
-            const __m512i hb = s == 0   ? _mm512_slli_epi16(hh, 2)
-                               : s == 1 ? _mm512_slli_epi16(hh, 1)
-                               : s == 2 ? hh
-                                        : _mm512_srli_epi16(hh, 1);
-            code = _mm512_ternarylogic_epi32(code, hb, low2, kSelectAC);
+    with_count512(std::min(4, G - j0), [&](auto nq) TKV_AVX512_INT8 {
+      constexpr int NQ = decltype(nq)::value;  // (a last group's absent queries take no work)
+      for (int u = 0; u < NCH; ++u) {
+        __m512i s4[4][4];
+        for (int jj = 0; jj < 4; ++jj)
+          for (int s = 0; s < 4; ++s) s4[jj][s] = _mm512_setzero_si512();
+        for (int g = 0; g < ng; ++g) {
+          const uint8_t* rp[4];
+          for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)];  // past n: weight 0
+          const __m512i z = _mm512_permutexvar_epi8(ileave, lanes4(rp, off0 + 16 * u));
+          // (tq3) the 4 rows' high bits of coordinates 64u + 4i .. +3 in bits
+          // 0-3 of dword i's bytes, by one vpmultishiftqb; bit s then goes to
+          // bit 2 by a shift (vpmultishiftqb shares its pipe with vpdpbusd on
+          // Zen 4: one a step, where one a code position cost 1.5 cycles a row)
+          __m512i hh = _mm512_setzero_si512();
+          if constexpr (W1 == 1)
+            hh = _mm512_multishift_epi64_epi8(vnib, _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u)));
+          for (int s = 0; s < 4; ++s) {
+            __m512i code = s ? _mm512_srli_epi16(z, 2 * s) : z;
+            if constexpr (W1 == 1) {
+              const __m512i hb = s == 0   ? _mm512_slli_epi16(hh, 2)
+                                 : s == 1 ? _mm512_slli_epi16(hh, 1)
+                                 : s == 2 ? hh
+                                          : _mm512_srli_epi16(hh, 1);
+              code = _mm512_ternarylogic_epi32(code, hb, low2, kSelectAC);
+            }
+            const __m512i x = _mm512_permutexvar_epi8(code, tab);
+            for (int jj = 0; jj < NQ; ++jj) s4[jj][s] = _mm512_dpbusd_epi32(s4[jj][s], _mm512_set1_epi32(w4[jj][g]), x);
           }
-          const __m512i x = _mm512_permutexvar_epi8(code, tab);
-          for (int jj = 0; jj < 4; ++jj) s4[jj][s] = _mm512_dpbusd_epi32(s4[jj][s], _mm512_set1_epi32(w4[jj][g]), x);
+        }
+        for (int jj = 0; jj < NQ; ++jj) {
+          if (f[jj] == 0.0f) continue;
+          const __m512 fv = _mm512_set1_ps(f[jj]);
+          float* out = acc + static_cast<size_t>(j0 + jj) * dp + 64 * u;
+          for (int s = 0; s < 4; ++s)
+            _mm512_storeu_ps(out + 16 * s,
+                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(s4[jj][s]), fv, _mm512_loadu_ps(out + 16 * s)));
         }
       }
-      for (int jj = 0; jj < 4; ++jj) {
-        if (j0 + jj >= G || f[jj] == 0.0f) continue;
-        const __m512 fv = _mm512_set1_ps(f[jj]);
-        float* out = acc + static_cast<size_t>(j0 + jj) * dp + 64 * u;
-        for (int s = 0; s < 4; ++s)
-          _mm512_storeu_ps(out + 16 * s,
-                           _mm512_fmadd_ps(_mm512_cvtepi32_ps(s4[jj][s]), fv, _mm512_loadu_ps(out + 16 * s)));
-      }
-    }
+    });
   }
 }
 
@@ -1699,34 +1714,37 @@ TKV_AVX512_INT8 void values_nib4(const RowLayout::Part& part, const uint8_t* tab
     float f[4];
     int32_t w4[4][8];
     if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
-    for (int u = 0; u < NCH; ++u) {
-      __m512i s4[4][4];  // [query][2h + s]
-      for (int jj = 0; jj < 4; ++jj)
-        for (int t = 0; t < 4; ++t) s4[jj][t] = _mm512_setzero_si512();
-      for (int g = 0; g < ng; ++g) {
-        const uint8_t* rp[4];
-        for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)] + off0 + 32 * u;  // past n: weight 0
-        const __m512i a = half(rp[0], rp[1]), b = half(rp[2], rp[3]);
-        for (int h = 0; h < 2; ++h) {
-          const __m512i z = _mm512_permutex2var_epi8(a, il[h], b);
-          for (int s = 0; s < 2; ++s) {
-            const __m512i x = _mm512_permutexvar_epi8(s ? _mm512_srli_epi16(z, 4) : z, tab);
-            for (int jj = 0; jj < 4; ++jj)
-              s4[jj][2 * h + s] = _mm512_dpbusd_epi32(s4[jj][2 * h + s], _mm512_set1_epi32(w4[jj][g]), x);
+    with_count512(std::min(4, G - j0), [&](auto nq) TKV_AVX512_INT8 {
+      constexpr int NQ = decltype(nq)::value;  // (a last group's absent queries take no work)
+      for (int u = 0; u < NCH; ++u) {
+        __m512i s4[4][4];  // [query][2h + s]
+        for (int jj = 0; jj < 4; ++jj)
+          for (int t = 0; t < 4; ++t) s4[jj][t] = _mm512_setzero_si512();
+        for (int g = 0; g < ng; ++g) {
+          const uint8_t* rp[4];
+          for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)] + off0 + 32 * u;  // past n: weight 0
+          const __m512i a = half(rp[0], rp[1]), b = half(rp[2], rp[3]);
+          for (int h = 0; h < 2; ++h) {
+            const __m512i z = _mm512_permutex2var_epi8(a, il[h], b);
+            for (int s = 0; s < 2; ++s) {
+              const __m512i x = _mm512_permutexvar_epi8(s ? _mm512_srli_epi16(z, 4) : z, tab);
+              for (int jj = 0; jj < NQ; ++jj)
+                s4[jj][2 * h + s] = _mm512_dpbusd_epi32(s4[jj][2 * h + s], _mm512_set1_epi32(w4[jj][g]), x);
+            }
           }
         }
+        for (int jj = 0; jj < NQ; ++jj) {
+          if (f[jj] == 0.0f) continue;
+          const __m512 fv = _mm512_set1_ps(f[jj]);
+          float* out = acc + static_cast<size_t>(j0 + jj) * dp + 64 * u;
+          for (int h = 0; h < 2; ++h)
+            for (int s = 0; s < 2; ++s) {
+              float* o = out + 32 * s + 16 * h;
+              _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s4[jj][2 * h + s]), fv, _mm512_loadu_ps(o)));
+            }
+        }
       }
-      for (int jj = 0; jj < 4; ++jj) {
-        if (j0 + jj >= G || f[jj] == 0.0f) continue;
-        const __m512 fv = _mm512_set1_ps(f[jj]);
-        float* out = acc + static_cast<size_t>(j0 + jj) * dp + 64 * u;
-        for (int h = 0; h < 2; ++h)
-          for (int s = 0; s < 2; ++s) {
-            float* o = out + 32 * s + 16 * h;
-            _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s4[jj][2 * h + s]), fv, _mm512_loadu_ps(o)));
-          }
-      }
-    }
+    });
   }
 }
 
