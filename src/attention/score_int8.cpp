@@ -1391,6 +1391,19 @@ const LaneConsts& lane_consts() {
 // vpternlogd: bits where c is set from a, the others from b.
 constexpr int kSelectAC = 0xE4;
 
+// tq3's lookup index of code position s (0-3): bits 0-1 the low code
+// (code, shifted by 2s), bit 2 the high bit s of hh's nibble (bits 0-3 of
+// each byte), moved there by a shift within the byte; the bits above,
+// which the period-8 table ignores, whatever they were.
+TKV_AVX512_INT8 __attribute__((always_inline)) inline __m512i with_high_bit(__m512i code, __m512i hh, int s,
+                                                                             __m512i low2) {
+  const __m512i hb = s == 0   ? _mm512_slli_epi16(hh, 2)
+                     : s == 1 ? _mm512_slli_epi16(hh, 1)
+                     : s == 2 ? hh
+                              : _mm512_srli_epi16(hh, 1);
+  return _mm512_ternarylogic_epi32(code, hb, low2, kSelectAC);
+}
+
 // Lane l dword j = Σ of the 4 dwords of a[j]'s lane l (rows in lanes, 4 queries).
 TKV_AVX512_INT8 inline void lanes_store(const __m512i* a, int nr, int j0, int G, int32_t* dots, int ld, int r0) {
   const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
@@ -1452,22 +1465,16 @@ TKV_AVX512_INT8 void dots_lanes2(const RowLayout::Part& part, const uint8_t* tab
   }
 }
 
-// Values, one part of 2-bit codes (+ a 1-bit plane when W1 = 1), dp = 64
-// NCH, n <= 32 rows; acc in int8_values_order. Per 64-coordinate chunk c and
-// 4 rows: the rows' 16 low-plane bytes interleaved so that dword i holds
-// byte i of rows 0..3; (that >> 2s)'s bytes index coordinate 64c + 4i + s
-// of the 4 rows, and vpdpbusd with the 4 rows' weight bytes sums over them.
-template <int W1, int NCH>
-TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* table, float cs,
-                                   const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
-  const int dp = 64 * NCH;
-  const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_vtable (signed c8)
-  const LaneConsts& lc = lane_consts();
-  const __m512i ileave = _mm512_load_si512(lc.ileave), hileave = _mm512_load_si512(lc.hileave);
-  const __m512i vnib = _mm512_load_si512(lc.vnib);
-  const __m512i low2 = _mm512_set1_epi8(3);
-  const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
-  const int ng = (n + 3) / 4;
+// The V kernels' frame (values_lanes2, values_nib4): per group of up to 4
+// queries their weight bytes (weights4), and per 64-coordinate chunk u four
+// int32 sums a query, which quad(u, g, nq, w4, s4) adds each quad g of rows
+// to, then put into acc at 64u + pos[t] (t < 4: sixteen coordinates each,
+// in the kernel's order) times the group's scales.
+template <int NCH, class Quad>
+TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, const float* w, int G, int ldw,
+                                                                         float cs, float* acc, const int (&pos)[4],
+                                                                         Quad&& quad) {
+  const int dp = 64 * NCH, ng = (n + 3) / 4;
   for (int j0 = 0; j0 < G; j0 += 4) {
     float f[4];
     int32_t w4[4][8];
@@ -1477,42 +1484,56 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
       for (int u = 0; u < NCH; ++u) {
         __m512i s4[4][4];
         for (int jj = 0; jj < 4; ++jj)
-          for (int s = 0; s < 4; ++s) s4[jj][s] = _mm512_setzero_si512();
-        for (int g = 0; g < ng; ++g) {
-          const uint8_t* rp[4];
-          for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)];  // past n: weight 0
-          const __m512i z = _mm512_permutexvar_epi8(ileave, lanes4(rp, off0 + 16 * u));
-          // (tq3) the 4 rows' high bits of coordinates 64u + 4i .. +3 in bits
-          // 0-3 of dword i's bytes, by one vpmultishiftqb; bit s then goes to
-          // bit 2 by a shift (vpmultishiftqb shares its pipe with vpdpbusd on
-          // Zen 4: one a step, where one a code position cost 1.5 cycles a row)
-          __m512i hh = _mm512_setzero_si512();
-          if constexpr (W1 == 1)
-            hh = _mm512_multishift_epi64_epi8(vnib, _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u)));
-          for (int s = 0; s < 4; ++s) {
-            __m512i code = s ? _mm512_srli_epi16(z, 2 * s) : z;
-            if constexpr (W1 == 1) {
-              const __m512i hb = s == 0   ? _mm512_slli_epi16(hh, 2)
-                                 : s == 1 ? _mm512_slli_epi16(hh, 1)
-                                 : s == 2 ? hh
-                                          : _mm512_srli_epi16(hh, 1);
-              code = _mm512_ternarylogic_epi32(code, hb, low2, kSelectAC);
-            }
-            const __m512i x = _mm512_permutexvar_epi8(code, tab);
-            for (int jj = 0; jj < NQ; ++jj) s4[jj][s] = _mm512_dpbusd_epi32(s4[jj][s], _mm512_set1_epi32(w4[jj][g]), x);
-          }
-        }
+          for (int t = 0; t < 4; ++t) s4[jj][t] = _mm512_setzero_si512();
+        for (int g = 0; g < ng; ++g) quad(u, g, nq, w4, s4);
         for (int jj = 0; jj < NQ; ++jj) {
           if (f[jj] == 0.0f) continue;
           const __m512 fv = _mm512_set1_ps(f[jj]);
           float* out = acc + static_cast<size_t>(j0 + jj) * dp + 64 * u;
-          for (int s = 0; s < 4; ++s)
-            _mm512_storeu_ps(out + 16 * s,
-                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(s4[jj][s]), fv, _mm512_loadu_ps(out + 16 * s)));
+          for (int t = 0; t < 4; ++t)
+            _mm512_storeu_ps(out + pos[t],
+                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(s4[jj][t]), fv, _mm512_loadu_ps(out + pos[t])));
         }
       }
     });
   }
+}
+
+// Values, one part of 2-bit codes (+ a 1-bit plane when W1 = 1), dp = 64
+// NCH, n <= 32 rows; acc in int8_values_order. Per 64-coordinate chunk c and
+// 4 rows: the rows' 16 low-plane bytes interleaved so that dword i holds
+// byte i of rows 0..3; (that >> 2s)'s bytes index coordinate 64c + 4i + s
+// of the 4 rows, and vpdpbusd with the 4 rows' weight bytes sums over them.
+template <int W1, int NCH>
+TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* table, float cs,
+                                   const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
+  const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_vtable (signed c8)
+  const LaneConsts& lc = lane_consts();
+  const __m512i ileave = _mm512_load_si512(lc.ileave), hileave = _mm512_load_si512(lc.hileave);
+  const __m512i vnib = _mm512_load_si512(lc.vnib);
+  const __m512i low2 = _mm512_set1_epi8(3);
+  const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
+  static constexpr int pos[4] = {0, 16, 32, 48};  // sums t = s: code position s of bytes 0..15
+  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g, auto nq, const int32_t (*w4)[8],
+                                                   __m512i (*s4)[4]) TKV_AVX512_INT8 {
+    constexpr int NQ = decltype(nq)::value;
+    const uint8_t* rp[4];
+    for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)];  // past n: weight 0
+    const __m512i z = _mm512_permutexvar_epi8(ileave, lanes4(rp, off0 + 16 * u));
+    // (tq3) the 4 rows' high bits of coordinates 64u + 4i .. +3 in bits
+    // 0-3 of dword i's bytes, by one vpmultishiftqb; bit s then goes to
+    // bit 2 by a shift (vpmultishiftqb shares its pipe with vpdpbusd on
+    // Zen 4: one a step, where one a code position cost 1.5 cycles a row)
+    __m512i hh = _mm512_setzero_si512();
+    if constexpr (W1 == 1)
+      hh = _mm512_multishift_epi64_epi8(vnib, _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u)));
+    for (int s = 0; s < 4; ++s) {
+      __m512i code = s ? _mm512_srli_epi16(z, 2 * s) : z;
+      if constexpr (W1 == 1) code = with_high_bit(code, hh, s, low2);
+      const __m512i x = _mm512_permutexvar_epi8(code, tab);
+      for (int jj = 0; jj < NQ; ++jj) s4[jj][s] = _mm512_dpbusd_epi32(s4[jj][s], _mm512_set1_epi32(w4[jj][g]), x);
+    }
+  });
 }
 
 // Keys on 16 rows transposed by dwords (dp 128 and 256): where the lane
@@ -1626,13 +1647,7 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
 #pragma GCC unroll 4
       for (int s = 0; s < S; ++s) {
         __m512i idx = s ? _mm512_srli_epi16(Z[k], BITS * s) : Z[k];
-        if constexpr (W1 == 1) {
-          const __m512i hb = s == 0   ? _mm512_slli_epi16(hh, 2)
-                             : s == 1 ? _mm512_slli_epi16(hh, 1)
-                             : s == 2 ? hh
-                                      : _mm512_srli_epi16(hh, 1);
-          idx = _mm512_ternarylogic_epi32(idx, hb, low2, kSelectAC);
-        }
+        if constexpr (W1 == 1) idx = with_high_bit(idx, hh, s, low2);
         const __m512i x = _mm512_permutexvar_epi8(idx, tab);
         const int qd = 16 * (kk / per) + per * s + kk % per;
 #pragma GCC unroll 4
@@ -1698,54 +1713,34 @@ const Nib4Consts& nib4_consts() {
   return c;
 }
 
+// 32 bytes at a, then 32 at b.
+TKV_AVX512_INT8 inline __m512i two_rows(const uint8_t* a, const uint8_t* b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+
 template <int NCH>
 TKV_AVX512_INT8 void values_nib4(const RowLayout::Part& part, const uint8_t* table, float cs,
                                  const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
-  const int dp = 64 * NCH;
   const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_vtable (signed c8, period 16)
   const __m512i il[2] = {_mm512_load_si512(nib4_consts().il[0]), _mm512_load_si512(nib4_consts().il[1])};
   const size_t off0 = part.planes[0].offset;
-  const int ng = (n + 3) / 4;
-  auto half = [](const uint8_t* a, const uint8_t* b) TKV_AVX512_INT8 {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
-  };
-  for (int j0 = 0; j0 < G; j0 += 4) {
-    float f[4];
-    int32_t w4[4][8];
-    if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
-    with_count512(std::min(4, G - j0), [&](auto nq) TKV_AVX512_INT8 {
-      constexpr int NQ = decltype(nq)::value;  // (a last group's absent queries take no work)
-      for (int u = 0; u < NCH; ++u) {
-        __m512i s4[4][4];  // [query][2h + s]
-        for (int jj = 0; jj < 4; ++jj)
-          for (int t = 0; t < 4; ++t) s4[jj][t] = _mm512_setzero_si512();
-        for (int g = 0; g < ng; ++g) {
-          const uint8_t* rp[4];
-          for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)] + off0 + 32 * u;  // past n: weight 0
-          const __m512i a = half(rp[0], rp[1]), b = half(rp[2], rp[3]);
-          for (int h = 0; h < 2; ++h) {
-            const __m512i z = _mm512_permutex2var_epi8(a, il[h], b);
-            for (int s = 0; s < 2; ++s) {
-              const __m512i x = _mm512_permutexvar_epi8(s ? _mm512_srli_epi16(z, 4) : z, tab);
-              for (int jj = 0; jj < NQ; ++jj)
-                s4[jj][2 * h + s] = _mm512_dpbusd_epi32(s4[jj][2 * h + s], _mm512_set1_epi32(w4[jj][g]), x);
-            }
-          }
-        }
-        for (int jj = 0; jj < NQ; ++jj) {
-          if (f[jj] == 0.0f) continue;
-          const __m512 fv = _mm512_set1_ps(f[jj]);
-          float* out = acc + static_cast<size_t>(j0 + jj) * dp + 64 * u;
-          for (int h = 0; h < 2; ++h)
-            for (int s = 0; s < 2; ++s) {
-              float* o = out + 32 * s + 16 * h;
-              _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s4[jj][2 * h + s]), fv, _mm512_loadu_ps(o)));
-            }
-        }
+  static constexpr int pos[4] = {0, 32, 16, 48};  // sums t = 2h + s: nibble s of bytes 16h .. 16h+15
+  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g, auto nq, const int32_t (*w4)[8],
+                                                   __m512i (*s4)[4]) TKV_AVX512_INT8 {
+    constexpr int NQ = decltype(nq)::value;
+    const uint8_t* rp[4];
+    for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)] + off0 + 32 * u;  // past n: weight 0
+    const __m512i a = two_rows(rp[0], rp[1]), b = two_rows(rp[2], rp[3]);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i z = _mm512_permutex2var_epi8(a, il[h], b);
+      for (int s = 0; s < 2; ++s) {
+        const __m512i x = _mm512_permutexvar_epi8(s ? _mm512_srli_epi16(z, 4) : z, tab);
+        for (int jj = 0; jj < NQ; ++jj)
+          s4[jj][2 * h + s] = _mm512_dpbusd_epi32(s4[jj][2 * h + s], _mm512_set1_epi32(w4[jj][g]), x);
       }
-    });
-  }
+    }
+  });
 }
 
 template <class Fn>
