@@ -1629,10 +1629,10 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
   const int dp = 64 * NCH;
   const __m512i low2 = _mm512_set1_epi8(3);
   __m512i a[NQ][2];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int jj = 0; jj < NQ; ++jj) a[jj][0] = a[jj][1] = _mm512_setzero_si512();
   const int32_t* q[NQ];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int jj = 0; jj < NQ; ++jj) q[jj] = reinterpret_cast<const int32_t*>(q8 + static_cast<size_t>(j0 + jj) * dp);
   constexpr int S = 8 / BITS, per = 16 / S;  // codes a byte; plane dwords a 64-coordinate chunk
   for (int c = 0; c < NCH * BITS / 4; ++c) {  // 32 plane bytes (32 S coordinates) at a time
@@ -1650,13 +1650,13 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
         if constexpr (W1 == 1) idx = with_high_bit(idx, hh, s, low2);
         const __m512i x = _mm512_permutexvar_epi8(idx, tab);
         const int qd = 16 * (kk / per) + per * s + kk % per;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int jj = 0; jj < NQ; ++jj)  // (the broadcast folds into vpdpbusd's m32bcst operand)
-          a[jj][s & 1] = _mm512_dpbusd_epi32(a[jj][s & 1], x, _mm512_set1_epi32(q[jj][qd]));
+          a[jj][NQ > 4 ? 0 : s & 1] = _mm512_dpbusd_epi32(a[jj][NQ > 4 ? 0 : s & 1], x, _mm512_set1_epi32(q[jj][qd]));
       }
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int jj = 0; jj < NQ; ++jj)
     _mm512_mask_storeu_epi32(dots + static_cast<size_t>(j0 + jj) * ld + r0, m,
                              _mm512_add_epi32(a[jj][0], a[jj][1]));
@@ -1681,6 +1681,9 @@ TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table,
     const __mmask16 m = n - r0 >= 16 ? static_cast<__mmask16>(0xFFFF)
                                      : static_cast<__mmask16>((1u << (n - r0)) - 1);
     int j0 = 0;
+    // 8 queries a pass (GQA 8: one transposition for all; one sum a query,
+    // 8 chains of vpdpbusd, as 4 queries' two), then 4, then the rest.
+    for (; j0 + 8 <= G; j0 += 8) t16_queries<BITS, W1, NCH, 8>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m);
     for (; j0 + 4 <= G; j0 += 4) t16_queries<BITS, W1, NCH, 4>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m);
     switch (G - j0) {
       case 3: t16_queries<BITS, W1, NCH, 3>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m); break;

@@ -585,7 +585,7 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         words_checked += expect && expect_v && !allow_narrow;
         const auto x = gaussian(size_t(n) * d, 300 + d);
         const CodedRows rows = coded_rows(*c, x, n);
-        for (int G : {1, 2, 4, 5, 7}) {
+        for (int G : {1, 2, 4, 5, 7, 8, 13}) {  // (the transposed keys: passes of 8, 4 and 1-3 queries)
           std::vector<int8_t> q8(size_t(G) * dp, 0), q8o(q8.size());
           Rng rng(G * 13 + d);
           for (int j = 0; j < G; ++j)
