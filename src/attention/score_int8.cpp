@@ -1549,8 +1549,10 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
 // the same integers as the lane kernel. Per 16 rows at dp 128 and G 4:
 // the transposition (8 row loads, 8 inserts, 16 unpacks, 8 lane shuffles),
 // 32 lookups, 24 shifts, 128 vpdpbusd. Measured alone in L1 on a Zen 4
-// EPYC (3.67 GHz, one thread, 32-row calls, G 4): tq2 22 -> 14 cycles a
-// row, tq3 29 -> NN (RESULTS §45).
+// EPYC (3.67 GHz, one thread, 32-row calls, G 4, cycles a row, the lane
+// kernel or tq4's row kernel -> this one): dp 128 tq2 21.8 -> 10.5, tq3
+// 28.0 -> 14.8, tq4 21.4 -> 14.6; dp 256 36.2 -> 23.0, 44.6 -> 29.8, 36.2
+// -> 27.2 (RESULTS §45). A 64K step at GQA 4, 2 threads: 18-24 % faster.
 
 // 16 rows' 32 bytes at off -> Z[0..7], Z[k] dword r = row r's dword k
 // (rows 0-3 and 4-7 in the halves of v[0..3], 8-11 and 12-15 in v[4..7]:
@@ -1702,8 +1704,8 @@ TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table,
 // lane kernel above does for 2-bit codes. Accumulators in the 4-bit order
 // (fill_order: position 32s + b <-> coordinate 2b + s of a chunk). The row
 // kernel (values_fixed) looked each row up alone and interleaved 4 rows'
-// centroid bytes by 8 unpacks: 23 cycles a row at dp 128 and G 4 against
-// NN here (Zen 4, alone in L1; RESULTS §45).
+// centroid bytes by 8 unpacks: 23.3 cycles a row at dp 128 and G 4 against
+// 18.6 here, 40.5 against 33.0 at dp 256 (Zen 4, alone in L1; RESULTS §45).
 struct Nib4Consts {
   alignas(64) uint8_t il[2][64];  // half h: byte 4i + m <- row m's byte 16h + i (rows 0, 1 in a; 2, 3 in b)
   Nib4Consts() {
