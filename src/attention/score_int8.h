@@ -45,12 +45,14 @@ struct Int8Keys {
   float cs = 0.0f;       // centroid scale (c_j ≈ cs · c8_j; score_int8.cpp fits it)
   float cmax = 0.0f;     // max |c_j| over the tables (for the bound)
   uint8_t table[RowLayout::kMaxParts][256];  // c8_j + 128 per part
-  // The lane kernels (AVX-512, score_int8.cpp): four rows' code bytes side by
-  // side in the 128-bit lanes of one vector, so that the lookups, shifts and
-  // dots serve 4 rows at once and a row's sum needs 1.5 shuffles, not 8.
+  // The ordered AVX-512 kernels (score_int8.cpp): V on four rows' code
+  // bytes side by side in the 128-bit lanes of one vector (values_lanes2;
+  // tq4: rows in pairs, values_nib4), K on 16 rows transposed by dwords
+  // (dots_t16: each row's dot in its own lane; the lane kernel at dp 64).
   // They read queries and write accumulators in a kernel order
   // (int8_query_order, int8_values_order). One part of 2-bit codes (+ a
-  // 1-bit plane: tq2, tq3) over dp = 64, 128 or 256.
+  // 1-bit plane: tq2, tq3) over dp = 64, 128 or 256, or of 4-bit codes
+  // (tq4) over dp = 128 or 256.
   // TKV_INT8_LANES=0 in the environment turns them off (for comparison).
   bool lanes_dots = false;
   bool lanes_values = false;
