@@ -327,12 +327,14 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     k.vlut_predicted = covered * u * u / 12.0 / codec;
     k.vlut = k.vlut_predicted <= kInt8ValueMax;
   }
-  // The lane kernels' layouts (score_int8.h): one part, a 2-bit plane (+ a 1-bit one).
+  // The ordered AVX-512 kernels' layouts (score_int8.h): one part, a 2-bit
+  // plane (+ a 1-bit one), or one 4-bit plane at dp 128 and 256.
   if (!lanes_on || !k.aligned || L.nparts != 1 || !(dp == 64 || dp == 128 || dp == 256)) return;
   const int w0 = p0.planes[0].width, w1 = p0.nplanes > 1 ? p0.planes[1].width : 0;
   if (p0.planes[0].shift != 0 || p0.nplanes > 2 || (p0.nplanes == 2 && p0.planes[1].shift != w0)) return;
-  // (4-bit codes were measured too, keys on words and values on bytes: 7 and
-  // 12 % slower than the row kernels above, RESULTS §33; they keep those.)
+  // (4-bit codes in the lane kernels, keys on words and values on bytes, ran
+  // 7 and 12 % slower than the row kernels, RESULTS §33; the transposed keys
+  // and values_nib4 that take them now are faster, §45.)
   const bool two = w0 == 2 && (w1 == 0 || w1 == 1);
   // 4-bit codes (tq4) at dp 128 and 256: keys on the transposed kernel and
   // values on values_nib4, in AVX2's nibble order (fill_order).
@@ -1541,9 +1543,9 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
 // across its 128-bit lane at the end, here dword r of a vector is row r's
 // dword k of the plane, so one lookup and one vpdpbusd a query serve 16
 // rows, every lane accumulates its own row's dot (no reduction, no
-// shuffle at the end), and the query's 4 bytes are a broadcast operand of
-// vpdpbusd (m32bcst: no load of its own; the lane kernel's 16-byte query
-// broadcasts were 1 load-cycle each, 8 a row). Byte e of dword k holds
+// shuffle at the end), and the query's 4 bytes come by a vpbroadcastd
+// from memory (2 a cycle on the load ports; the lane kernel's 16-byte
+// query broadcasts were 1 a cycle, 8 a row). Byte e of dword k holds
 // coordinates 16k + 4e + s (s: the code in bits 2s..2s+1), which is
 // int8_query_order's dword 16(k/4) + 4s + k%4: the same query order and
 // the same integers as the lane kernel. Per 16 rows at dp 128 and G 4:
@@ -1552,7 +1554,8 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
 // EPYC (3.67 GHz, one thread, 32-row calls, G 4, cycles a row, the lane
 // kernel or tq4's row kernel -> this one): dp 128 tq2 21.8 -> 10.5, tq3
 // 28.0 -> 14.8, tq4 21.4 -> 14.6; dp 256 36.2 -> 23.0, 44.6 -> 29.8, 36.2
-// -> 27.2 (RESULTS §45). A 64K step at GQA 4, 2 threads: 18-24 % faster.
+// -> 27.2 (RESULTS §45). A 64K step at GQA 4, 2 threads, with this and
+// values_nib4: 16-27 % less time (tq4 16-18 %, tq3 17-26 %, tq2 20-27 %).
 
 // 16 rows' 32 bytes at off -> Z[0..7], Z[k] dword r = row r's dword k
 // (rows 0-3 and 4-7 in the halves of v[0..3], 8-11 and 12-15 in v[4..7]:
@@ -1620,8 +1623,17 @@ const T16Consts& t16_consts() {
   return c;
 }
 
-// NQ queries from j0 on, 16 rows (rp; the store masked to m), one 2-bit
-// plane at off0 (+ a 1-bit plane at off1 when W1 = 1), dp = 64 NCH.
+// A query's 4 bytes at p in every dword (memcpy: q8 is int8_t, any
+// alignment; GCC loads it with one vpbroadcastd from memory).
+TKV_AVX512_INT8 inline __m512i query4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// NQ queries from j0 on, 16 rows (rp; the store masked to m), one plane of
+// BITS-bit codes (2 or 4) at off0 (+ a 1-bit plane at off1 when W1 = 1),
+// dp = 64 NCH.
 template <int BITS, int W1, int NCH, int NQ>
 TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uint8_t* const* rp, size_t off0,
                                                                         size_t off1, __m512i tab,
@@ -1633,9 +1645,9 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
   __m512i a[NQ][2];
 #pragma GCC unroll 8
   for (int jj = 0; jj < NQ; ++jj) a[jj][0] = a[jj][1] = _mm512_setzero_si512();
-  const int32_t* q[NQ];
+  const int8_t* q[NQ];
 #pragma GCC unroll 8
-  for (int jj = 0; jj < NQ; ++jj) q[jj] = reinterpret_cast<const int32_t*>(q8 + static_cast<size_t>(j0 + jj) * dp);
+  for (int jj = 0; jj < NQ; ++jj) q[jj] = q8 + static_cast<size_t>(j0 + jj) * dp;
   constexpr int S = 8 / BITS, per = 16 / S;  // codes a byte; plane dwords a 64-coordinate chunk
   for (int c = 0; c < NCH * BITS / 4; ++c) {  // 32 plane bytes (32 S coordinates) at a time
     __m512i Z[8], H[4];
@@ -1653,8 +1665,8 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
         const __m512i x = _mm512_permutexvar_epi8(idx, tab);
         const int qd = 16 * (kk / per) + per * s + kk % per;
 #pragma GCC unroll 8
-        for (int jj = 0; jj < NQ; ++jj)  // (the broadcast folds into vpdpbusd's m32bcst operand)
-          a[jj][NQ > 4 ? 0 : s & 1] = _mm512_dpbusd_epi32(a[jj][NQ > 4 ? 0 : s & 1], x, _mm512_set1_epi32(q[jj][qd]));
+        for (int jj = 0; jj < NQ; ++jj)
+          a[jj][NQ > 4 ? 0 : s & 1] = _mm512_dpbusd_epi32(a[jj][NQ > 4 ? 0 : s & 1], x, query4(q[jj] + 4 * qd));
       }
     }
   }

@@ -234,7 +234,8 @@ void int8_values(const Int8Keys& k, const RowLayout& layout, const uint8_t* cons
 // 16-bit words; another target in use).
 //   p = 64c + 16s + b  <->  coordinate 64c + 4b + s   (b < 16, s < 4)
 // (chunk c of 64 coordinates; in a 2-bit plane, byte b of the chunk holds
-// coordinates 4b .. 4b+3 and s picks one). AVX2's 4-bit codes (avx2_sig 40):
+// coordinates 4b .. 4b+3 and s picks one). 4-bit codes (avx2_sig 40: AVX2's
+// ordered decode, and AVX-512's tq4 keys and values at dp 128 and 256):
 //   p = 64c + 32s + b  <->  coordinate 64c + 2b + s   (b < 32, s < 2).
 bool int8_query_order(const Int8Keys& k, int* perm);
 bool int8_values_order(const Int8Keys& k, int* perm);

@@ -516,11 +516,11 @@ TEST(Int8Values, KernelGivesTheSpecificationsSums) {
   }
 }
 
-// The lane kernels (score_int8.h: tq2 and tq3 on AVX-512) and AVX2's
-// ordered decode (tq2, tq3, tq4) read queries and write accumulators in
-// their own order. The order is a permutation of the coordinates that puts
-// byte b's code s of each 64-coordinate chunk at 64c + 16s + b (2-bit
-// planes), or on AVX2 a 4-bit plane's nibble s of byte b at 64c + 32s + b
+// The ordered AVX-512 kernels (score_int8.h: tq2 and tq3, and tq4 at d 128
+// and 256) and AVX2's ordered decode (tq2, tq3, tq4) read queries and write
+// accumulators in their own order. The order is a permutation of the
+// coordinates that puts byte b's code s of each 64-coordinate chunk at
+// 64c + 16s + b (2-bit planes), or a 4-bit plane's nibble s of byte b at 64c + 32s + b
 // (written out here, not read from the engine); the ordered entry points,
 // given the query and accumulators in that order, give the specification's
 // integers and sums; elsewhere the order is natural.
