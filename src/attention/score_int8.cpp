@@ -1366,7 +1366,7 @@ TKV_AVX512_INT8 inline __m512i qwords4(const uint8_t* const* rp, size_t off) {
   return _mm512_mask_broadcastq_epi64(h, m << (3 * PER_ROW), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rp[3] + off)));
 }
 
-// The lane kernels' constant vectors (built once: per call they were ~14
+// The ordered kernels' constant vectors (built once: per call they were ~14
 // scalar operations a row).
 struct LaneConsts {
   alignas(64) uint8_t kctrl[4][64];  // keys: lane byte b <- bit 4b + s at bit 2 (both qwords hold the row's 64 bits)
@@ -1374,6 +1374,12 @@ struct LaneConsts {
   alignas(64) uint8_t hileave[64];   // qword Q byte p <- qword p % 4's byte Q
   alignas(64) uint8_t vnib[64];      // values: byte 4i + m <- row m's bits 4i .. 4i+3 at bits 0-3 (bits 8m + 4 (i % 2) ..
                                      // of qword i / 2)
+  // dots_t16, tq3's high plane: byte 4(r % 2) + e of a qword <- the 8 bits
+  // from bit 32(r % 2) + 16m + 4e, i.e. in row r's dword of H the nibble of
+  // coordinates 16k + 4e .. +3 (k = 2k' + m): their high bits at bits 0-3.
+  alignas(64) uint8_t hctl[2][64];
+  // values_nib4, half h: byte 4i + m <- row m's byte 16h + i (rows 0, 1 in a; 2, 3 in b).
+  alignas(64) uint8_t il[2][64];
   LaneConsts() {
     for (int e = 0; e < 64; ++e) {
       for (int s = 0; s < 4; ++s) {
@@ -1382,6 +1388,8 @@ struct LaneConsts {
       ileave[e] = static_cast<uint8_t>(16 * (e % 4) + e / 4);
       hileave[e] = static_cast<uint8_t>(8 * (e % 8 % 4) + e / 8);
       vnib[e] = static_cast<uint8_t>((8 * (e % 4) + 4 * (e / 4 % 2)) & 63);
+      for (int m = 0; m < 2; ++m) hctl[m][e] = static_cast<uint8_t>(32 * (e % 8 / 4) + 16 * m + 4 * (e % 4));
+      for (int h = 0; h < 2; ++h) il[h][e] = static_cast<uint8_t>(64 * (e % 4 / 2) + 32 * (e % 2) + 16 * h + e / 4);
     }
   }
 };
@@ -1608,21 +1616,6 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void transpose16x4(const u
   Z[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-// The high plane's control (tq3): byte 4(r % 2) + e of a qword <- the 8
-// bits from bit 32(r % 2) + 16m + 4e, i.e. in row r's dword of H the nibble
-// of coordinates 16k + 4e .. +3 (k = 2k' + m): their high bits at bits 0-3.
-struct T16Consts {
-  alignas(64) uint8_t hctl[2][64];
-  T16Consts() {
-    for (int m = 0; m < 2; ++m)
-      for (int j = 0; j < 64; ++j) hctl[m][j] = static_cast<uint8_t>(32 * (j % 8 / 4) + 16 * m + 4 * (j % 4));
-  }
-};
-const T16Consts& t16_consts() {
-  static const T16Consts c;
-  return c;
-}
-
 // A query's 4 bytes at p in every dword (memcpy: q8 is int8_t, any
 // alignment; GCC loads it with one vpbroadcastd from memory).
 TKV_AVX512_INT8 inline __m512i query4(const int8_t* p) {
@@ -1683,7 +1676,7 @@ TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table,
   const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_table
   __m512i hctl[2];
   if constexpr (W1 == 1)
-    for (int m = 0; m < 2; ++m) hctl[m] = _mm512_load_si512(t16_consts().hctl[m]);
+    for (int m = 0; m < 2; ++m) hctl[m] = _mm512_load_si512(lane_consts().hctl[m]);
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
   for (int r0 = 0; r0 < n; r0 += 16) {
     const uint8_t* last[16];
@@ -1718,17 +1711,6 @@ TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table,
 // kernel (values_fixed) looked each row up alone and interleaved 4 rows'
 // centroid bytes by 8 unpacks: 23.3 cycles a row at dp 128 and G 4 against
 // 18.6 here, 40.5 against 33.0 at dp 256 (Zen 4, alone in L1; RESULTS §45).
-struct Nib4Consts {
-  alignas(64) uint8_t il[2][64];  // half h: byte 4i + m <- row m's byte 16h + i (rows 0, 1 in a; 2, 3 in b)
-  Nib4Consts() {
-    for (int h = 0; h < 2; ++h)
-      for (int e = 0; e < 64; ++e) il[h][e] = static_cast<uint8_t>(64 * (e % 4 / 2) + 32 * (e % 2) + 16 * h + e / 4);
-  }
-};
-const Nib4Consts& nib4_consts() {
-  static const Nib4Consts c;
-  return c;
-}
 
 // 32 bytes at a, then 32 at b.
 TKV_AVX512_INT8 inline __m512i two_rows(const uint8_t* a, const uint8_t* b) {
@@ -1740,7 +1722,7 @@ template <int NCH>
 TKV_AVX512_INT8 void values_nib4(const RowLayout::Part& part, const uint8_t* table, float cs,
                                  const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
   const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_vtable (signed c8, period 16)
-  const __m512i il[2] = {_mm512_load_si512(nib4_consts().il[0]), _mm512_load_si512(nib4_consts().il[1])};
+  const __m512i il[2] = {_mm512_load_si512(lane_consts().il[0]), _mm512_load_si512(lane_consts().il[1])};
   const size_t off0 = part.planes[0].offset;
   static constexpr int pos[4] = {0, 32, 16, 48};  // sums t = 2h + s: nibble s of bytes 16h .. 16h+15
   values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g, auto nq, const int32_t (*w4)[8],
