@@ -230,12 +230,21 @@ HWY_INLINE void Sum4(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF>
 #define TKV_FLATTEN_LAMBDA __attribute__((always_inline))
 #endif
 
-constexpr int kBlock = 32;
+// Rows a block. The f32 path takes 32 (its decoded rows and scratch); the
+// integer path 64 where its V kernel takes them in one call
+// (int8_values_rows: one weight scale a query over the 64), which halves
+// what a block costs besides its rows (a V call's weight bytes and f32
+// flush, ~230 cycles; the scales' conversions, the softmax's reductions).
+// One thread, 64K, d 128, G 4, ns a row and KV head (RESULTS §46): 32 rows
+// tq4 15.4, tq3 16.2-16.8, tq2 13.4-14.9; 64 rows 13.9-14.2, 14.6, 11.6-11.8.
+constexpr int kBlockF32 = 32;
+constexpr int kBlock = 64;  // the most: p's stride
 // Rows are requested this far ahead of their use, a few lines per row
 // processed, so the memory pipeline stays full without bursts.
 constexpr int kPrefetchRows = 32;
 // The integer paths ask for the next block of every head while they read
-// this one (PrefetchSlice). Measured per row and head at 64K (tq4 / tq3 / tq2,
+// this one (PrefetchSlice; since the 64-row blocks, one block ahead, in four
+// phases). Measured per row and head at 64K (tq4 / tq3 / tq2,
 // one thread): 32 rows ahead 13.7 / 14.8 / 12.6 ns, 64 ahead 15.0 / 15.2 /
 // 13.3, 128 ahead 15.6 / 16.1 / 14.0, none 37 / 24 / 25: a block of K and V
 // for 8 heads is ~34 KB at tq4, so two blocks in flight no longer fit L1.
@@ -244,20 +253,21 @@ constexpr int kPrefetchRows = 32;
 // d 128, 8 KV / 32 query heads, 2 threads, ms a step, L1 -> L2, alternated
 // (RESULTS §44): f16 16.5-18.0 -> 12.4-13.0, tq4 7.4-8.7 -> 5.0-6.2, tq3
 // 6.3-7.4 -> 5.4-6.4, tq2 4.4-5.0 -> 4.4-5.2 (the same).
-constexpr int kPrefetchRowsInt8 = 32;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // 0 .. kBlock-1 as a table: Highway 1.0.3's Iota stores 16 scalars and
 // reloads them as a vector (a stalled store forward: 20 % of ScoresInt8).
 alignas(64) constexpr int32_t kRowIndex[kBlock] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
-                                                   16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+                                                   16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                                                   32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+                                                   48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
 
 // Rows of one block for one head: pointers (safe to over-read) and scales.
 struct BlockRows {
-  const uint8_t* row[kBlock];
-  const uint8_t* ahead[kBlock];  // the row kPrefetchRows later in the stream (or null)
+  const uint8_t* row[kBlockF32];
+  const uint8_t* ahead[kBlockF32];  // the row kPrefetchRows later in the stream (or null)
   size_t ahead_bytes = 0;
-  float scale[kBlock];
-  uint8_t scratch[kBlock][1024 + 64];  // copies of tq rows near the buffer end (<= 1026 bytes)
+  float scale[kBlockF32];
+  uint8_t scratch[kBlockF32][1024 + 64];  // copies of tq rows near the buffer end (<= 1026 bytes)
 };
 
 // Block loop of a tq part with planes W0, W1, W2 (0 = absent): per block,
@@ -685,11 +695,11 @@ struct AccumulateOp {
   static void Run(A&&... a) { Accumulate<K>(a...); }
 };
 
-// Row pointers and row scales of one block of tq rows for head h (scale 0
+// Row pointers and row scales of one block of bs tq rows for head h (scale 0
 // past nb). The scales are converted 16 at a time (unorm16_to_f32: the
 // exponent rebased, code 0 is 0).
-HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b0, int nb, const uint8_t** rows,
-                            float* scale) {
+HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b0, int nb, int bs,
+                            const uint8_t** rows, float* scale) {
   const DF df;
   const DU du;
   const int N = Lanes();
@@ -698,8 +708,8 @@ HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b
     const auto f = hn::BitCast(df, hn::ShiftLeft<13>(hn::Add(c, bias)));
     hn::Store(hn::IfThenZeroElse(hn::RebindMask(df, hn::Eq(c, hn::Zero(du))), f), df, scale + i);
   };
-  if (nb == kBlock && row_bytes >= 4 && src.stride < (size_t{1} << 25) &&
-      (!src.blocks || (b0 >> src.shift) == ((b0 + kBlock - 1) >> src.shift))) {
+  if (nb == bs && row_bytes >= 4 && src.stride < (size_t{1} << 25) &&
+      (!src.blocks || (b0 >> src.shift) == ((b0 + bs - 1) >> src.shift))) {
     // Rows one stride apart (a contiguous cache, or a block of rows inside
     // one page): pointers by the stride, the 16-bit scales gathered as the
     // low halves of 32-bit words at the rows' starts (inside rows of 4 bytes
@@ -707,14 +717,14 @@ HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b
     // reloaded as a vector (a stalled store forward) cost more.
     const DI di;
     const uint8_t* p0 = src.at(b0, h);
-    for (int i = 0; i < kBlock; ++i) rows[i] = p0 + static_cast<size_t>(i) * src.stride;
+    for (int i = 0; i < bs; ++i) rows[i] = p0 + static_cast<size_t>(i) * src.stride;
 #if HWY_TARGET == HWY_AVX2
     // AVX2 without AVX-512 (Zen 1-3, Intel client cores): eight scalar
     // loads put into one vector by inserts (no store: no stalled forward).
     // Zen 1 microcodes vpgatherdd: the gathers were 7 % of the attention's
     // samples at 64K (RESULTS §43).
     if (static_cast<size_t>(N) == 8) {
-      for (int i = 0; i < kBlock; i += 8) {
+      for (int i = 0; i < bs; i += 8) {
         uint16_t c[8];
         for (int r = 0; r < 8; ++r) std::memcpy(&c[r], rows[i + r], 2);
         to_scale(hn::Vec<DU>{_mm256_setr_epi32(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7])}, i);
@@ -724,7 +734,7 @@ HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b
 #endif
     const auto stride = hn::Set(di, static_cast<int32_t>(src.stride));
     const auto lo16 = hn::Set(du, 0xFFFFu);
-    for (int i = 0; i < kBlock; i += N) {
+    for (int i = 0; i < bs; i += N) {
       const auto off = hn::Mul(hn::Load(di, kRowIndex + i), stride);
       to_scale(hn::And(hn::GatherOffset(du, reinterpret_cast<const uint32_t*>(p0), off), lo16), i);
     }
@@ -737,11 +747,11 @@ HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b
     std::memcpy(&c, rows[i], 2);
     code[i] = c;
   }
-  for (int i = nb; i < kBlock; ++i) code[i] = 0;
-  for (int i = 0; i < kBlock; i += N) to_scale(hn::Load(du, code + i), i);
+  for (int i = nb; i < bs; ++i) code[i] = 0;
+  for (int i = 0; i < bs; i += N) to_scale(hn::Load(du, code + i), i);
 }
 
-// The integer paths' prefetch: the block kPrefetchRowsInt8 rows ahead,
+// The integer paths' prefetch: the next block,
 // requested in slices as the heads of the current block are processed
 // (slice i of n for the i-th head): each future token's rows for all the
 // item's heads, a span of adjacent bytes in token-major caches, one request
@@ -770,26 +780,26 @@ HWY_INLINE void PrefetchSlice(const RowSource& src, size_t row_bytes, int h0, in
 
 // Scores of one block of tq rows from int8 codes and queries (score_int8.h):
 // p[j][r] = s_r · qs_j · cs · (dot − 128 Σq8_j), or -inf when masked.
-void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float* p) {
+void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs, float* p) {
   const DF df;
   const DI di;
   const int N = Lanes();
   const int G = w.G, dp = K.dp;
   const uint8_t* rows[kBlock];
   alignas(64) float scale[kBlock];
-  BlockScales(w.k, K.row_bytes, h, b0, nb, rows, scale);
+  BlockScales(w.k, K.row_bytes, h, b0, nb, bs, rows, scale);
   const auto neg_inf = hn::Set(df, kNegInf);
   // p[j][r] = score(r) · s_r for the rows (lo, hi) of this block that query j
   // sees, -inf elsewhere; score(r) gives the N rows from r on, before s_r.
   auto store = [&](int j, auto score) HWY_ATTR {
     float* pj = p + static_cast<size_t>(j) * kBlock;
-    if (nb == kBlock && w.start[j] <= b0 && w.limit[j] >= b0 + kBlock) {  // every row visible (decode's blocks)
-      for (int r = 0; r < kBlock; r += N) hn::StoreU(hn::Mul(score(r), hn::Load(df, scale + r)), df, pj + r);
+    if (nb == bs && w.start[j] <= b0 && w.limit[j] >= b0 + bs) {  // every row visible (decode's blocks)
+      for (int r = 0; r < bs; r += N) hn::StoreU(hn::Mul(score(r), hn::Load(df, scale + r)), df, pj + r);
       return;
     }
     const auto lo = hn::Set(di, std::max(w.start[j], b0) - b0 - 1);  // (rows > lo: 1.0.3 has no integer Ge)
     const auto hi = hn::Set(di, std::min(w.limit[j], b0 + nb) - b0);
-    for (int r = 0; r < kBlock; r += N) {
+    for (int r = 0; r < bs; r += N) {
       const auto idx = hn::Load(di, kRowIndex + r);
       const auto vis = hn::RebindMask(df, hn::And(hn::Gt(idx, lo), hn::Lt(idx, hi)));
       hn::StoreU(hn::IfThenElse(vis, hn::Mul(score(r), hn::Load(df, scale + r)), neg_inf), df, pj + r);
@@ -854,14 +864,14 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, float*
 // V accumulation of one block of tq rows on int8 (score_int8.h): the weights
 // p[j][r] · s_r (0 for rows sparse V skips) as bytes per query, centroid
 // bytes from the codes; acch in int8_values_order (V.perm, set by attention.cpp).
-void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const float* p, const bool* keep,
+void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs, const float* p, const bool* keep,
                 float* acch) {
   const DF df;
   const int N = Lanes();
   const int G = w.G;
   const uint8_t* rows[kBlock];
   alignas(64) float scale[kBlock];
-  BlockScales(w.v, V.row_bytes, h, b0, nb, rows, scale);
+  BlockScales(w.v, V.row_bytes, h, b0, nb, bs, rows, scale);
   if (w.sparse_v > 0.0f)  // (keep is all true otherwise)
     for (int i = 0; i < nb; ++i)
       if (!keep[i]) scale[i] = 0.0f;
@@ -869,7 +879,7 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const 
   if (wts_store.size() < static_cast<size_t>(G) * kBlock) wts_store.resize(static_cast<size_t>(G) * kBlock);
   float* wts = wts_store.data();
   for (int j = 0; j < G; ++j)
-    for (int r = 0; r < kBlock; r += N)
+    for (int r = 0; r < bs; r += N)
       hn::StoreU(hn::Mul(hn::LoadU(df, p + j * kBlock + r), hn::Load(df, scale + r)), df, wts + j * kBlock + r);
   if (w.v_drop_zero) {
     // Rows whose weight byte is 0 for every query add nothing to the
@@ -887,13 +897,13 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, const 
     // a synthetic 64K step when it ran to the end).
     using VF = hn::Vec<DF>;
     VF any[kBlock];  // (nv <= kBlock vectors, N >= 1)
-    const int nv = kBlock / N;
+    const int nv = bs / N;
     for (int v = 0; v < nv; ++v) any[v] = hn::Zero(df);
     bool all_live = false;
     for (int j = 0; j < G && !all_live; ++j) {
       const float* wj = wts + j * kBlock;
       auto vmax = hn::Zero(df), vmin = hn::LoadU(df, wj);
-      for (int r = 0; r < kBlock; r += N) {
+      for (int r = 0; r < bs; r += N) {
         const auto x = hn::LoadU(df, wj + r);
         vmax = hn::Max(vmax, x);
         vmin = hn::Min(vmin, x);
@@ -961,10 +971,10 @@ HWY_INLINE V ExpNonPositive(D d, V x) {
   return hn::Mul(p, two_n);
 }
 
-// Scores, softmax update and V accumulation of one block of rows for the G
-// queries of KV head h.
+// Scores, softmax update and V accumulation of one block of rows (nb <= bs)
+// for the G queries of KV head h.
 void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, const TurboConsts& vtc, const Work& w,
-               int h, int b0, int nb, float* p, float* lvec,
+               int h, int b0, int nb, int bs, float* p, float* lvec,
                BlockRows& B, float* dec) {
   const DF df;
   const int N = Lanes();
@@ -972,19 +982,25 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   const float* qh = w.q + static_cast<size_t>(h) * G * dp;
   float* mh = w.m + (h - w.h0) * G;
   float* acch = w.acc + static_cast<size_t>(h - w.h0) * G * dp;
-  if ((K.int8 && w.q8) || V.int8) {
-    const int nh = w.h1 - w.h0, i = h - w.h0;
-    const int f0 = b0 + kPrefetchRowsInt8, t0 = f0 + kBlock * i / nh, t1 = std::min(f0 + kBlock * (i + 1) / nh, w.r1);
-    if (K.int8 && w.q8) PrefetchSlice(w.k, K.row_bytes, w.h0, w.h1, t0, t1);
-    if (V.int8) PrefetchSlice(w.v, V.row_bytes, w.h0, w.h1, t0, t1);
-  }
+  // The integer paths' prefetch of the next block (this head's slice of
+  // it) in four phases, K's halves around the scores and V's around the
+  // values: at 64 rows a block, one burst of K and V's lines (~130 at tq4,
+  // 8 heads) overran what the core keeps in flight and the scales' gathers
+  // waited on memory (tq4 18.2 ns a row and head against 15.4 at 32 rows,
+  // tq2 11.9; in four phases 13.9-14.2 and 11.6-11.9).
+  const int nh = w.h1 - w.h0, hi = h - w.h0;
+  const int pt0 = std::min(b0 + bs + bs * hi / nh, w.r1), pt1 = std::min(b0 + bs + bs * (hi + 1) / nh, w.r1);
+  const int ptm = pt0 + (pt1 - pt0) / 2;
+  const bool pk = K.int8 && w.q8, pv = V.int8;
+  if (pk) PrefetchSlice(w.k, K.row_bytes, w.h0, w.h1, pt0, ptm);
   // ---- scores
   if (K.int8 && w.q8) {
-    ScoresInt8(K, w, h, b0, nb, p);
+    ScoresInt8(K, w, h, b0, nb, bs, p);
   } else {
     Kind kk = PrepareRows(K, ktc, w.k, h, w.k_end, b0, nb, w.r1, G, B, dec);
     ByKind<ScoresOp>(kk, K, ktc, B, nb, qh, G, w.limit, w.start, b0, p);
   }
+  if (pk) PrefetchSlice(w.k, K.row_bytes, w.h0, w.h1, ptm, pt1);
   // ---- online softmax per query over this block. The running max changes
   // only when a score exceeds it: that test is one compare per vector, and
   // the block's max is reduced only then (after the first blocks, rarely).
@@ -1000,13 +1016,13 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   float* lvh = lane_sums ? lvec + static_cast<size_t>(h - w.h0) * G * N : nullptr;
   for (int j = 0; j < G; ++j) {
     float* pj = p + j * kBlock;
-    for (int i = nb; i < kBlock; ++i) pj[i] = kNegInf;
+    for (int i = nb; i < bs; ++i) pj[i] = kNegInf;
     const auto vm_old = hn::Set(df, mh[j]);
     bool above = false;
-    for (int i = 0; i < kBlock; i += N) above |= !hn::AllFalse(df, hn::Gt(hn::LoadU(df, pj + i), vm_old));
+    for (int i = 0; i < bs; i += N) above |= !hn::AllFalse(df, hn::Gt(hn::LoadU(df, pj + i), vm_old));
     if (above) {  // a score above the running max (the first finite score of a -inf max included)
       auto vmax = neg_inf;
-      for (int i = 0; i < kBlock; i += N) vmax = hn::Max(vmax, hn::LoadU(df, pj + i));
+      for (int i = 0; i < bs; i += N) vmax = hn::Max(vmax, hn::LoadU(df, pj + i));
       const float mnew = hn::GetLane(hn::MaxOfLanes(df, vmax));
       const float corr = std::exp(mh[j] - mnew);  // 0 when m was -inf
       const auto vc = hn::Set(df, corr);
@@ -1020,19 +1036,19 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
       for (int c = 0; c < dp; c += N) hn::Store(hn::Mul(hn::Load(df, aj + c), vc), df, aj + c);
       mh[j] = mnew;
     } else if (mh[j] == kNegInf) {  // nothing visible yet (every score so far -inf)
-      for (int i = 0; i < kBlock; ++i) pj[i] = 0.0f;
+      for (int i = 0; i < bs; ++i) pj[i] = 0.0f;
       continue;
     }
     const auto vm = hn::Set(df, mh[j]);
     auto vsum = lane_sums ? hn::Load(df, lvh + static_cast<size_t>(j) * N) : hn::Zero(df);
     if (lane_sums) {  // the integer path: its V kernel rounds these weights to bytes
-      for (int i = 0; i < kBlock; i += N) {
+      for (int i = 0; i < bs; i += N) {
         const auto e = ExpNonPositive(df, hn::Sub(hn::LoadU(df, pj + i), vm));
         hn::StoreU(e, df, pj + i);
         vsum = hn::Add(vsum, e);
       }
     } else {
-      for (int i = 0; i < kBlock; i += N) {
+      for (int i = 0; i < bs; i += N) {
         const auto x = hn::LoadU(df, pj + i);
         const auto e = hn::IfThenZeroElse(hn::Eq(x, neg_inf), hn::Exp(df, hn::Sub(x, vm)));
         hn::StoreU(e, df, pj + i);
@@ -1045,6 +1061,7 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
       lh[j] += hn::GetLane(hn::SumOfLanes(df, vsum));
     }
   }
+  if (pv) PrefetchSlice(w.v, V.row_bytes, w.h0, w.h1, pt0, ptm);
   // ---- values (sparse V: skip rows no query gives weight >= threshold)
   bool keep[kBlock];
   if (w.sparse_v <= 0.0f) {
@@ -1058,11 +1075,12 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
     }
   }
   if (V.int8) {
-    ValuesInt8(V, w, h, b0, nb, p, keep, acch);
+    ValuesInt8(V, w, h, b0, nb, bs, p, keep, acch);
   } else {
     Kind vk = PrepareRows(V, vtc, w.v, h, w.v_end, b0, nb, w.r1, G, B, dec);
     ByKind<AccumulateOp>(vk, V, vtc, B, nb, p, G, keep, acch);
   }
+  if (pv) PrefetchSlice(w.v, V.row_bytes, w.h0, w.h1, ptm, pt1);
 }
 
 void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
@@ -1073,6 +1091,9 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   if (K.layout.kind == Kind::kTrellis && K.fast) MakeTrellisConsts(K, ktc.trellis);
   if (V.layout.kind == Kind::kTrellis && V.fast) MakeTrellisConsts(V, vtc.trellis);
   const int dp = K.dp, G = w.G;
+  // Rows a block: 64 where both K and V run on the integer path and V's
+  // kernel takes 64 rows as one block (kBlock), else 32.
+  const int bs = K.int8 && w.q8 && V.int8 && int8_values_rows(V.i8) >= kBlock ? kBlock : kBlockF32;
   // p[j][r]: softmax weights of the current block for query j.
   float* p = static_cast<float*>(alloca(sizeof(float) * G * kBlock));
   // Per-thread scratch kept across calls: allocating it per item made the
@@ -1081,7 +1102,7 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   thread_local hwy::AlignedFreeUniquePtr<float[]> dec_store;
   if (!B_store) {
     B_store = std::make_unique<BlockRows>();
-    dec_store = hwy::AllocateAligned<float>(static_cast<size_t>(kBlock) * (1024 + 16));
+    dec_store = hwy::AllocateAligned<float>(static_cast<size_t>(kBlockF32) * (1024 + 16));
   }
   BlockRows* B = B_store.get();
   float* dec = dec_store.get();
@@ -1100,9 +1121,9 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   float* lvec = lvec_store.get();
   const bool lane_sums = K.int8 && w.q8;  // (the f32 path sums into l itself)
   if (lane_sums) std::memset(lvec, 0, sizeof(float) * nh * G * N);
-  for (int b0 = w.r0; b0 < w.r1; b0 += kBlock) {
-    const int nb = std::min(kBlock, w.r1 - b0);
-    for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, ktc, V, vtc, w, h, b0, nb, p, lvec, *B, dec);
+  for (int b0 = w.r0; b0 < w.r1; b0 += bs) {
+    const int nb = std::min(bs, w.r1 - b0);
+    for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, ktc, V, vtc, w, h, b0, nb, bs, p, lvec, *B, dec);
   }
   if (lane_sums)
     for (int j = 0; j < nh * G; ++j) w.l[j] = hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lvec + j * N)));

@@ -1110,40 +1110,48 @@ TKV_AVX512_INT8 void dots2_avx512(const Int8Keys& k, const Int8Keys* k2, const R
 }
 
 
-// int8_weights for n <= 32 weights, in two vectors.
+// int8_weights for n <= 64 weights, in vectors of 16: writes 32 bytes to w8
+// (64 where n > 32), zeros past n.
 TKV_AVX512_INT8 inline float weights_avx512(const float* w, int n, uint8_t* w8) {
-  const __mmask16 ma = n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
-  const __mmask16 mb = n >= 32 ? 0xFFFF : n <= 16 ? 0 : static_cast<__mmask16>((1u << (n - 16)) - 1);
-  const __m512 a = _mm512_maskz_loadu_ps(ma, w), b = _mm512_maskz_loadu_ps(mb, w + 16);
-  const float m = _mm512_reduce_max_ps(_mm512_max_ps(a, b));  // weights are >= 0: the zeros change nothing
+  const int nv = n > 32 ? 4 : 2;
+  __mmask16 mk[4];
+  __m512 v[4];
+  __m512 mx = _mm512_setzero_ps();
+  for (int i = 0; i < nv; ++i) {
+    const int c = std::clamp(n - 16 * i, 0, 16);
+    mk[i] = c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << c) - 1);
+    v[i] = _mm512_maskz_loadu_ps(mk[i], w + 16 * i);
+    mx = _mm512_max_ps(mx, v[i]);
+  }
+  const float m = _mm512_reduce_max_ps(mx);  // weights are >= 0: the zeros change nothing
   if (!(m > 0.0f)) {
-    std::memset(w8, 0, 32);
+    std::memset(w8, 0, 16 * static_cast<size_t>(nv));
     return 0.0f;
   }
   const __m512 inv = _mm512_set1_ps(255.0f / m), half = _mm512_set1_ps(0.5f);
   const __m512i cap = _mm512_set1_epi32(255);
-  const __m512i ia = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(a, inv, half)), cap);
-  const __m512i ib = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(b, inv, half)), cap);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(w8), _mm512_maskz_cvtepi32_epi8(ma, ia));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(w8 + 16), _mm512_maskz_cvtepi32_epi8(mb, ib));
+  for (int i = 0; i < nv; ++i) {
+    const __m512i ia = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(v[i], inv, half)), cap);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(w8 + 16 * i), _mm512_maskz_cvtepi32_epi8(mk[i], ia));
+  }
   return m / 255.0f;
 }
 
-// The weight bytes of queries j0 .. j0+3 (of G) over n <= 32 rows, as 4 rows
-// a dword (w4[jj][g]: rows 4g .. 4g+3, 0 past n and past G), and their
+// The weight bytes of queries j0 .. j0+3 (of G) over n <= 64 rows, as 4 rows
+// a dword (w4[jj][g]: rows 4g .. 4g+3, 0 past n and past G; g < 8 where
+// n <= 32, the part weights_avx512 wrote), and their
 // scales times cs in f; false when every one is 0.
 TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int ldw, float cs, float* f,
-                                     int32_t (*w4)[8]) {
-  alignas(64) uint8_t w8[4][32];
+                                     int32_t (*w4)[16]) {
+  alignas(64) uint8_t w8[4][64];
   bool any = false;
   for (int jj = 0; jj < 4; ++jj) {
     if (j0 + jj < G) {
       f[jj] = weights_avx512(w + static_cast<size_t>(j0 + jj) * ldw, n, w8[jj]) * cs;
     } else {
-      std::memset(w8[jj], 0, 32);
+      std::memset(w8[jj], 0, 64);
       f[jj] = 0.0f;
     }
-    for (int r = n; r < 32; ++r) w8[jj][r] = 0;
     any |= f[jj] != 0.0f;
   }
   std::memcpy(w4, w8, sizeof(w8));
@@ -1180,7 +1188,7 @@ TKV_AVX512_INT8 void values_fixed(const Unpack& u, const RowLayout::Part& part, 
   const int ng = (n + 3) / 4;
   for (int j0 = 0; j0 < G; j0 += 4) {
     float f[4];
-    int32_t w4[4][8];
+    int32_t w4[4][16];
     if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
     for (int c = 0; c < NCH; ++c) {
       __m512i s[4][4];
@@ -1487,7 +1495,7 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, c
   const int dp = 64 * NCH, ng = (n + 3) / 4;
   for (int j0 = 0; j0 < G; j0 += 4) {
     float f[4];
-    int32_t w4[4][8];
+    int32_t w4[4][16];
     if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
     with_count512(std::min(4, G - j0), [&](auto nq) TKV_AVX512_INT8 {
       constexpr int NQ = decltype(nq)::value;  // (a last group's absent queries take no work)
@@ -1524,7 +1532,7 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
   const __m512i low2 = _mm512_set1_epi8(3);
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
   static constexpr int pos[4] = {0, 16, 32, 48};  // sums t = s: code position s of bytes 0..15
-  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g, auto nq, const int32_t (*w4)[8],
+  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g, auto nq, const int32_t (*w4)[16],
                                                    __m512i (*s4)[4]) TKV_AVX512_INT8 {
     constexpr int NQ = decltype(nq)::value;
     const uint8_t* rp[4];
@@ -1725,7 +1733,7 @@ TKV_AVX512_INT8 void values_nib4(const RowLayout::Part& part, const uint8_t* tab
   const __m512i il[2] = {_mm512_load_si512(lane_consts().il[0]), _mm512_load_si512(lane_consts().il[1])};
   const size_t off0 = part.planes[0].offset;
   static constexpr int pos[4] = {0, 32, 16, 48};  // sums t = 2h + s: nibble s of bytes 16h .. 16h+15
-  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g, auto nq, const int32_t (*w4)[8],
+  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g, auto nq, const int32_t (*w4)[16],
                                                    __m512i (*s4)[4]) TKV_AVX512_INT8 {
     constexpr int NQ = decltype(nq)::value;
     const uint8_t* rp[4];
@@ -1902,6 +1910,13 @@ bool avx2_ordered(const Int8Keys& k, bool keys) {
 #endif
 }
 bool ordered_dots(const Int8Keys& k) { return lanes_run(k.lanes_dots) || avx2_ordered(k, true); }
+}  // namespace
+
+int int8_values_rows(const Int8Keys& k) {
+  return !k.vlut && !avx2_ordered(k, false) && lanes_run(k.lanes_values) ? 64 : 32;
+}
+
+namespace {
 bool ordered_values(const Int8Keys& k) { return lanes_run(k.lanes_values) || avx2_ordered(k, false); }
 // The orders (score_int8.h): 2-bit planes, or the 4-bit one (AVX2's
 // ordered decode, and AVX-512's transposed keys for tq4).
@@ -1955,7 +1970,7 @@ void int8_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* c
 #if TKV_INT8_KEYS_X86
   if (avx2_ordered(k, false)) return int8_values_avx2(k, L, rows, n, w, G, ldw, acc, true);
   if (lanes_run(k.lanes_values)) {
-    if (n >= 1 && n <= 32) return values_lanes_avx512(k, L, rows, n, w, G, ldw, acc);
+    if (n >= 1 && n <= 64) return values_lanes_avx512(k, L, rows, n, w, G, ldw, acc);
     int perm[1024];  // (more rows than one block: in the order, through natural)
     int8_values_order(k, perm);
     std::vector<float> nat(static_cast<size_t>(G) * k.dp);
@@ -2017,7 +2032,7 @@ void int8_vlut_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8
 }
 void int8_values(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w, int G,
                  int ldw, float* acc) {
-  if (!ordered_values(k) || n < 1 || (n > 32 && !avx2_ordered(k, false)))
+  if (!ordered_values(k) || n < 1 || (n > int8_values_rows(k) && !avx2_ordered(k, false)))
     return values_plain(k, L, rows, n, w, G, ldw, acc);
   int perm[1024];
   int8_values_order(k, perm);
