@@ -1,9 +1,9 @@
 // The integer path's K and V kernels alone, rows in L1 (RESULTS §45): cycles a row (at the clock given,
-// default 3.67 GHz) for int8_dots_ordered and int8_values_ordered on 16 calls of 32 rows, G queries, best of
+// default 3.67 GHz) for int8_dots_ordered and int8_values_ordered on 16 calls of B rows (default 32), G queries, best of
 // 7 of 2000 repetitions, one thread, CPU time. Build after the Release build:
 //   g++ -O2 -std=c++20 scripts/harness/int8_alone.cpp -o /tmp/int8_alone -I src -I build -Lbuild \
 //       -ltkv_attention -ltkv_codec -ltkv_util -lhwy -lxxhash -fopenmp
-// Usage: /tmp/int8_alone FORMAT|all D G [GHZ]   (e.g. all 128 4)
+// Usage: /tmp/int8_alone FORMAT|all D G [GHZ [B]]   (e.g. all 128 4, or all 128 4 3.67 64)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   const char* which = argc > 1 ? argv[1] : "all";
   const int d = argc > 2 ? atoi(argv[2]) : 128, G = argc > 3 ? atoi(argv[3]) : 4;
   const double ghz = argc > 4 ? atof(argv[4]) : 3.67;
-  const int nblk = 16, n = 32 * nblk;
+  const int B = argc > 5 ? atoi(argv[5]) : 32, nblk = 16, n = B * nblk;
   std::mt19937 rng(1);
   std::normal_distribution<float> N(0, 1);
   for (const char* fmt : {"tq4", "tq3", "tq2"}) {
@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; ++i) rows[i] = K.data() + i * rb;
     std::vector<int8_t> q8(size_t(G) * d);
     for (auto& v : q8) v = int8_t(int(rng() % 255) - 127);
-    std::vector<int32_t> dots(size_t(G) * 32);
-    std::vector<float> w(size_t(G) * 32), acc(size_t(G) * d);
+    std::vector<int32_t> dots(size_t(G) * B);
+    std::vector<float> w(size_t(G) * B), acc(size_t(G) * d);
     for (auto& v : w) v = std::exp(N(rng));
     double bk = 1e9, bv = 1e9;
     const int reps = 2000;
@@ -48,12 +48,12 @@ int main(int argc, char** argv) {
       double t0 = cpu();
       for (int r = 0; r < reps; ++r)
         for (int b = 0; b < nblk; ++b)
-          attn::int8_dots_ordered(k, C.layout(), rows.data() + 32 * b, 32, q8.data(), G, dots.data(), 32);
+          attn::int8_dots_ordered(k, C.layout(), rows.data() + B * b, B, q8.data(), G, dots.data(), B);
       bk = std::min(bk, (cpu() - t0) / reps / n);
       t0 = cpu();
       for (int r = 0; r < reps; ++r)
         for (int b = 0; b < nblk; ++b)
-          attn::int8_values_ordered(kv, C.layout(), rows.data() + 32 * b, 32, w.data(), G, 32, acc.data());
+          attn::int8_values_ordered(kv, C.layout(), rows.data() + B * b, B, w.data(), G, B, acc.data());
       bv = std::min(bv, (cpu() - t0) / reps / n);
     }
     printf("%s d %d G %d: K %.2f ns %.1f cycles a row, V %.2f ns %.1f (ordered K %d, V %d)\n", fmt, d, G, bk * 1e9,
