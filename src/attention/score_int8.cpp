@@ -1110,52 +1110,69 @@ TKV_AVX512_INT8 void dots2_avx512(const Int8Keys& k, const Int8Keys* k2, const R
 }
 
 
-// int8_weights for n <= 64 weights, in vectors of 16: writes 32 bytes to w8
-// (64 where n > 32), zeros past n.
+// int8_weights for n <= 32 weights, in two vectors.
 TKV_AVX512_INT8 inline float weights_avx512(const float* w, int n, uint8_t* w8) {
-  const int nv = n > 32 ? 4 : 2;
-  __mmask16 mk[4];
-  __m512 v[4];
-  __m512 mx = _mm512_setzero_ps();
-  for (int i = 0; i < nv; ++i) {
-    const int c = std::clamp(n - 16 * i, 0, 16);
-    mk[i] = c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << c) - 1);
-    v[i] = _mm512_maskz_loadu_ps(mk[i], w + 16 * i);
-    mx = _mm512_max_ps(mx, v[i]);
-  }
-  const float m = _mm512_reduce_max_ps(mx);  // weights are >= 0: the zeros change nothing
+  const __mmask16 ma = n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
+  const __mmask16 mb = n >= 32 ? 0xFFFF : n <= 16 ? 0 : static_cast<__mmask16>((1u << (n - 16)) - 1);
+  const __m512 a = _mm512_maskz_loadu_ps(ma, w), b = _mm512_maskz_loadu_ps(mb, w + 16);
+  const float m = _mm512_reduce_max_ps(_mm512_max_ps(a, b));  // weights are >= 0: the zeros change nothing
   if (!(m > 0.0f)) {
-    std::memset(w8, 0, 16 * static_cast<size_t>(nv));
+    std::memset(w8, 0, 32);
     return 0.0f;
   }
   const __m512 inv = _mm512_set1_ps(255.0f / m), half = _mm512_set1_ps(0.5f);
   const __m512i cap = _mm512_set1_epi32(255);
-  for (int i = 0; i < nv; ++i) {
-    const __m512i ia = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(v[i], inv, half)), cap);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(w8 + 16 * i), _mm512_maskz_cvtepi32_epi8(mk[i], ia));
-  }
+  const __m512i ia = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(a, inv, half)), cap);
+  const __m512i ib = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(b, inv, half)), cap);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(w8), _mm512_maskz_cvtepi32_epi8(ma, ia));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(w8 + 16), _mm512_maskz_cvtepi32_epi8(mb, ib));
   return m / 255.0f;
 }
 
 // The weight bytes of queries j0 .. j0+3 (of G) over n <= 64 rows, as 4 rows
-// a dword (w4[jj][g]: rows 4g .. 4g+3, 0 past n and past G; g < 8 where
-// n <= 32, the part weights_avx512 wrote), and their
-// scales times cs in f; false when every one is 0.
+// a dword (w4[jj][g]: rows 4g .. 4g+3, 0 past n and past G), and their
+// scales times cs in f; false when every one is 0. int8_weights for the 4
+// queries side by side: their maxima reduced, then one division for the 4
+// (a query at a time, each waited on its reduction and division: most of
+// a V call's ~230 cycles besides its rows).
 TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int ldw, float cs, float* f,
                                      int32_t (*w4)[16]) {
-  alignas(64) uint8_t w8[4][64];
-  bool any = false;
+  __mmask16 mk[4];
+  for (int i = 0; i < 4; ++i) {
+    const int c = std::clamp(n - 16 * i, 0, 16);
+    mk[i] = c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << c) - 1);
+  }
+  __m512 v[4][4];
+  alignas(16) float m[4];
   for (int jj = 0; jj < 4; ++jj) {
-    if (j0 + jj < G) {
-      f[jj] = weights_avx512(w + static_cast<size_t>(j0 + jj) * ldw, n, w8[jj]) * cs;
-    } else {
-      std::memset(w8[jj], 0, 64);
-      f[jj] = 0.0f;
+    const bool live = j0 + jj < G;
+    const float* wj = live ? w + static_cast<size_t>(j0 + jj) * ldw : w;
+    __m512 mx = _mm512_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[jj][i] = _mm512_maskz_loadu_ps(live ? mk[i] : 0, wj + 16 * i);
+      mx = _mm512_max_ps(mx, v[jj][i]);
     }
-    any |= f[jj] != 0.0f;
+    m[jj] = _mm512_reduce_max_ps(mx);  // weights are >= 0: the zeros change nothing
+  }
+  const __m128 mv = _mm_load_ps(m);
+  const __mmask8 pos = _mm_cmp_ps_mask(mv, _mm_setzero_ps(), _CMP_GT_OQ);  // (not NaN, not 0)
+  if (!pos) return false;
+  alignas(16) float inv[4], ws[4];
+  _mm_store_ps(inv, _mm_maskz_div_ps(pos, _mm_set1_ps(255.0f), mv));  // 0 where the max is not > 0
+  _mm_store_ps(ws, _mm_maskz_div_ps(pos, mv, _mm_set1_ps(255.0f)));
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m512i cap = _mm512_set1_epi32(255);
+  alignas(64) uint8_t w8[4][64];
+  for (int jj = 0; jj < 4; ++jj) {
+    f[jj] = ws[jj] * cs;
+    const __m512 iv = _mm512_set1_ps(inv[jj]);
+    for (int i = 0; i < 4; ++i) {
+      const __m512i ia = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(v[jj][i], iv, half)), cap);
+      _mm_store_si128(reinterpret_cast<__m128i*>(w8[jj] + 16 * i), _mm512_maskz_cvtepi32_epi8(mk[i], ia));
+    }
   }
   std::memcpy(w4, w8, sizeof(w8));
-  return any;
+  return true;
 }
 
 // Back to natural order and into the f32 accumulators: block b of the 4
