@@ -1500,11 +1500,26 @@ TKV_AVX512_INT8 void dots_lanes2(const RowLayout::Part& part, const uint8_t* tab
   }
 }
 
+// Four vectors of centroid bytes (sums t = 0..3 of a quad of rows).
+struct Quad4 {
+  __m512i x0, x1, x2, x3;
+};
+
+// acc += vpdpbusd(a: unsigned bytes, b: signed bytes) on one register. With
+// the intrinsic, GCC 12 kept each of the V kernels' 16 loop-carried sums in
+// two registers, copied them every step and spilled some (94 instructions
+// a step of 16 vpdpbusd; 55 this way). Sums in an array went to memory
+// when they were asm operands: values_frame holds 16 named ones.
+TKV_AVX512_INT8 __attribute__((always_inline)) inline void dpbusd_to(__m512i& acc, __m512i a, __m512i b) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+}
+
 // The V kernels' frame (values_lanes2, values_nib4): per group of up to 4
 // queries their weight bytes (weights4), and per 64-coordinate chunk u four
-// int32 sums a query, which quad(u, g, nq, w4, s4) adds each quad g of rows
-// to, then put into acc at 64u + pos[t] (t < 4: sixteen coordinates each,
-// in the kernel's order) times the group's scales.
+// int32 sums a query, to which each quad g of rows adds its centroid bytes
+// quad(u, g) (sum t: x0 .. x3) times the query's 4 weight bytes, then put
+// into acc at 64u + pos[t] (sixteen coordinates each, in the kernel's
+// order) times the group's scales.
 template <int NCH, class Quad>
 TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, const float* w, int G, int ldw,
                                                                          float cs, float* acc, const int (&pos)[4],
@@ -1514,21 +1529,40 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, c
     float f[4];
     int32_t w4[4][16];
     if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
-    with_count512(std::min(4, G - j0), [&](auto nq) TKV_AVX512_INT8 {
+    with_count512(std::min(4, G - j0), [&](auto nq) TKV_AVX512_INT8 __attribute__((always_inline)) {
       constexpr int NQ = decltype(nq)::value;  // (a last group's absent queries take no work)
       for (int u = 0; u < NCH; ++u) {
-        __m512i s4[4][4];
-        for (int jj = 0; jj < 4; ++jj)
-          for (int t = 0; t < 4; ++t) s4[jj][t] = _mm512_setzero_si512();
-        for (int g = 0; g < ng; ++g) quad(u, g, nq, w4, s4);
-        for (int jj = 0; jj < NQ; ++jj) {
-          if (f[jj] == 0.0f) continue;
+        __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
+                a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+        for (int g = 0; g < ng; ++g) {
+          const Quad4 x = quad(u, g);
+          auto add = [&](__m512i& s0, __m512i& s1, __m512i& s2, __m512i& s3, int jj)
+                         TKV_AVX512_INT8 __attribute__((always_inline)) {
+            const __m512i b = _mm512_set1_epi32(w4[jj][g]);
+            dpbusd_to(s0, b, x.x0);
+            dpbusd_to(s1, b, x.x1);
+            dpbusd_to(s2, b, x.x2);
+            dpbusd_to(s3, b, x.x3);
+          };
+          add(a00, a01, a02, a03, 0);
+          if constexpr (NQ > 1) add(a10, a11, a12, a13, 1);
+          if constexpr (NQ > 2) add(a20, a21, a22, a23, 2);
+          if constexpr (NQ > 3) add(a30, a31, a32, a33, 3);
+        }
+        auto flush = [&](__m512i s0, __m512i s1, __m512i s2, __m512i s3, int jj)
+                         TKV_AVX512_INT8 __attribute__((always_inline)) {
+          if (f[jj] == 0.0f) return;
           const __m512 fv = _mm512_set1_ps(f[jj]);
           float* out = acc + static_cast<size_t>(j0 + jj) * dp + 64 * u;
+          const __m512i sv[4] = {s0, s1, s2, s3};
           for (int t = 0; t < 4; ++t)
             _mm512_storeu_ps(out + pos[t],
-                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(s4[jj][t]), fv, _mm512_loadu_ps(out + pos[t])));
-        }
+                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(sv[t]), fv, _mm512_loadu_ps(out + pos[t])));
+        };
+        flush(a00, a01, a02, a03, 0);
+        if constexpr (NQ > 1) flush(a10, a11, a12, a13, 1);
+        if constexpr (NQ > 2) flush(a20, a21, a22, a23, 2);
+        if constexpr (NQ > 3) flush(a30, a31, a32, a33, 3);
       }
     });
   }
@@ -1549,9 +1583,7 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
   const __m512i low2 = _mm512_set1_epi8(3);
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
   static constexpr int pos[4] = {0, 16, 32, 48};  // sums t = s: code position s of bytes 0..15
-  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g, auto nq, const int32_t (*w4)[16],
-                                                   __m512i (*s4)[4]) TKV_AVX512_INT8 {
-    constexpr int NQ = decltype(nq)::value;
+  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
     const uint8_t* rp[4];
     for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)];  // past n: weight 0
     const __m512i z = _mm512_permutexvar_epi8(ileave, lanes4(rp, off0 + 16 * u));
@@ -1562,12 +1594,12 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
     __m512i hh = _mm512_setzero_si512();
     if constexpr (W1 == 1)
       hh = _mm512_multishift_epi64_epi8(vnib, _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u)));
-    for (int s = 0; s < 4; ++s) {
+    auto look = [&](int s) TKV_AVX512_INT8 __attribute__((always_inline)) {
       __m512i code = s ? _mm512_srli_epi16(z, 2 * s) : z;
       if constexpr (W1 == 1) code = with_high_bit(code, hh, s, low2);
-      const __m512i x = _mm512_permutexvar_epi8(code, tab);
-      for (int jj = 0; jj < NQ; ++jj) s4[jj][s] = _mm512_dpbusd_epi32(s4[jj][s], _mm512_set1_epi32(w4[jj][g]), x);
-    }
+      return _mm512_permutexvar_epi8(code, tab);
+    };
+    return Quad4{look(0), look(1), look(2), look(3)};
   });
 }
 
@@ -1750,20 +1782,13 @@ TKV_AVX512_INT8 void values_nib4(const RowLayout::Part& part, const uint8_t* tab
   const __m512i il[2] = {_mm512_load_si512(lane_consts().il[0]), _mm512_load_si512(lane_consts().il[1])};
   const size_t off0 = part.planes[0].offset;
   static constexpr int pos[4] = {0, 32, 16, 48};  // sums t = 2h + s: nibble s of bytes 16h .. 16h+15
-  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g, auto nq, const int32_t (*w4)[16],
-                                                   __m512i (*s4)[4]) TKV_AVX512_INT8 {
-    constexpr int NQ = decltype(nq)::value;
+  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
     const uint8_t* rp[4];
     for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)] + off0 + 32 * u;  // past n: weight 0
     const __m512i a = two_rows(rp[0], rp[1]), b = two_rows(rp[2], rp[3]);
-    for (int h = 0; h < 2; ++h) {
-      const __m512i z = _mm512_permutex2var_epi8(a, il[h], b);
-      for (int s = 0; s < 2; ++s) {
-        const __m512i x = _mm512_permutexvar_epi8(s ? _mm512_srli_epi16(z, 4) : z, tab);
-        for (int jj = 0; jj < NQ; ++jj)
-          s4[jj][2 * h + s] = _mm512_dpbusd_epi32(s4[jj][2 * h + s], _mm512_set1_epi32(w4[jj][g]), x);
-      }
-    }
+    const __m512i z0 = _mm512_permutex2var_epi8(a, il[0], b), z1 = _mm512_permutex2var_epi8(a, il[1], b);
+    return Quad4{_mm512_permutexvar_epi8(z0, tab), _mm512_permutexvar_epi8(_mm512_srli_epi16(z0, 4), tab),
+                 _mm512_permutexvar_epi8(z1, tab), _mm512_permutexvar_epi8(_mm512_srli_epi16(z1, 4), tab)};
   });
 }
 
