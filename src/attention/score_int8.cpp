@@ -1608,9 +1608,10 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
 // across its 128-bit lane at the end, here dword r of a vector is row r's
 // dword k of the plane, so one lookup and one vpdpbusd a query serve 16
 // rows, every lane accumulates its own row's dot (no reduction, no
-// shuffle at the end), and the query's 4 bytes come by a vpbroadcastd
-// from memory (2 a cycle on the load ports; the lane kernel's 16-byte
-// query broadcasts were 1 a cycle, 8 a row). Byte e of dword k holds
+// shuffle at the end), and the query's 4 bytes are vpdpbusd's broadcast
+// memory operand (m32bcst, written in asm: GCC 12 loaded them by a
+// separate vpbroadcastd each, 8 a row; the lane kernel's 16-byte query
+// broadcasts were 1 a cycle). Byte e of dword k holds
 // coordinates 16k + 4e + s (s: the code in bits 2s..2s+1), which is
 // int8_query_order's dword 16(k/4) + 4s + k%4: the same query order and
 // the same integers as the lane kernel. Per 16 rows at dp 128 and G 4:
@@ -1621,6 +1622,8 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
 // 28.0 -> 14.8, tq4 21.4 -> 14.6; dp 256 36.2 -> 23.0, 44.6 -> 29.8, 36.2
 // -> 27.2 (RESULTS §45). A 64K step at GQA 4, 2 threads, with this and
 // values_nib4: 16-27 % less time (tq4 16-18 %, tq3 17-26 %, tq2 20-27 %).
+// The broadcast operand, 64-row calls: tq4 14.1 -> 13.6, tq3 14.9 -> 13.8,
+// tq2 10.8 -> 9.5 (RESULTS §46).
 
 // 16 rows' 32 bytes at off -> Z[0..7], Z[k] dword r = row r's dword k
 // (rows 0-3 and 4-7 in the halves of v[0..3], 8-11 and 12-15 in v[4..7]:
@@ -1673,12 +1676,11 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void transpose16x4(const u
   Z[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-// A query's 4 bytes at p in every dword (memcpy: q8 is int8_t, any
-// alignment; GCC loads it with one vpbroadcastd from memory).
-TKV_AVX512_INT8 inline __m512i query4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
+// acc += vpdpbusd(x, the 4 bytes at p in every dword): p's dword as the
+// instruction's broadcast memory operand (q8 is int8_t at any alignment:
+// the instruction's load takes any).
+TKV_AVX512_INT8 __attribute__((always_inline)) inline void dpbusd_bcst(__m512i& acc, __m512i x, const int8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*reinterpret_cast<const int32_t*>(p)));
 }
 
 // NQ queries from j0 on, 16 rows (rp; the store masked to m), one plane of
@@ -1716,7 +1718,7 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
         const int qd = 16 * (kk / per) + per * s + kk % per;
 #pragma GCC unroll 8
         for (int jj = 0; jj < NQ; ++jj)
-          a[jj][NQ > 4 ? 0 : s & 1] = _mm512_dpbusd_epi32(a[jj][NQ > 4 ? 0 : s & 1], x, query4(q[jj] + 4 * qd));
+          dpbusd_bcst(a[jj][NQ > 4 ? 0 : s & 1], x, q[jj] + 4 * qd);
       }
     }
   }
