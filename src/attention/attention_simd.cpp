@@ -994,7 +994,7 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   const bool pk = K.int8 && w.q8, pv = V.int8;
   if (pk) PrefetchSlice(w.k, K.row_bytes, w.h0, w.h1, pt0, ptm);
   // ---- scores
-  if (K.int8 && w.q8) {
+  if (pk) {
     ScoresInt8(K, w, h, b0, nb, bs, p);
   } else {
     Kind kk = PrepareRows(K, ktc, w.k, h, w.k_end, b0, nb, w.r1, G, B, dec);

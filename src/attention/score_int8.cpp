@@ -1110,28 +1110,10 @@ TKV_AVX512_INT8 void dots2_avx512(const Int8Keys& k, const Int8Keys* k2, const R
 }
 
 
-// int8_weights for n <= 32 weights, in two vectors.
-TKV_AVX512_INT8 inline float weights_avx512(const float* w, int n, uint8_t* w8) {
-  const __mmask16 ma = n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
-  const __mmask16 mb = n >= 32 ? 0xFFFF : n <= 16 ? 0 : static_cast<__mmask16>((1u << (n - 16)) - 1);
-  const __m512 a = _mm512_maskz_loadu_ps(ma, w), b = _mm512_maskz_loadu_ps(mb, w + 16);
-  const float m = _mm512_reduce_max_ps(_mm512_max_ps(a, b));  // weights are >= 0: the zeros change nothing
-  if (!(m > 0.0f)) {
-    std::memset(w8, 0, 32);
-    return 0.0f;
-  }
-  const __m512 inv = _mm512_set1_ps(255.0f / m), half = _mm512_set1_ps(0.5f);
-  const __m512i cap = _mm512_set1_epi32(255);
-  const __m512i ia = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(a, inv, half)), cap);
-  const __m512i ib = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(b, inv, half)), cap);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(w8), _mm512_maskz_cvtepi32_epi8(ma, ia));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(w8 + 16), _mm512_maskz_cvtepi32_epi8(mb, ib));
-  return m / 255.0f;
-}
-
 // The weight bytes of queries j0 .. j0+3 (of G) over n <= 64 rows, as 4 rows
 // a dword (w4[jj][g]: rows 4g .. 4g+3, 0 past n and past G), and their
-// scales times cs in f; false when every one is 0. int8_weights for the 4
+// scales times cs in f; false when every one is 0 (every AVX-512 V kernel's
+// weight bytes). int8_weights for the 4
 // queries side by side: their maxima reduced, then one division for the 4
 // (a query at a time, each waited on its reduction and division: most of
 // a V call's ~230 cycles besides its rows).
@@ -1250,7 +1232,6 @@ TKV_AVX512_INT8 void values_avx512(const Int8Keys& k, const RowLayout& L, const 
   // signed centroid bytes of coordinate 16 (l / 4) + 4 m + l % 4 (vpdpbusd
   // sums 4 adjacent bytes: the 4 rows).
   alignas(64) static thread_local __m512i tr[8][16][4];
-  alignas(64) uint8_t w8[4 * 32];
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int r0 = 0; r0 < n; r0 += 32) {
     const int nr = std::min(32, n - r0), ng = (nr + 3) / 4;
@@ -1271,21 +1252,9 @@ TKV_AVX512_INT8 void values_avx512(const Int8Keys& k, const RowLayout& L, const 
         tr[g][c][3] = _mm512_unpackhi_epi16(hi01, hi23);
       }
     float f[4];
-    int32_t w4[4][8];
+    int32_t w4[4][16];
     for (int j0 = 0; j0 < G; j0 += 4) {
-      bool any = false;
-      for (int jj = 0; jj < 4; ++jj) {
-        uint8_t* wj = w8 + 32 * jj;
-        if (j0 + jj < G) {
-          f[jj] = weights_avx512(w + static_cast<size_t>(j0 + jj) * ldw + r0, nr, wj) * k.cs;
-        } else {
-          std::memset(wj, 0, 32);
-          f[jj] = 0.0f;
-        }
-        any |= f[jj] != 0.0f;
-        std::memcpy(w4[jj], wj, 32);
-      }
-      if (!any) continue;
+      if (!weights4(w + r0, nr, G, j0, ldw, k.cs, f, w4)) continue;
       for (int c = 0; c < nch; ++c) {
         __m512i s00 = _mm512_setzero_si512(), s01 = s00, s02 = s00, s03 = s00, s10 = s00, s11 = s00, s12 = s00,
                 s13 = s00, s20 = s00, s21 = s00, s22 = s00, s23 = s00, s30 = s00, s31 = s00, s32 = s00, s33 = s00;
