@@ -198,6 +198,16 @@ void unpack_u8_scales(uint32_t type, const uint8_t* row, int64_t j, float* d, fl
   }
 }
 
+void unpack_k4_scales8(const uint8_t* blk, float* d, float* m) {
+  const float dd = half(blk), dmin = half(blk + 2);
+  for (int j = 0; j < 8; ++j) {
+    int s, mm;
+    scale_min_k4(j, blk + 4, s, mm);
+    d[j] = dd * s;
+    m[j] = -(dmin * mm);
+  }
+}
+
 void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* d, float* m) {
   unpack_u8_scales(type, row, j, d, m);
   if (type == 12 || type == 13) {

@@ -35,6 +35,10 @@ bool has_u8_unpack(uint32_t type);
 void unpack_u8(uint32_t type, const uint8_t* row, int64_t j, uint8_t* u, float* d, float* m);
 // unpack_u8's d and m alone (for kernels that expand the codes themselves).
 void unpack_u8_scales(uint32_t type, const uint8_t* row, int64_t j, float* d, float* m);
+// Q4_K and Q5_K (types 12, 13): unpack_u8_scales of the 8 sub-blocks of the
+// super-block at blk, d[s] and m[s] (the same floats, one decode of the
+// super-block's scale bytes and halves instead of 8).
+void unpack_k4_scales8(const uint8_t* blk, float* d, float* m);
 // Q4_0 and Q8_0 (types 2 and 8): a block is its f16 scale d, then the codes,
 // and unpack_u8's m is this multiple of d (codes q + 8 and q + 128); 0 for
 // other types. Inline, so that pack loops decode these scales themselves
