@@ -711,11 +711,8 @@ HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b
   if (nb == bs && row_bytes >= 4 && src.stride < (size_t{1} << 25) &&
       (!src.blocks || (b0 >> src.shift) == ((b0 + bs - 1) >> src.shift))) {
     // Rows one stride apart (a contiguous cache, or a block of rows inside
-    // one page): pointers by the stride, the 16-bit scales gathered as the
-    // low halves of 32-bit words at the rows' starts (inside rows of 4 bytes
-    // or more). Per row, the address arithmetic and a scalar store
-    // reloaded as a vector (a stalled store forward) cost more.
-    const DI di;
+    // one page): pointers by the stride, the 16-bit scales read at the
+    // rows' starts by the stride (no per-row address arithmetic).
     const uint8_t* p0 = src.at(b0, h);
     for (int i = 0; i < bs; ++i) rows[i] = p0 + static_cast<size_t>(i) * src.stride;
 #if HWY_TARGET == HWY_AVX2
@@ -732,12 +729,18 @@ HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b
       return;
     }
 #endif
-    const auto stride = hn::Set(di, static_cast<int32_t>(src.stride));
-    const auto lo16 = hn::Set(du, 0xFFFFu);
-    for (int i = 0; i < bs; i += N) {
-      const auto off = hn::Mul(hn::Load(di, kRowIndex + i), stride);
-      to_scale(hn::And(hn::GatherOffset(du, reinterpret_cast<const uint32_t*>(p0), off), lo16), i);
+    // AVX-512: scalar loads stored as dwords, read back as vectors once all
+    // are written. vpgatherdd of 16 was ~30 cycles on a Zen 4 EPYC with
+    // the lines in L1 (4 gathers 100-120 cycles a 64-row block; these loads
+    // and stores 54-56: scripts/harness/gather_scales.cpp), and K's and V's
+    // gathers had been ~4 cycles of a tq2 row's ~40 (RESULTS §47).
+    alignas(64) uint32_t code[kBlock];
+    for (int i = 0; i < bs; ++i) {
+      uint16_t c;
+      std::memcpy(&c, p0 + static_cast<size_t>(i) * src.stride, 2);
+      code[i] = c;
     }
+    for (int i = 0; i < bs; i += N) to_scale(hn::Load(du, code + i), i);
     return;
   }
   alignas(64) uint32_t code[kBlock];
