@@ -237,9 +237,8 @@ HWY_INLINE void Sum4(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF>
 // flush, ~230 cycles; the scales' conversions, the softmax's reductions).
 // One thread, 64K, d 128, G 4, ns a row and KV head (RESULTS §46): 32 rows
 // tq4 15.4, tq3 16.2-16.8, tq2 13.4-14.9; 64 rows 13.9-14.2, 14.6, 11.6-11.8.
-// tq2's V kernel takes 128 (RESULTS §47).
 constexpr int kBlockF32 = 32;
-constexpr int kBlock = 128;  // the most: p's stride
+constexpr int kBlock = 64;  // the most: p's stride
 // Rows are requested this far ahead of their use, a few lines per row
 // processed, so the memory pipeline stays full without bursts.
 constexpr int kPrefetchRows = 32;
@@ -260,11 +259,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 alignas(64) constexpr int32_t kRowIndex[kBlock] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
                                                    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
                                                    32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
-                                                   48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
-                                                   64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
-                                                   80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95,
-                                                   96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111,
-                                                   112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
+                                                   48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
 
 // Rows of one block for one head: pointers (safe to over-read) and scales.
 struct BlockRows {
@@ -924,35 +919,28 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs
       for (int v = 0; v < nv; ++v)
         any[v] = hn::Or(any[v], hn::VecFromMask(df, hn::Ge(hn::LoadU(df, wj + v * N), vt)));
     }
-    // live[k]: rows 64k .. 64k + 63 (bit r % 64 for row r)
-    uint64_t live[kBlock / 64];
-    for (int k = 0; k < kBlock / 64; ++k) live[k] = ~uint64_t{0};
+    uint64_t live = ~uint64_t{0};
     if (!all_live) {
-      for (int k = 0; k < kBlock / 64; ++k) live[k] = 0;
+      live = 0;
       for (int v = 0; v < nv; ++v) {
         uint8_t bits[8] = {};
         hn::StoreMaskBits(df, hn::MaskFromVec(any[v]), bits);
         uint64_t b = 0;
         std::memcpy(&b, bits, (static_cast<size_t>(N) + 7) / 8);
-        live[v * N / 64] |= b << (v * N % 64);
+        live |= b << (v * N);
       }
     }
-    int n_live = 0;
-    for (int k = 0; k < kBlock / 64; ++k) {
-      const int lo = 64 * k;
-      live[k] &= nb >= lo + 64 ? ~uint64_t{0} : nb <= lo ? 0 : (uint64_t{1} << (nb - lo)) - 1;
-      n_live += __builtin_popcountll(live[k]);
-    }
+    live &= nb >= 64 ? ~uint64_t{0} : (uint64_t{1} << nb) - 1;
+    const int n_live = __builtin_popcountll(live);
     if (n_live < nb) {
       *w.v_zero += static_cast<uint64_t>(nb - n_live);
       if (n_live == 0) return;  // (the kernel would add nothing)
       int n2 = 0;
-      for (int k = 0; k < kBlock / 64; ++k)
-        for (uint64_t m = live[k]; m; m &= m - 1, ++n2) {
-          const int r = 64 * k + __builtin_ctzll(m);
-          rows[n2] = rows[r];
-          for (int j = 0; j < G; ++j) wts[j * kBlock + n2] = wts[j * kBlock + r];
-        }
+      for (uint64_t m = live; m; m &= m - 1, ++n2) {
+        const int r = __builtin_ctzll(m);
+        rows[n2] = rows[r];
+        for (int j = 0; j < G; ++j) wts[j * kBlock + n2] = wts[j * kBlock + r];
+      }
       nb = n2;
     }
   }
@@ -1106,10 +1094,9 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   if (K.layout.kind == Kind::kTrellis && K.fast) MakeTrellisConsts(K, ktc.trellis);
   if (V.layout.kind == Kind::kTrellis && V.fast) MakeTrellisConsts(V, vtc.trellis);
   const int dp = K.dp, G = w.G;
-  // Rows a block: where both K and V run on the integer path and V's kernel
-  // takes 64 or more rows as one block, that many (64, tq2's 128), else 32.
-  const int vrows = K.int8 && w.q8 && V.int8 ? std::min(int8_values_rows(V.i8), kBlock) : 0;
-  const int bs = vrows >= 64 ? vrows : kBlockF32;
+  // Rows a block: 64 where both K and V run on the integer path and V's
+  // kernel takes 64 rows as one block (kBlock), else 32.
+  const int bs = K.int8 && w.q8 && V.int8 && int8_values_rows(V.i8) >= kBlock ? kBlock : kBlockF32;
   // p[j][r]: softmax weights of the current block for query j.
   float* p = static_cast<float*>(alloca(sizeof(float) * G * kBlock));
   // Per-thread scratch kept across calls: allocating it per item made the

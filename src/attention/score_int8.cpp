@@ -1110,29 +1110,27 @@ TKV_AVX512_INT8 void dots2_avx512(const Int8Keys& k, const Int8Keys* k2, const R
 }
 
 
-// The weight bytes of queries j0 .. j0+3 (of G) over n <= 16 NV rows (NV 4
-// or 8: 64 or 128), as 4 rows a dword (w4[jj][g]: rows 4g .. 4g+3, 0 past n
-// and past G; entries past the n rows' quads unwritten), and their
+// The weight bytes of queries j0 .. j0+3 (of G) over n <= 64 rows, as 4 rows
+// a dword (w4[jj][g]: rows 4g .. 4g+3, 0 past n and past G), and their
 // scales times cs in f; false when every one is 0 (every AVX-512 V kernel's
 // weight bytes). int8_weights for the 4
 // queries side by side: their maxima reduced, then one division for the 4
 // (a query at a time, each waited on its reduction and division: most of
 // a V call's ~230 cycles besides its rows).
-template <int NV>
-TKV_AVX512_INT8 inline bool weights4_n(const float* w, int n, int G, int j0, int ldw, float cs, float* f,
-                                       int32_t (*w4)[32]) {
-  __mmask16 mk[NV];
-  for (int i = 0; i < NV; ++i) {
+TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int ldw, float cs, float* f,
+                                     int32_t (*w4)[16]) {
+  __mmask16 mk[4];
+  for (int i = 0; i < 4; ++i) {
     const int c = std::clamp(n - 16 * i, 0, 16);
     mk[i] = c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << c) - 1);
   }
-  __m512 v[4][NV];
+  __m512 v[4][4];
   alignas(16) float m[4];
   for (int jj = 0; jj < 4; ++jj) {
     const bool live = j0 + jj < G;
     const float* wj = live ? w + static_cast<size_t>(j0 + jj) * ldw : w;
     __m512 mx = _mm512_setzero_ps();
-    for (int i = 0; i < NV; ++i) {
+    for (int i = 0; i < 4; ++i) {
       v[jj][i] = _mm512_maskz_loadu_ps(live ? mk[i] : 0, wj + 16 * i);
       mx = _mm512_max_ps(mx, v[jj][i]);
     }
@@ -1146,20 +1144,17 @@ TKV_AVX512_INT8 inline bool weights4_n(const float* w, int n, int G, int j0, int
   _mm_store_ps(ws, _mm_maskz_div_ps(pos, mv, _mm_set1_ps(255.0f)));
   const __m512 half = _mm512_set1_ps(0.5f);
   const __m512i cap = _mm512_set1_epi32(255);
+  alignas(64) uint8_t w8[4][64];
   for (int jj = 0; jj < 4; ++jj) {
     f[jj] = ws[jj] * cs;
     const __m512 iv = _mm512_set1_ps(inv[jj]);
-    uint8_t* out = reinterpret_cast<uint8_t*>(w4[jj]);
-    for (int i = 0; i < NV; ++i) {
+    for (int i = 0; i < 4; ++i) {
       const __m512i ia = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(v[jj][i], iv, half)), cap);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * i), _mm512_maskz_cvtepi32_epi8(mk[i], ia));
+      _mm_store_si128(reinterpret_cast<__m128i*>(w8[jj] + 16 * i), _mm512_maskz_cvtepi32_epi8(mk[i], ia));
     }
   }
+  std::memcpy(w4, w8, sizeof(w8));
   return true;
-}
-TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int ldw, float cs, float* f,
-                                     int32_t (*w4)[32]) {
-  return n <= 64 ? weights4_n<4>(w, n, G, j0, ldw, cs, f, w4) : weights4_n<8>(w, n, G, j0, ldw, cs, f, w4);
 }
 
 // Back to natural order and into the f32 accumulators: block b of the 4
@@ -1192,7 +1187,7 @@ TKV_AVX512_INT8 void values_fixed(const Unpack& u, const RowLayout::Part& part, 
   const int ng = (n + 3) / 4;
   for (int j0 = 0; j0 < G; j0 += 4) {
     float f[4];
-    int32_t w4[4][32];
+    int32_t w4[4][16];
     if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
     for (int c = 0; c < NCH; ++c) {
       __m512i s[4][4];
@@ -1257,7 +1252,7 @@ TKV_AVX512_INT8 void values_avx512(const Int8Keys& k, const RowLayout& L, const 
         tr[g][c][3] = _mm512_unpackhi_epi16(hi01, hi23);
       }
     float f[4];
-    int32_t w4[4][32];
+    int32_t w4[4][16];
     for (int j0 = 0; j0 < G; j0 += 4) {
       if (!weights4(w + r0, nr, G, j0, ldw, k.cs, f, w4)) continue;
       for (int c = 0; c < nch; ++c) {
@@ -1501,7 +1496,7 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, c
   const int dp = 64 * NCH, ng = (n + 3) / 4;
   for (int j0 = 0; j0 < G; j0 += 4) {
     float f[4];
-    int32_t w4[4][32];
+    int32_t w4[4][16];
     if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
     with_count512(std::min(4, G - j0), [&](auto nq) TKV_AVX512_INT8 __attribute__((always_inline)) {
       constexpr int NQ = decltype(nq)::value;  // (a last group's absent queries take no work)
@@ -1931,13 +1926,7 @@ bool ordered_dots(const Int8Keys& k) { return lanes_run(k.lanes_dots) || avx2_or
 }  // namespace
 
 int int8_values_rows(const Int8Keys& k) {
-  if (k.vlut || avx2_ordered(k, false) || !lanes_run(k.lanes_values)) return 32;
-  // tq2 (one 2-bit plane): 128 rows a block. Per row it costs the least,
-  // so a block's fixed costs weigh most: one thread, 64K, G 4, 10.4-11.0 ns
-  // a row and head against 11.1-11.3 at 64 (RESULTS §47). tq3 and tq4 stay
-  // at 64: two 128-row blocks of K and V in flight outgrow L1 at tq4 (§46:
-  // +15 %).
-  return k.avx2_sig == 20 ? 128 : 64;
+  return !k.vlut && !avx2_ordered(k, false) && lanes_run(k.lanes_values) ? 64 : 32;
 }
 
 namespace {
@@ -1994,7 +1983,7 @@ void int8_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* c
 #if TKV_INT8_KEYS_X86
   if (avx2_ordered(k, false)) return int8_values_avx2(k, L, rows, n, w, G, ldw, acc, true);
   if (lanes_run(k.lanes_values)) {
-    if (n >= 1 && n <= int8_values_rows(k)) return values_lanes_avx512(k, L, rows, n, w, G, ldw, acc);
+    if (n >= 1 && n <= 64) return values_lanes_avx512(k, L, rows, n, w, G, ldw, acc);
     int perm[1024];  // (more rows than one block: in the order, through natural)
     int8_values_order(k, perm);
     std::vector<float> nat(static_cast<size_t>(G) * k.dp);
