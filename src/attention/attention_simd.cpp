@@ -698,7 +698,7 @@ struct AccumulateOp {
 // Row pointers and row scales of one block of bs tq rows for head h (scale 0
 // past nb). The scales are converted 16 at a time (unorm16_to_f32: the
 // exponent rebased, code 0 is 0).
-HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b0, int nb, int bs,
+HWY_INLINE void BlockScales(const RowSource& src, int h, int b0, int nb, int bs,
                             const uint8_t** rows, float* scale) {
   const DF df;
   const DU du;
@@ -708,11 +708,28 @@ HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b
     const auto f = hn::BitCast(df, hn::ShiftLeft<13>(hn::Add(c, bias)));
     hn::Store(hn::IfThenZeroElse(hn::RebindMask(df, hn::Eq(c, hn::Zero(du))), f), df, scale + i);
   };
-  if (nb == bs && row_bytes >= 4 && src.stride < (size_t{1} << 25) &&
+  // The 16-bit scales by scalar loads stored as dwords, read back as
+  // vectors once all are written (row_at(i): row i's start). vpgatherdd of
+  // 16 (at the rows' starts by the stride) was ~30 cycles on a Zen 4 EPYC
+  // with the lines in L1 (4 gathers 100-120 cycles a 64-row block; these
+  // loads and stores 54-56: scripts/harness/gather_scales.cpp), and K's and
+  // V's gathers had been ~4 cycles of a tq2 row's ~40 (RESULTS §47).
+  auto scales = [&](auto row_at) HWY_ATTR {
+    alignas(64) uint32_t code[kBlock];
+    for (int i = 0; i < nb; ++i) {
+      uint16_t c;
+      std::memcpy(&c, row_at(i), 2);
+      code[i] = c;
+    }
+    for (int i = nb; i < bs; ++i) code[i] = 0;
+    for (int i = 0; i < bs; i += N) to_scale(hn::Load(du, code + i), i);
+  };
+  if (nb == bs && src.stride < (size_t{1} << 25) &&
       (!src.blocks || (b0 >> src.shift) == ((b0 + bs - 1) >> src.shift))) {
     // Rows one stride apart (a contiguous cache, or a block of rows inside
-    // one page): pointers by the stride, the 16-bit scales read at the
-    // rows' starts by the stride (no per-row address arithmetic).
+    // one page): pointers by the stride (no per-row address arithmetic;
+    // the scales' loads by it too: reading them back from rows[] was 2 %
+    // more for tq2).
     const uint8_t* p0 = src.at(b0, h);
     for (int i = 0; i < bs; ++i) rows[i] = p0 + static_cast<size_t>(i) * src.stride;
 #if HWY_TARGET == HWY_AVX2
@@ -729,29 +746,10 @@ HWY_INLINE void BlockScales(const RowSource& src, size_t row_bytes, int h, int b
       return;
     }
 #endif
-    // AVX-512: scalar loads stored as dwords, read back as vectors once all
-    // are written. vpgatherdd of 16 was ~30 cycles on a Zen 4 EPYC with
-    // the lines in L1 (4 gathers 100-120 cycles a 64-row block; these loads
-    // and stores 54-56: scripts/harness/gather_scales.cpp), and K's and V's
-    // gathers had been ~4 cycles of a tq2 row's ~40 (RESULTS §47).
-    alignas(64) uint32_t code[kBlock];
-    for (int i = 0; i < bs; ++i) {
-      uint16_t c;
-      std::memcpy(&c, p0 + static_cast<size_t>(i) * src.stride, 2);
-      code[i] = c;
-    }
-    for (int i = 0; i < bs; i += N) to_scale(hn::Load(du, code + i), i);
-    return;
+    return scales([&](int i) { return p0 + static_cast<size_t>(i) * src.stride; });
   }
-  alignas(64) uint32_t code[kBlock];
-  for (int i = 0; i < nb; ++i) {
-    rows[i] = src.at(b0 + i, h);
-    uint16_t c;
-    std::memcpy(&c, rows[i], 2);
-    code[i] = c;
-  }
-  for (int i = nb; i < bs; ++i) code[i] = 0;
-  for (int i = 0; i < bs; i += N) to_scale(hn::Load(du, code + i), i);
+  for (int i = 0; i < nb; ++i) rows[i] = src.at(b0 + i, h);
+  scales([&](int i) { return rows[i]; });
 }
 
 // The integer paths' prefetch: the next block,
@@ -790,7 +788,7 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs
   const int G = w.G, dp = K.dp;
   const uint8_t* rows[kBlock];
   alignas(64) float scale[kBlock];
-  BlockScales(w.k, K.row_bytes, h, b0, nb, bs, rows, scale);
+  BlockScales(w.k, h, b0, nb, bs, rows, scale);
   const auto neg_inf = hn::Set(df, kNegInf);
   // p[j][r] = score(r) · s_r for the rows (lo, hi) of this block that query j
   // sees, -inf elsewhere; score(r) gives the N rows from r on, before s_r.
@@ -874,7 +872,7 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs
   const int G = w.G;
   const uint8_t* rows[kBlock];
   alignas(64) float scale[kBlock];
-  BlockScales(w.v, V.row_bytes, h, b0, nb, bs, rows, scale);
+  BlockScales(w.v, h, b0, nb, bs, rows, scale);
   if (w.sparse_v > 0.0f)  // (keep is all true otherwise)
     for (int i = 0; i < nb; ++i)
       if (!keep[i]) scale[i] = 0.0f;
