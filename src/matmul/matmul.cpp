@@ -291,6 +291,7 @@ void matmul_with(MatmulCore core, const Matrix& w, const float* x, int n_tok, fl
     if (n_tok == 1 && matmul_int8_decode(w, x, y, threads)) return;
     if (matmul_int8(w, x, n_tok, y, threads)) return;
     if (n_tok >= amx_min_tokens(w.type) && matmul_amx(w, x, n_tok, y, threads)) return;
+    if (matmul_int16(w, x, n_tok, y, threads)) return;
     if (matmul_bf16(w, x, n_tok, y, threads)) return;
     core = MatmulCore::kTiled;
   }

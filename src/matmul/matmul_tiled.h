@@ -31,6 +31,31 @@ bool int8_supports(uint32_t type);
 // without the instruction (or the AVX-512 target).
 bool matmul_bf16(const Matrix& w, const float* x, int n_tok, float* y, int threads);
 bool bf16_dot_available();
+// F16 weights on int16 products (matmul_int16.cpp): weights and
+// activations quantized per block of 32 columns to |q| <= 8191 with one
+// f32 scale each (quantize_block_i16), exact int32 block dots (AVX512-VNNI
+// vpdpwssd, 2x the f32 FMA's products per instruction), then
+// f = fma(float(dot), d_w d_x, f) per block; each value within half its
+// scale, 2^-14 of its block's largest. False (nothing written) for other
+// types, cols not a multiple of 32, or without AVX512-VNNI (or the AVX-512
+// target).
+bool matmul_int16(const Matrix& w, const float* x, int n_tok, float* y, int threads);
+bool int16_core_available();
+// Its scalar specification: the same quantization, the same operations in
+// the same order, so the kernel matches it bit for bit.
+void matmul_int16_ref(const Matrix& w, const float* x, int n_tok, float* y);
+// The codes' bounds: 32 products of the two fit an int32 (32 * 8191^2 <
+// 2^31). Measured on ref-5m F16 (WikiText-2, -c 512, 40 chunks, KLD against
+// the f32 tiles): 8191 / 8191 4.4e-8, weights 4095 / activations 16383
+// 5.6e-8, 16383 / 4095 8.9e-8, 2047 / 32767 1.6e-7; activations rounded to
+// f16 (llama.cpp's F16 product) 9.7e-8 (RESULTS §48).
+constexpr int kInt16MaxW = 8191, kInt16MaxX = 8191;
+// One block of n values: d = max|x| / qmax, q = round(x / d) (x times
+// the f32 1 / d, half to even). A block with NaN or infinity: d NaN, q 0;
+// one whose largest |x| is below 2^-100: d 0, q 0. int16_block_scale is its
+// scale step (returns 1 / d, or 0 where q is 0), shared with the SIMD code.
+void quantize_block_i16(const float* x, int n, int qmax, int16_t* q, float* d);
+float int16_block_scale(float amax, bool non_finite, int qmax, float* d);
 // F16 and BF16 weights on Intel AMX (matmul_amx.cpp): weights and
 // activations split into bf16 halves, TDPBF16PS tile products; each product
 // within 2^-15 of w x (BF16 weights: 2^-16) before the f32 sums. False

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -579,6 +580,193 @@ TEST(Matmul, Bf16DotWithinTheActivationRoundingBound) {
   EXPECT_TRUE(f32_tolerance_fails);
 }
 
+// F16 weights on int16 products (matmul_int16.cpp). The bound is built here
+// from the definition, not from the engine's quantizer: per block b of 32
+// columns each weight and activation is within half its scale of itself,
+// d = max_b|v| / 8191, so
+//   |Σ ŵ x̂ - Σ w x| <= Σ_b (d_w Σ_b |x| + d_x Σ_b |w| + 32 d_w d_x / 2) / 2,
+// (1.001: a 1-ulp error in 1 / d moves a value on a rounding boundary by at
+// most 8191 d 2^-23 more) plus the f32 steps, bounded like the f32 paths;
+// a block of activations whose largest is below 2^-100 counts as zeros
+// (adds at most max|w| Σ_b |x|).
+double int16_worst_ratio(const TestMatrix& tm, const std::vector<float>& x, int n_tok, const std::vector<float>& y,
+                         bool with_quantization = true) {
+  const int64_t rows = tm.m.rows, cols = tm.m.cols;
+  double worst = 0;
+  for (int t = 0; t < n_tok; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double ref = 0, abs_sum = 0, q_bound = 0;
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        double wmax = 0, xmax = 0, wsum = 0, xsum = 0;
+        for (int64_t c = b * 32; c < b * 32 + 32; ++c) {
+          const double w = tm.w[r * cols + c], v = x[t * cols + c];
+          ref += w * v;
+          abs_sum += std::fabs(w * v);
+          wmax = std::max(wmax, std::fabs(w));
+          xmax = std::max(xmax, std::fabs(v));
+          wsum += std::fabs(w);
+          xsum += std::fabs(v);
+        }
+        const double dw = wmax / 8191, dx = xmax / 8191;
+        q_bound += (dw * xsum + dx * wsum + 16 * dw * dx) / 2;
+        if (xmax < std::ldexp(1.0, -100)) q_bound += wmax * xsum;  // a block taken as zeros
+      }
+      const double tol = 1e-5 * abs_sum + (with_quantization ? 1.001 * q_bound : 0.0) + 1e-30;
+      worst = std::max(worst, std::fabs(y[t * rows + r] - ref) / tol);
+    }
+  return worst;
+}
+
+// F16 matrices whose values span f16's range: subnormals, 65504, zeros, a
+// block of zeros, a block of one repeated value (every code at 8191: the
+// block's dot reaches 32 * 8191^2, the largest the int32 lane must hold).
+TestMatrix wild_f16(int64_t rows, int64_t cols, uint64_t seed) {
+  const auto& f16 = *std::find_if(std::begin(kTypes), std::end(kTypes), [](const auto& t) { return t.id == 1; });
+  TestMatrix tm = make_matrix(f16, rows, cols, seed);
+  Rng rng(seed + 1);
+  auto set = [&](int64_t r, int64_t c, uint16_t h) {
+    std::memcpy(&tm.bytes[r * tm.m.row_bytes + 2 * c], &h, 2);
+    tm.w[r * cols + c] = f16_to_f32(h);
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c)
+      if (rng.below(16) == 0) {
+        const uint16_t picks[] = {0x0001, 0x8003, 0x03ff, 0x7bff, 0xfbff, 0x0000, 0x8000, 0x3c00};
+        set(r, c, picks[rng.below(8)]);
+      }
+    if (r % 3 == 1) for (int64_t c = 0; c < 32; ++c) set(r, c, 0x0000);
+    if (r % 3 == 2) for (int64_t c = cols - 32; c < cols; ++c) set(r, c, 0x7bff);
+  }
+  return tm;
+}
+
+// The AVX-512 kernel and its scalar specification give the same bits: odd
+// row counts (partial panels of 32), 1..300 tokens (tiles of 4 and their
+// tails), weights over f16's whole range, activations with all-zero, tiny
+// and subnormal (below 2^-100: taken as zeros) and saturated blocks (codes
+// at 8191 on both sides: 32 * 8191^2 in the int32 lane). On targets without
+// the kernel matmul_int16 declines.
+TEST(Matmul, Int16KernelEqualsItsScalarSpecBitForBitOnEveryTarget) {
+  TargetGuard guard;
+  int kernels_run = 0;
+  for (const auto& target : simd_targets()) {
+    simd_force_target(target.bit);
+    const struct { int64_t rows, cols; } shapes[] = {{1, 64}, {37, 96}, {101, 288}, {32, 32}, {64, 2048}};
+    uint64_t seed = 1600;
+    for (const auto& s : shapes)
+      for (int n_tok : {1, 2, 3, 4, 5, 11, 300}) {
+        const TestMatrix tm = wild_f16(s.rows, s.cols, seed++);
+        auto x = make_acts(n_tok, s.cols, seed++);
+        for (int64_t c = 0; c < std::min<int64_t>(32, s.cols); ++c) x[c] = 0.0f;
+        if (n_tok > 1)  // tiny: zeros
+          for (int64_t c = 0; c < 32; ++c) x[s.cols + c] = 1e-32f * (c - 16);
+        if (n_tok > 2)  // saturated, on the weights' saturated block (rows 2, 5, ...)
+          for (int64_t c = s.cols - 32; c < s.cols; ++c) x[2 * s.cols + c] = -3.0f;
+        if (n_tok > 3 && s.cols >= 64)  // subnormal: zeros
+          for (int64_t c = 0; c < 32; ++c) x[3 * s.cols + 32 + c] = 1e-42f * (c - 15);
+        std::vector<float> y(static_cast<size_t>(n_tok * s.rows), -1.0f), ref(y.size());
+        const bool ran = matmul_int16(tm.m, x.data(), n_tok, y.data(), 2);
+        ASSERT_EQ(ran, int16_core_available()) << target.name;
+        if (!ran) continue;
+        ++kernels_run;
+        matmul_int16_ref(tm.m, x.data(), n_tok, ref.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), 4 * y.size()))
+            << target.name << " " << s.rows << "x" << s.cols << " tokens " << n_tok;
+        EXPECT_LE(int16_worst_ratio(tm, x, n_tok, ref), 1.0) << s.rows << "x" << s.cols << " tokens " << n_tok;
+      }
+  }
+  if (kernels_run == 0) GTEST_SKIP() << "no AVX512-VNNI on this CPU: F16 prefill takes the f32 tiles";
+}
+
+// Prefill (from kTiledMinTokens tokens) of F16 takes the int16 core where
+// it runs (below AMX's minimum where AMX runs), else the f32 tiles; one token
+// keeps the f32 row core.
+TEST(Matmul, F16PrefillTakesTheInt16Core) {
+  TargetGuard guard;
+  const auto& f16 = *std::find_if(std::begin(kTypes), std::end(kTypes), [](const auto& t) { return t.id == 1; });
+  uint64_t seed = 1650;
+  for (const auto& target : simd_targets()) {
+    simd_force_target(target.bit);
+    const TestMatrix tm = make_matrix(f16, 45, 128, seed++);
+    for (int n_tok : {1, kTiledMinTokens, 40}) {
+      const auto x = make_acts(n_tok, 128, seed++);
+      std::vector<float> y(static_cast<size_t>(n_tok * 45)), want(y.size());
+      matmul(tm.m, x.data(), n_tok, y.data(), 2);
+      if (n_tok == 1) matmul_with(MatmulCore::kRows, tm.m, x.data(), 1, want.data(), 2);
+      else if (amx_usable() && n_tok >= amx_min_tokens(1)) ASSERT_TRUE(matmul_amx(tm.m, x.data(), n_tok, want.data(), 2));
+      else if (int16_core_available()) ASSERT_TRUE(matmul_int16(tm.m, x.data(), n_tok, want.data(), 2));
+      else matmul_tiled_f32(tm.m, x.data(), n_tok, want.data(), 2);
+      EXPECT_EQ(0, std::memcmp(y.data(), want.data(), sizeof(float) * y.size())) << target.name << " tokens " << n_tok;
+    }
+  }
+}
+
+// The specification within the bound above on the usual shapes and rows of
+// mixed magnitude with outliers, and not within the f32-only tolerance (the
+// bound is not loose by orders of magnitude). Runs without the kernel too.
+TEST(Matmul, Int16SpecWithinItsQuantizationBound) {
+  const auto& f16 = *std::find_if(std::begin(kTypes), std::end(kTypes), [](const auto& t) { return t.id == 1; });
+  uint64_t seed = 1700;
+  bool f32_tolerance_fails = false;
+  for (const auto& s : kShapes)
+    for (int n_tok : {1, 2, 7, 17}) {
+      const int64_t cols = (s.cols + 31) / 32 * 32;
+      const TestMatrix tm = make_matrix(f16, s.rows, cols, seed++);
+      const auto x = make_acts(n_tok, cols, seed++);
+      std::vector<float> y(static_cast<size_t>(n_tok * s.rows));
+      matmul_int16_ref(tm.m, x.data(), n_tok, y.data());
+      EXPECT_LE(int16_worst_ratio(tm, x, n_tok, y), 1.0) << s.rows << "x" << cols << " tokens " << n_tok;
+      if (int16_worst_ratio(tm, x, n_tok, y, false) > 1.0) f32_tolerance_fails = true;
+    }
+  EXPECT_TRUE(f32_tolerance_fails);
+}
+
+// The block quantizer's edges: the largest value lands on ±8191 exactly,
+// halves round to even, an all-zero or tiny block is zeros with scale 0, a
+// block with NaN or infinity has a NaN scale; and a NaN weight or activation
+// makes NaN exactly the outputs it enters (its row, its token).
+TEST(Matmul, Int16QuantizerEdgesAndNonFiniteValues) {
+  float v[32];
+  int16_t q[32];
+  float d = -1;
+  for (int k = 0; k < 32; ++k) v[k] = 8191.0f - 2 * k;  // d = 1: integers stay
+  v[5] = -8191.0f;
+  v[6] = 2.5f;
+  v[7] = 3.5f;
+  quantize_block_i16(v, 32, 8191, q, &d);
+  EXPECT_EQ(d, 1.0f);
+  EXPECT_EQ(q[0], 8191);
+  EXPECT_EQ(q[5], -8191);
+  EXPECT_EQ(q[6], 2);
+  EXPECT_EQ(q[7], 4);
+  EXPECT_EQ(q[8], 8191 - 16);
+  for (float& x : v) x = 0x1p-101f;
+  quantize_block_i16(v, 32, 8191, q, &d);
+  EXPECT_EQ(d, 0.0f);
+  for (int16_t c : q) EXPECT_EQ(c, 0);
+  for (int k = 0; k < 32; ++k) v[k] = static_cast<float>(k);
+  v[9] = std::numeric_limits<float>::infinity();
+  quantize_block_i16(v, 32, 8191, q, &d);
+  EXPECT_TRUE(std::isnan(d));
+  for (int16_t c : q) EXPECT_EQ(c, 0);
+
+  const auto& f16 = *std::find_if(std::begin(kTypes), std::end(kTypes), [](const auto& t) { return t.id == 1; });
+  TestMatrix tm = make_matrix(f16, 40, 96, 1800);
+  const uint16_t nan16 = 0x7e00;
+  std::memcpy(&tm.bytes[7 * tm.m.row_bytes + 2 * 50], &nan16, 2);  // row 7
+  auto x = make_acts(6, 96, 1801);
+  x[3 * 96 + 70] = std::nanf("");  // token 3
+  for (bool kernel : {false, true}) {
+    if (kernel && !int16_core_available()) continue;
+    std::vector<float> y(6 * 40);
+    if (kernel) ASSERT_TRUE(matmul_int16(tm.m, x.data(), 6, y.data(), 2));
+    else matmul_int16_ref(tm.m, x.data(), 6, y.data());
+    for (int t = 0; t < 6; ++t)
+      for (int r = 0; r < 40; ++r)
+        EXPECT_EQ(std::isnan(y[t * 40 + r]), t == 3 || r == 7) << (kernel ? "kernel" : "spec") << " token " << t << " row " << r;
+  }
+}
+
 // F16 and BF16 weights on AMX (matmul_amx.cpp): weights and activations
 // split into bf16 halves, each product within 2^-15 |w x| (BF16 weights:
 // 2^-16) before the f32 sums, whose worst case over the 3 kp / 2 pair
@@ -649,6 +837,8 @@ TEST(Matmul, F16AndBf16TakeAmxFromTheirMinimumTokenCount) {
         ASSERT_TRUE(matmul_amx(tm.m, x.data(), n_tok, want.data(), 2));
       } else if (id == 30 && bf16_dot_available()) {
         ASSERT_TRUE(matmul_bf16(tm.m, x.data(), n_tok, want.data(), 2));
+      } else if (id == 1 && int16_core_available()) {
+        ASSERT_TRUE(matmul_int16(tm.m, x.data(), n_tok, want.data(), 2));
       } else {
         matmul_tiled_f32(tm.m, x.data(), n_tok, want.data(), 2);
       }

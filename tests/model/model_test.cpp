@@ -352,7 +352,11 @@ TEST(Model, QuantizedWeightsMatchReferenceOnDequantizedWeights) {
       check_against_reference(arch, type, 1e-4);
       check_against_reference(arch, type, 1e-4, 32, MatmulCore::kRows);
       const bool reduced = std::string(type)[0] == 'Q' || (std::string(type) == "BF16" && bf16_dot_available());
-      check_against_reference(arch, type, reduced ? 3e-2 : 1e-4, 32, MatmulCore::kAuto);
+      // F16's prefill on int16 codes (2^-14 of each block's largest value):
+      // 2.8-3.9e-4 measured on these models, where llama.cpp's f16
+      // activations would add up to 2^-11 of each value.
+      const bool int16 = std::string(type) == "F16" && int16_core_available();
+      check_against_reference(arch, type, reduced ? 3e-2 : int16 ? 1e-3 : 1e-4, 32, MatmulCore::kAuto);
     }
 }
 
