@@ -124,6 +124,15 @@ bool decode_q8_rows_takes(uint32_t type);
 // over the blocks in order, dot_b the exact integer dot of the block's codes
 // (MXFP4: the values kMxfp4[code], d_w = mxfp4_scale(e); Q4_0: code - 8).
 void decode_q8_rows_ref(const Matrix& w, const float* x, int n_tok, float* y);
+// One token of F16 weights (matmul() under kAuto, matmul_many,
+// matmul_tokens): the activations rounded to f16 once, as llama.cpp rounds
+// them for F16 (its vec_dot_type), after a power-of-two scale that puts
+// max|x| in [2^14, 2^15), so that no value overflows and each is within
+// 2^-11 of itself; then f16 x f16 products in f32. Half the activation bytes
+// of the f32 row: 1-thread decode is bound by the loads beside the weight
+// stream (RESULTS §49). False (nothing written) for other types or when x
+// holds NaN or infinity (the f32 row core then runs).
+bool matmul_f16_decode(const Matrix& w, const float* x, float* y, int threads);
 // The decode kernel for n_tok tokens at once (matmul_tokens): each row is
 // read from memory once and dotted with every token's activations by the
 // one-token code, so each token's result is bit-identical to

@@ -680,7 +680,7 @@ TEST(Matmul, Int16KernelEqualsItsScalarSpecBitForBitOnEveryTarget) {
 
 // Prefill (from kTiledMinTokens tokens) of F16 takes the int16 core where
 // it runs (below AMX's minimum where AMX runs), else the f32 tiles; one token
-// keeps the f32 row core.
+// takes matmul_f16_decode.
 TEST(Matmul, F16PrefillTakesTheInt16Core) {
   TargetGuard guard;
   const auto& f16 = *std::find_if(std::begin(kTypes), std::end(kTypes), [](const auto& t) { return t.id == 1; });
@@ -692,7 +692,7 @@ TEST(Matmul, F16PrefillTakesTheInt16Core) {
       const auto x = make_acts(n_tok, 128, seed++);
       std::vector<float> y(static_cast<size_t>(n_tok * 45)), want(y.size());
       matmul(tm.m, x.data(), n_tok, y.data(), 2);
-      if (n_tok == 1) matmul_with(MatmulCore::kRows, tm.m, x.data(), 1, want.data(), 2);
+      if (n_tok == 1) ASSERT_TRUE(matmul_f16_decode(tm.m, x.data(), want.data(), 2));
       else if (amx_usable() && n_tok >= amx_min_tokens(1)) ASSERT_TRUE(matmul_amx(tm.m, x.data(), n_tok, want.data(), 2));
       else if (int16_core_available()) ASSERT_TRUE(matmul_int16(tm.m, x.data(), n_tok, want.data(), 2));
       else matmul_tiled_f32(tm.m, x.data(), n_tok, want.data(), 2);
@@ -765,6 +765,66 @@ TEST(Matmul, Int16QuantizerEdgesAndNonFiniteValues) {
       for (int r = 0; r < 40; ++r)
         EXPECT_EQ(std::isnan(y[t * 40 + r]), t == 3 || r == 7) << (kernel ? "kernel" : "spec") << " token " << t << " row " << r;
   }
+}
+
+// One token of F16 (matmul_f16_decode, taken by matmul() under kAuto):
+// activations scaled by a power of two and rounded to f16, each within
+// 2^-11 of itself (nearest even, 11 significant bits; values 2^24 below the
+// block's largest may be subnormal: 2^-25 of the scaled unit), so
+//   |y - Σ w x| <= 2^-11 Σ |w x| + 2^-25 2^-e Σ |w| + the f32 sums,
+// on odd column counts (the scalar tail), activations from 1e-30 to 1e6 in
+// size (unscaled, 1e6 would overflow f16), every SIMD target; not within
+// the f32-only tolerance; NaN or infinity in x: the f32 row (NaN, inf out).
+TEST(Matmul, F16DecodeWithinTheActivationRoundingBound) {
+  TargetGuard guard;
+  const auto& f16 = *std::find_if(std::begin(kTypes), std::end(kTypes), [](const auto& t) { return t.id == 1; });
+  bool f32_tolerance_fails = false;
+  for (const auto& target : simd_targets()) {
+    simd_force_target(target.bit);
+    uint64_t seed = 1900;
+    for (const auto& s : kShapes)
+      for (double size : {1.0, 1e6, 1e-30}) {
+        const TestMatrix tm = make_matrix(f16, s.rows, s.cols, seed++);
+        auto x = make_acts(1, s.cols, seed++);
+        for (auto& v : x) v = static_cast<float>(v * size);
+        // The largest just below a power of two: scaled to just below 2^15
+        // (2^16 would round to f16's infinity).
+        x[1] = -std::nextafter(std::ldexp(1.0f, std::ilogb(32 * size) + 1), 0.0f);
+        std::vector<float> y(static_cast<size_t>(s.rows), -1.0f), direct(y.size(), -2.0f);
+        matmul(tm.m, x.data(), 1, y.data(), 2);
+        ASSERT_TRUE(matmul_f16_decode(tm.m, x.data(), direct.data(), 2));
+        EXPECT_EQ(0, std::memcmp(y.data(), direct.data(), 4 * y.size())) << target.name;
+        double amax = 0;
+        for (float v : x) amax = std::max(amax, std::fabs(double(v)));
+        const double unit = std::ldexp(1.0, std::ilogb(amax) - 14);  // the scaled f16's 1, in x's units
+        double worst = 0, worst_f32 = 0;
+        for (int64_t r = 0; r < s.rows; ++r) {
+          double ref = 0, abs_sum = 0, wsum = 0;
+          for (int64_t c = 0; c < s.cols; ++c) {
+            ref += tm.w[r * s.cols + c] * x[c];
+            abs_sum += std::fabs(tm.w[r * s.cols + c] * x[c]);
+            wsum += std::fabs(tm.w[r * s.cols + c]);
+          }
+          const double err = std::fabs(y[r] - ref), f32 = 1e-5 * abs_sum + 1e-300;
+          worst = std::max(worst, err / (f32 + std::ldexp(abs_sum, -11) + std::ldexp(unit, -25) * wsum));
+          worst_f32 = std::max(worst_f32, err / f32);
+        }
+        EXPECT_LE(worst, 1.0) << target.name << " " << s.rows << "x" << s.cols << " size " << size;
+        if (worst_f32 > 1.0) f32_tolerance_fails = true;
+      }
+    const TestMatrix tm = make_matrix(f16, 20, 96, seed++);
+    for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+      auto x = make_acts(1, 96, seed++);
+      x[40] = bad;
+      std::vector<float> y(20), rows(20);
+      EXPECT_FALSE(matmul_f16_decode(tm.m, x.data(), y.data(), 2));
+      matmul(tm.m, x.data(), 1, y.data(), 2);
+      matmul_with(MatmulCore::kRows, tm.m, x.data(), 1, rows.data(), 2);
+      EXPECT_EQ(0, std::memcmp(y.data(), rows.data(), 4 * y.size())) << target.name;
+      for (float v : y) EXPECT_FALSE(std::isfinite(v));
+    }
+  }
+  EXPECT_TRUE(f32_tolerance_fails);
 }
 
 // F16 and BF16 weights on AMX (matmul_amx.cpp): weights and activations
