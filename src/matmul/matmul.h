@@ -32,12 +32,14 @@ Expected<Matrix> matrix_from(const gguf::Tensor& t, const std::string& path);
 // kInt8: activations quantized per block of 32, integer dot products
 //   (AVX512-VNNI, else AVX2) for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
 //   Q6_K; F16 and BF16 weights on AMX tiles (weights and activations split
-//   into bf16 halves, matmul_amx.cpp), else BF16 with activations rounded to
-//   bf16 and AVX512-BF16 dot products; other types or CPUs fall back to kTiled;
+//   into bf16 halves, matmul_amx.cpp), else F16 on int16 codes with
+//   AVX512-VNNI (matmul_int16.cpp) and BF16 with activations rounded to bf16
+//   and AVX512-BF16 dot products; other types or CPUs fall back to kTiled;
 //   One token (decode) of Q8_0, Q4_0, MXFP4 and the K-quants takes a
 //   weight-streaming int8 kernel;
 // kAuto: kInt8 for one token of those types and from kTiledMinTokens tokens,
-//   else kRows.
+//   else kRows, except one token of F16: its activations rounded to f16
+//   (matmul_f16_decode).
 enum class MatmulCore { kAuto, kRows, kTiled, kInt8 };
 constexpr int kTiledMinTokens = 4;
 Expected<MatmulCore> parse_matmul_core(const std::string& name);  // auto|new, rows|old, tiled, int8
