@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "attention/kernel.h"
@@ -237,8 +238,12 @@ HWY_INLINE void Sum4(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF>
 // flush, ~230 cycles; the scales' conversions, the softmax's reductions).
 // One thread, 64K, d 128, G 4, ns a row and KV head (RESULTS §46): 32 rows
 // tq4 15.4, tq3 16.2-16.8, tq2 13.4-14.9; 64 rows 13.9-14.2, 14.6, 11.6-11.8.
+// tq2's V kernel takes 128 (int8_values_rows; RESULTS §47, §50), with its
+// own instantiation of the block code (RunBlocks<128>) so that the others
+// keep theirs: p's stride chosen at run time cost tq3 and tq4 2-3 %.
 constexpr int kBlockF32 = 32;
-constexpr int kBlock = 64;  // the most: p's stride
+constexpr int kBlock = 64;      // p's stride for every block of 64 rows or fewer
+constexpr int kBlockMax = 128;  // the most rows a block
 // Rows are requested this far ahead of their use, a few lines per row
 // processed, so the memory pipeline stays full without bursts.
 constexpr int kPrefetchRows = 32;
@@ -254,12 +259,16 @@ constexpr int kPrefetchRows = 32;
 // (RESULTS §44): f16 16.5-18.0 -> 12.4-13.0, tq4 7.4-8.7 -> 5.0-6.2, tq3
 // 6.3-7.4 -> 5.4-6.4, tq2 4.4-5.0 -> 4.4-5.2 (the same).
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// 0 .. kBlock-1 as a table: Highway 1.0.3's Iota stores 16 scalars and
+// 0 .. kBlockMax-1 as a table: Highway 1.0.3's Iota stores 16 scalars and
 // reloads them as a vector (a stalled store forward: 20 % of ScoresInt8).
-alignas(64) constexpr int32_t kRowIndex[kBlock] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+alignas(64) constexpr int32_t kRowIndex[kBlockMax] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
                                                    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
                                                    32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
-                                                   48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+                                                   48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
+                                                   64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
+                                                   80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95,
+                                                   96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111,
+                                                   112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
 
 // Rows of one block for one head: pointers (safe to over-read) and scales.
 struct BlockRows {
@@ -698,6 +707,7 @@ struct AccumulateOp {
 // Row pointers and row scales of one block of bs tq rows for head h (scale 0
 // past nb). The scales are converted 16 at a time (unorm16_to_f32: the
 // exponent rebased, code 0 is 0).
+template <int KB>
 HWY_INLINE void BlockScales(const RowSource& src, int h, int b0, int nb, int bs,
                             const uint8_t** rows, float* scale) {
   const DF df;
@@ -715,7 +725,7 @@ HWY_INLINE void BlockScales(const RowSource& src, int h, int b0, int nb, int bs,
   // loads and stores 54-56: scripts/harness/gather_scales.cpp), and K's and
   // V's gathers had been ~4 cycles of a tq2 row's ~40 (RESULTS §47).
   auto scales = [&](auto row_at) HWY_ATTR {
-    alignas(64) uint32_t code[kBlock];
+    alignas(64) uint32_t code[KB];
     for (int i = 0; i < nb; ++i) {
       uint16_t c;
       std::memcpy(&c, row_at(i), 2);
@@ -781,19 +791,33 @@ HWY_INLINE void PrefetchSlice(const RowSource& src, size_t row_bytes, int h0, in
 
 // Scores of one block of tq rows from int8 codes and queries (score_int8.h):
 // p[j][r] = s_r · qs_j · cs · (dot − 128 Σq8_j), or -inf when masked.
+// Per-thread scratch of ScoresInt8 and ValuesInt8, kept across calls, in
+// plain functions: a thread_local inside a template's instantiation is a
+// unique global symbol, each use a guarded lookup (tq3 and tq4 +2-3 % a row
+// when these were declared in ScoresInt8<KB> and ValuesInt8<KB>).
+static std::vector<int32_t>& ScratchI32(int which) {
+  thread_local std::vector<int32_t> v[3];
+  return v[which];
+}
+static std::vector<float>& ScratchF32() {
+  thread_local std::vector<float> v;
+  return v;
+}
+
+template <int KB>
 void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs, float* p) {
   const DF df;
   const DI di;
   const int N = Lanes();
   const int G = w.G, dp = K.dp;
-  const uint8_t* rows[kBlock];
-  alignas(64) float scale[kBlock];
-  BlockScales(w.k, h, b0, nb, bs, rows, scale);
+  const uint8_t* rows[KB];
+  alignas(64) float scale[KB];
+  BlockScales<KB>(w.k, h, b0, nb, bs, rows, scale);
   const auto neg_inf = hn::Set(df, kNegInf);
   // p[j][r] = score(r) · s_r for the rows (lo, hi) of this block that query j
   // sees, -inf elsewhere; score(r) gives the N rows from r on, before s_r.
   auto store = [&](int j, auto score) HWY_ATTR {
-    float* pj = p + static_cast<size_t>(j) * kBlock;
+    float* pj = p + static_cast<size_t>(j) * KB;
     if (nb == bs && w.start[j] <= b0 && w.limit[j] >= b0 + bs) {  // every row visible (decode's blocks)
       for (int r = 0; r < bs; r += N) hn::StoreU(hn::Mul(score(r), hn::Load(df, scale + r)), df, pj + r);
       return;
@@ -808,43 +832,43 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs
   };
   const size_t hq = static_cast<size_t>(h) * 2 * G;  // this head's rows in q8, q8_scale, q8_bias
   if (K.i8.wide) {  // 16-bit words (score_int8.h): one dot a row and query, no offset
-    thread_local std::vector<int32_t> dots16_store;
-    if (dots16_store.size() < static_cast<size_t>(G) * kBlock) dots16_store.resize(static_cast<size_t>(G) * kBlock);
+    std::vector<int32_t>& dots16_store = ScratchI32(0);
+    if (dots16_store.size() < static_cast<size_t>(G) * KB) dots16_store.resize(static_cast<size_t>(G) * KB);
     int32_t* dots = dots16_store.data();
-    int8_dots16(K.i8, K.layout, rows, nb, w.q16 + static_cast<size_t>(h) * G * dp, G, dots, kBlock);
+    int8_dots16(K.i8, K.layout, rows, nb, w.q16 + static_cast<size_t>(h) * G * dp, G, dots, KB);
     for (int j = 0; j < G; ++j) {
       const auto f = hn::Set(df, w.q8_scale[hq + j] * K.i8.cs16);
-      const int32_t* dj = dots + static_cast<size_t>(j) * kBlock;
+      const int32_t* dj = dots + static_cast<size_t>(j) * KB;
       store(j, [&](int r) HWY_ATTR { return hn::Mul(hn::ConvertTo(df, hn::LoadU(di, dj + r)), f); });
     }
     return;
   }
   // The residual bytes are G more query rows (score_int8.h).
   const int R = K.i8.residual ? 2 * G : G;
-  thread_local std::vector<int32_t> dots_store;  // [R][kBlock], kept across calls
-  if (dots_store.size() < static_cast<size_t>(R) * kBlock) dots_store.resize(static_cast<size_t>(R) * kBlock);
+  std::vector<int32_t>& dots_store = ScratchI32(1);  // [R][KB], kept across calls
+  if (dots_store.size() < static_cast<size_t>(R) * KB) dots_store.resize(static_cast<size_t>(R) * KB);
   int32_t* dots = dots_store.data();
   // With residual bytes, also the centroids' residual table against the
   // main query bytes (the codes unpacked once for both tables).
-  thread_local std::vector<int32_t> dots_c_store;
+  std::vector<int32_t>& dots_c_store = ScratchI32(2);
   int32_t* dots_c = nullptr;
   if (K.i8.residual) {
-    if (dots_c_store.size() < static_cast<size_t>(G) * kBlock) dots_c_store.resize(static_cast<size_t>(G) * kBlock);
+    if (dots_c_store.size() < static_cast<size_t>(G) * KB) dots_c_store.resize(static_cast<size_t>(G) * KB);
     dots_c = dots_c_store.data();
   }
   if (K.i8.lut) {  // pair tables (never residual): sums of table bytes, scale sL in q8_scale
-    int8_lut_dots(K.i8, K.layout, rows, nb, w.lut + hq * int8_lut_bytes(dp), G, dots, kBlock);
+    int8_lut_dots(K.i8, K.layout, rows, nb, w.lut + hq * int8_lut_bytes(dp), G, dots, KB);
   } else if (K.i8_ordered) {  // (never residual)
-    int8_dots_ordered(K.i8, K.layout, rows, nb, w.q8 + hq * dp, G, dots, kBlock);
+    int8_dots_ordered(K.i8, K.layout, rows, nb, w.q8 + hq * dp, G, dots, KB);
   } else {
     int8_dots2(K.i8, K.i8.residual ? &K.i8r : nullptr, K.layout, rows, nb, w.q8 + hq * dp, R, dots, G, dots_c,
-               kBlock);
+               KB);
   }
   const float cs = K.i8.lut ? 1.0f : K.i8.cs;  // (the tables' sL holds the centroids' scale)
   for (int j = 0; j < G; ++j) {
     const auto f = hn::Set(df, w.q8_scale[hq + j] * cs);
     const auto bias = hn::Set(di, w.q8_bias[hq + j]);
-    const int32_t* dj = dots + static_cast<size_t>(j) * kBlock;
+    const int32_t* dj = dots + static_cast<size_t>(j) * KB;
     auto main = [&](int r) HWY_ATTR { return hn::Mul(hn::ConvertTo(df, hn::Sub(hn::LoadU(di, dj + r), bias)), f); };
     if (!K.i8.residual) {
       store(j, main);
@@ -853,8 +877,8 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs
     const auto fr = hn::Set(df, w.q8_scale[hq + G + j] * K.i8.cs);
     const auto bias_r = hn::Set(di, w.q8_bias[hq + G + j]);
     const auto fc = hn::Set(df, w.q8_scale[hq + j] * K.i8r.cs);
-    const int32_t* dr = dots + static_cast<size_t>(G + j) * kBlock;
-    const int32_t* dc = dots_c + static_cast<size_t>(j) * kBlock;
+    const int32_t* dr = dots + static_cast<size_t>(G + j) * KB;
+    const int32_t* dc = dots_c + static_cast<size_t>(j) * KB;
     store(j, [&](int r) HWY_ATTR {
       const auto b = hn::MulAdd(hn::ConvertTo(df, hn::Sub(hn::LoadU(di, dr + r), bias_r)), fr, main(r));
       return hn::MulAdd(hn::ConvertTo(df, hn::Sub(hn::LoadU(di, dc + r), bias)), fc, b);
@@ -865,23 +889,24 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs
 // V accumulation of one block of tq rows on int8 (score_int8.h): the weights
 // p[j][r] · s_r (0 for rows sparse V skips) as bytes per query, centroid
 // bytes from the codes; acch in int8_values_order (V.perm, set by attention.cpp).
+template <int KB>
 void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs, const float* p, const bool* keep,
                 float* acch) {
   const DF df;
   const int N = Lanes();
   const int G = w.G;
-  const uint8_t* rows[kBlock];
-  alignas(64) float scale[kBlock];
-  BlockScales(w.v, h, b0, nb, bs, rows, scale);
+  const uint8_t* rows[KB];
+  alignas(64) float scale[KB];
+  BlockScales<KB>(w.v, h, b0, nb, bs, rows, scale);
   if (w.sparse_v > 0.0f)  // (keep is all true otherwise)
     for (int i = 0; i < nb; ++i)
       if (!keep[i]) scale[i] = 0.0f;
-  thread_local std::vector<float> wts_store;  // [G][kBlock]
-  if (wts_store.size() < static_cast<size_t>(G) * kBlock) wts_store.resize(static_cast<size_t>(G) * kBlock);
+  std::vector<float>& wts_store = ScratchF32();  // [G][KB]
+  if (wts_store.size() < static_cast<size_t>(G) * KB) wts_store.resize(static_cast<size_t>(G) * KB);
   float* wts = wts_store.data();
   for (int j = 0; j < G; ++j)
     for (int r = 0; r < bs; r += N)
-      hn::StoreU(hn::Mul(hn::LoadU(df, p + j * kBlock + r), hn::Load(df, scale + r)), df, wts + j * kBlock + r);
+      hn::StoreU(hn::Mul(hn::LoadU(df, p + j * KB + r), hn::Load(df, scale + r)), df, wts + j * KB + r);
   if (w.v_drop_zero) {
     // Rows whose weight byte is 0 for every query add nothing to the
     // kernel's integer sums (int8_weights: w8 = fma(w, 255 / max, 1/2)
@@ -897,12 +922,12 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs
     // (a flat softmax: the first query decides; the whole test was 5-8 % of
     // a synthetic 64K step when it ran to the end).
     using VF = hn::Vec<DF>;
-    VF any[kBlock];  // (nv <= kBlock vectors, N >= 1)
+    VF any[KB];  // (nv <= KB vectors, N >= 1)
     const int nv = bs / N;
     for (int v = 0; v < nv; ++v) any[v] = hn::Zero(df);
     bool all_live = false;
     for (int j = 0; j < G && !all_live; ++j) {
-      const float* wj = wts + j * kBlock;
+      const float* wj = wts + j * KB;
       auto vmax = hn::Zero(df), vmin = hn::LoadU(df, wj);
       for (int r = 0; r < bs; r += N) {
         const auto x = hn::LoadU(df, wj + r);
@@ -917,37 +942,44 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs
       for (int v = 0; v < nv; ++v)
         any[v] = hn::Or(any[v], hn::VecFromMask(df, hn::Ge(hn::LoadU(df, wj + v * N), vt)));
     }
-    uint64_t live = ~uint64_t{0};
+    // live[k]: rows 64k .. 64k + 63 (bit r % 64 for row r)
+    uint64_t live[KB / 64];
+    for (int k = 0; k < KB / 64; ++k) live[k] = ~uint64_t{0};
     if (!all_live) {
-      live = 0;
+      for (int k = 0; k < KB / 64; ++k) live[k] = 0;
       for (int v = 0; v < nv; ++v) {
         uint8_t bits[8] = {};
         hn::StoreMaskBits(df, hn::MaskFromVec(any[v]), bits);
         uint64_t b = 0;
         std::memcpy(&b, bits, (static_cast<size_t>(N) + 7) / 8);
-        live |= b << (v * N);
+        live[v * N / 64] |= b << (v * N % 64);
       }
     }
-    live &= nb >= 64 ? ~uint64_t{0} : (uint64_t{1} << nb) - 1;
-    const int n_live = __builtin_popcountll(live);
+    int n_live = 0;
+    for (int k = 0; k < KB / 64; ++k) {
+      const int lo = 64 * k;
+      live[k] &= nb >= lo + 64 ? ~uint64_t{0} : nb <= lo ? 0 : (uint64_t{1} << (nb - lo)) - 1;
+      n_live += __builtin_popcountll(live[k]);
+    }
     if (n_live < nb) {
       *w.v_zero += static_cast<uint64_t>(nb - n_live);
       if (n_live == 0) return;  // (the kernel would add nothing)
       int n2 = 0;
-      for (uint64_t m = live; m; m &= m - 1, ++n2) {
-        const int r = __builtin_ctzll(m);
-        rows[n2] = rows[r];
-        for (int j = 0; j < G; ++j) wts[j * kBlock + n2] = wts[j * kBlock + r];
-      }
+      for (int k = 0; k < KB / 64; ++k)
+        for (uint64_t m = live[k]; m; m &= m - 1, ++n2) {
+          const int r = 64 * k + __builtin_ctzll(m);
+          rows[n2] = rows[r];
+          for (int j = 0; j < G; ++j) wts[j * KB + n2] = wts[j * KB + r];
+        }
       nb = n2;
     }
   }
   // acch in V.perm's order (the pair tables keep the byte kernel's order)
   if (V.i8.vlut) {
     if (w.v_lut) *w.v_lut += static_cast<uint64_t>(nb);
-    return int8_vlut_values_ordered(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);
+    return int8_vlut_values_ordered(V.i8, V.layout, rows, nb, wts, G, KB, acch);
   }
-  int8_values_ordered(V.i8, V.layout, rows, nb, wts, G, kBlock, acch);
+  int8_values_ordered(V.i8, V.layout, rows, nb, wts, G, KB, acch);
 }
 
 // e^x for x <= 0 (-inf included: 0), the integer path's softmax weights,
@@ -974,6 +1006,7 @@ HWY_INLINE V ExpNonPositive(D d, V x) {
 
 // Scores, softmax update and V accumulation of one block of rows (nb <= bs)
 // for the G queries of KV head h.
+template <int KB>
 void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, const TurboConsts& vtc, const Work& w,
                int h, int b0, int nb, int bs, float* p, float* lvec,
                BlockRows& B, float* dec) {
@@ -996,8 +1029,8 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   if (pk) PrefetchSlice(w.k, K.row_bytes, w.h0, w.h1, pt0, ptm);
   // ---- scores
   if (pk) {
-    ScoresInt8(K, w, h, b0, nb, bs, p);
-  } else {
+    ScoresInt8<KB>(K, w, h, b0, nb, bs, p);
+  } else if constexpr (KB == kBlock) {  // (the f32 path's p stride; 128-row blocks run on the integer path only)
     Kind kk = PrepareRows(K, ktc, w.k, h, w.k_end, b0, nb, w.r1, G, B, dec);
     ByKind<ScoresOp>(kk, K, ktc, B, nb, qh, G, w.limit, w.start, b0, p);
   }
@@ -1016,7 +1049,7 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   const auto neg_inf = hn::Set(df, kNegInf);
   float* lvh = lane_sums ? lvec + static_cast<size_t>(h - w.h0) * G * N : nullptr;
   for (int j = 0; j < G; ++j) {
-    float* pj = p + j * kBlock;
+    float* pj = p + j * KB;
     for (int i = nb; i < bs; ++i) pj[i] = kNegInf;
     const auto vm_old = hn::Set(df, mh[j]);
     bool above = false;
@@ -1064,20 +1097,20 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   }
   if (pv) PrefetchSlice(w.v, V.row_bytes, w.h0, w.h1, pt0, ptm);
   // ---- values (sparse V: skip rows no query gives weight >= threshold)
-  bool keep[kBlock];
+  bool keep[KB];
   if (w.sparse_v <= 0.0f) {
     std::memset(keep, 1, sizeof(keep));
   } else {
     for (int i = 0; i < nb; ++i) {
       bool k = false;
-      for (int j = 0; j < G && !k; ++j) k = p[j * kBlock + i] >= w.sparse_v;
+      for (int j = 0; j < G && !k; ++j) k = p[j * KB + i] >= w.sparse_v;
       if (!k) ++*w.skipped;
       keep[i] = k;
     }
   }
   if (V.int8) {
-    ValuesInt8(V, w, h, b0, nb, bs, p, keep, acch);
-  } else {
+    ValuesInt8<KB>(V, w, h, b0, nb, bs, p, keep, acch);
+  } else if constexpr (KB == kBlock) {
     Kind vk = PrepareRows(V, vtc, w.v, h, w.v_end, b0, nb, w.r1, G, B, dec);
     ByKind<AccumulateOp>(vk, V, vtc, B, nb, p, G, keep, acch);
   }
@@ -1092,11 +1125,13 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   if (K.layout.kind == Kind::kTrellis && K.fast) MakeTrellisConsts(K, ktc.trellis);
   if (V.layout.kind == Kind::kTrellis && V.fast) MakeTrellisConsts(V, vtc.trellis);
   const int dp = K.dp, G = w.G;
-  // Rows a block: 64 where both K and V run on the integer path and V's
-  // kernel takes 64 rows as one block (kBlock), else 32.
-  const int bs = K.int8 && w.q8 && V.int8 && int8_values_rows(V.i8) >= kBlock ? kBlock : kBlockF32;
-  // p[j][r]: softmax weights of the current block for query j.
-  float* p = static_cast<float*>(alloca(sizeof(float) * G * kBlock));
+  // Rows a block: where both K and V run on the integer path and V's kernel
+  // takes 64 or more rows as one block, that many (64, tq2's 128), else 32.
+  const int vrows = K.int8 && w.q8 && V.int8 ? std::min(int8_values_rows(V.i8), kBlockMax) : 0;
+  const int bs = vrows >= 64 ? vrows : kBlockF32;
+  // p[j][r]: softmax weights of the current block for query j (stride
+  // kBlock, or 128 for 128-row blocks).
+  float* p = static_cast<float*>(alloca(sizeof(float) * G * (bs > kBlock ? kBlockMax : kBlock)));
   // Per-thread scratch kept across calls: allocating it per item made the
   // allocator hand pages back and fault them in again on every decode step.
   thread_local std::unique_ptr<BlockRows> B_store;
@@ -1122,10 +1157,15 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   float* lvec = lvec_store.get();
   const bool lane_sums = K.int8 && w.q8;  // (the f32 path sums into l itself)
   if (lane_sums) std::memset(lvec, 0, sizeof(float) * nh * G * N);
-  for (int b0 = w.r0; b0 < w.r1; b0 += bs) {
-    const int nb = std::min(bs, w.r1 - b0);
-    for (int h = w.h0; h < w.h1; ++h) HeadBlock(K, ktc, V, vtc, w, h, b0, nb, bs, p, lvec, *B, dec);
-  }
+  auto blocks = [&](auto kb) HWY_ATTR {
+    constexpr int KB = decltype(kb)::value;
+    for (int b0 = w.r0; b0 < w.r1; b0 += bs) {
+      const int nb = std::min(bs, w.r1 - b0);
+      for (int h = w.h0; h < w.h1; ++h) HeadBlock<KB>(K, ktc, V, vtc, w, h, b0, nb, bs, p, lvec, *B, dec);
+    }
+  };
+  if (bs > kBlock) blocks(std::integral_constant<int, kBlockMax>{});
+  else blocks(std::integral_constant<int, kBlock>{});
   if (lane_sums)
     for (int j = 0; j < nh * G; ++j) w.l[j] = hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lvec + j * N)));
 }

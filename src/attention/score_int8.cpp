@@ -1110,27 +1110,29 @@ TKV_AVX512_INT8 void dots2_avx512(const Int8Keys& k, const Int8Keys* k2, const R
 }
 
 
-// The weight bytes of queries j0 .. j0+3 (of G) over n <= 64 rows, as 4 rows
+// The weight bytes of queries j0 .. j0+3 (of G) over n <= 16 NV rows (NV 4,
+// or 8 for tq2's 128-row blocks), as 4 rows
 // a dword (w4[jj][g]: rows 4g .. 4g+3, 0 past n and past G), and their
 // scales times cs in f; false when every one is 0 (every AVX-512 V kernel's
 // weight bytes). int8_weights for the 4
 // queries side by side: their maxima reduced, then one division for the 4
 // (a query at a time, each waited on its reduction and division: most of
 // a V call's ~230 cycles besides its rows).
+template <int NV = 4>
 TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int ldw, float cs, float* f,
-                                     int32_t (*w4)[16]) {
-  __mmask16 mk[4];
-  for (int i = 0; i < 4; ++i) {
+                                     int32_t (*w4)[4 * NV]) {
+  __mmask16 mk[NV];
+  for (int i = 0; i < NV; ++i) {
     const int c = std::clamp(n - 16 * i, 0, 16);
     mk[i] = c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << c) - 1);
   }
-  __m512 v[4][4];
+  __m512 v[4][NV];
   alignas(16) float m[4];
   for (int jj = 0; jj < 4; ++jj) {
     const bool live = j0 + jj < G;
     const float* wj = live ? w + static_cast<size_t>(j0 + jj) * ldw : w;
     __m512 mx = _mm512_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < NV; ++i) {
       v[jj][i] = _mm512_maskz_loadu_ps(live ? mk[i] : 0, wj + 16 * i);
       mx = _mm512_max_ps(mx, v[jj][i]);
     }
@@ -1144,11 +1146,11 @@ TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int l
   _mm_store_ps(ws, _mm_maskz_div_ps(pos, mv, _mm_set1_ps(255.0f)));
   const __m512 half = _mm512_set1_ps(0.5f);
   const __m512i cap = _mm512_set1_epi32(255);
-  alignas(64) uint8_t w8[4][64];
+  alignas(64) uint8_t w8[4][16 * NV];
   for (int jj = 0; jj < 4; ++jj) {
     f[jj] = ws[jj] * cs;
     const __m512 iv = _mm512_set1_ps(inv[jj]);
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < NV; ++i) {
       const __m512i ia = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(v[jj][i], iv, half)), cap);
       _mm_store_si128(reinterpret_cast<__m128i*>(w8[jj] + 16 * i), _mm512_maskz_cvtepi32_epi8(mk[i], ia));
     }
@@ -1488,16 +1490,16 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void dpbusd_to(__m512i& ac
 // int32 sums a query, to which each quad g of rows adds its centroid bytes
 // quad(u, g) (sum t: x0 .. x3) times the query's 4 weight bytes, then put
 // into acc at 64u + pos[t] (sixteen coordinates each, in the kernel's
-// order) times the group's scales.
-template <int NCH, class Quad>
+// order) times the group's scales. n <= 16 NV rows.
+template <int NCH, int NV, class Quad>
 TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, const float* w, int G, int ldw,
                                                                          float cs, float* acc, const int (&pos)[4],
                                                                          Quad&& quad) {
   const int dp = 64 * NCH, ng = (n + 3) / 4;
   for (int j0 = 0; j0 < G; j0 += 4) {
     float f[4];
-    int32_t w4[4][16];
-    if (!weights4(w, n, G, j0, ldw, cs, f, w4)) continue;
+    int32_t w4[4][4 * NV];
+    if (!weights4<NV>(w, n, G, j0, ldw, cs, f, w4)) continue;
     with_count512(std::min(4, G - j0), [&](auto nq) TKV_AVX512_INT8 __attribute__((always_inline)) {
       constexpr int NQ = decltype(nq)::value;  // (a last group's absent queries take no work)
       for (int u = 0; u < NCH; ++u) {
@@ -1538,11 +1540,11 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, c
 }
 
 // Values, one part of 2-bit codes (+ a 1-bit plane when W1 = 1), dp = 64
-// NCH, n <= 32 rows; acc in int8_values_order. Per 64-coordinate chunk c and
+// NCH, n <= 16 NV rows; acc in int8_values_order. Per 64-coordinate chunk c and
 // 4 rows: the rows' 16 low-plane bytes interleaved so that dword i holds
 // byte i of rows 0..3; (that >> 2s)'s bytes index coordinate 64c + 4i + s
 // of the 4 rows, and vpdpbusd with the 4 rows' weight bytes sums over them.
-template <int W1, int NCH>
+template <int W1, int NCH, int NV>
 TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* table, float cs,
                                    const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
   const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_vtable (signed c8)
@@ -1552,7 +1554,7 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
   const __m512i low2 = _mm512_set1_epi8(3);
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
   static constexpr int pos[4] = {0, 16, 32, 48};  // sums t = s: code position s of bytes 0..15
-  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
+  values_frame<NCH, NV>(n, w, G, ldw, cs, acc, pos, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
     const uint8_t* rp[4];
     for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)];  // past n: weight 0
     const __m512i z = _mm512_permutexvar_epi8(ileave, lanes4(rp, off0 + 16 * u));
@@ -1753,7 +1755,7 @@ TKV_AVX512_INT8 void values_nib4(const RowLayout::Part& part, const uint8_t* tab
   const __m512i il[2] = {_mm512_load_si512(lane_consts().il[0]), _mm512_load_si512(lane_consts().il[1])};
   const size_t off0 = part.planes[0].offset;
   static constexpr int pos[4] = {0, 32, 16, 48};  // sums t = 2h + s: nibble s of bytes 16h .. 16h+15
-  values_frame<NCH>(n, w, G, ldw, cs, acc, pos, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
+  values_frame<NCH, 4>(n, w, G, ldw, cs, acc, pos, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
     const uint8_t* rp[4];
     for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)] + off0 + 32 * u;  // past n: weight 0
     const __m512i a = two_rows(rp[0], rp[1]), b = two_rows(rp[2], rp[3]);
@@ -1799,9 +1801,11 @@ TKV_AVX512_INT8 void values_lanes_avx512(const Int8Keys& k, const RowLayout& L, 
     if (p.planes[0].width == 4) {
       values_nib4<nch>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
     } else if (p.nplanes > 1) {
-      values_lanes2<1, nch>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
+      values_lanes2<1, nch, 4>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
+    } else if (n > 64) {  // tq2's 128-row blocks (int8_values_rows)
+      values_lanes2<0, nch, 8>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
     } else {
-      values_lanes2<0, nch>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
+      values_lanes2<0, nch, 4>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
     }
   });
 }
@@ -1926,7 +1930,14 @@ bool ordered_dots(const Int8Keys& k) { return lanes_run(k.lanes_dots) || avx2_or
 }  // namespace
 
 int int8_values_rows(const Int8Keys& k) {
-  return !k.vlut && !avx2_ordered(k, false) && lanes_run(k.lanes_values) ? 64 : 32;
+  if (k.vlut || avx2_ordered(k, false) || !lanes_run(k.lanes_values)) return 32;
+  // tq2 (one 2-bit plane): 128 rows a block. Per row it costs the least,
+  // so a block's fixed costs weigh most: one thread, 64K, G 4, 10.4-11.0 ns
+  // a row and head against 11.1-11.3 at 64 (RESULTS §47). tq3 and tq4 stay
+  // at 64 (two 128-row blocks of K and V in flight outgrow L1 at tq4, §46),
+  // with their own instantiations of the block code (attention_simd.cpp's
+  // RunBlocks<64>): 128 chosen at run time cost them 2-3 % (§47).
+  return k.avx2_sig == 20 ? 128 : 64;
 }
 
 namespace {
@@ -1983,7 +1994,7 @@ void int8_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* c
 #if TKV_INT8_KEYS_X86
   if (avx2_ordered(k, false)) return int8_values_avx2(k, L, rows, n, w, G, ldw, acc, true);
   if (lanes_run(k.lanes_values)) {
-    if (n >= 1 && n <= 64) return values_lanes_avx512(k, L, rows, n, w, G, ldw, acc);
+    if (n >= 1 && n <= int8_values_rows(k)) return values_lanes_avx512(k, L, rows, n, w, G, ldw, acc);
     int perm[1024];  // (more rows than one block: in the order, through natural)
     int8_values_order(k, perm);
     std::vector<float> nat(static_cast<size_t>(G) * k.dp);

@@ -221,7 +221,7 @@ void int8_dots16(const Int8Keys& k, const RowLayout& layout, const uint8_t* cons
 // natural coordinate order; n <= int8_values_rows(k) (one block of rows, one
 // weight scale a query). int8_weights quantizes one query's n weights and
 // returns wmax / 255 (0 when all are 0). The integer sums are exact in both
-// (n <= 64: 64 · 255 · 127 < 2^31); the float update is one multiply and
+// (n <= 128: 128 · 255 · 127 < 2^31); the float update is one multiply and
 // one add per coordinate.
 float int8_weights(const float* w, int n, uint8_t* w8);
 void int8_values_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w,
@@ -229,9 +229,10 @@ void int8_values_ref(const Int8Keys& k, const RowLayout& layout, const uint8_t* 
 void int8_values(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w, int G,
                  int ldw, float* acc);
 // The most rows one call of int8_values_ordered takes as one block with the
-// specification's integers: 64 where AVX-512's lane kernels run (attention's
-// integer path then reads 64 rows a block), 32 elsewhere (AVX2's kernels and
-// the pair tables keep 16-bit sums of 32 rows).
+// specification's integers: where AVX-512's lane kernels run 128 for tq2
+// (one 2-bit plane) and 64 for the others (attention's integer path then
+// reads that many rows a block), 32 elsewhere (AVX2's kernels and the pair
+// tables keep 16-bit sums of 32 rows).
 int int8_values_rows(const Int8Keys& k);
 
 // The orders of the lane kernels: position p of a query (int8_dots_ordered)

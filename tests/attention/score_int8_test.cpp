@@ -494,13 +494,13 @@ TEST(Int8Values, KernelGivesTheSpecificationsSums) {
       const int dp = padded(d);
       Int8Keys k;
       attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k);
-      for (int n : {64, 47, 32, 7, 1}) {
+      for (int n : {128, 97, 64, 47, 32, 7, 1}) {
         if (n > attn::int8_values_rows(k)) continue;  // (one block of rows)
         const auto x = gaussian(size_t(n) * d, 200 + d + n);
         const CodedRows rows = coded_rows(*c, x, n);
         const auto& ptr = rows.ptr;
         for (int G : {1, 2, 3, 4, 6, 8}) {
-          const int ldw = 67;
+          const int ldw = 131;
           std::vector<float> w(size_t(G) * ldw);
           Rng rng(n * 31 + G);
           for (auto& v : w) v = rng.next() % 5 == 0 ? 0.0f : float(std::exp(-4.0 * rng.uniform()));
@@ -538,7 +538,7 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         SCOPED_TRACE(allow_narrow ? "narrow allowed" : "narrow not allowed");
         auto c = make(f, d);
         ASSERT_TRUE(c) << f;
-        const int dp = padded(d), n = 69;  // (keys: four groups of 16 rows and one of 5)
+        const int dp = padded(d), n = 133;  // (keys: eight groups of 16 rows and one of 5)
         Int8Keys k;
         attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k, attn::kInt8Residual, allow_narrow);
         k.usable = true;
@@ -558,8 +558,8 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         const bool expect = (target == attn::Int8Target::kAvx512 && two) || four512 || (avx2 && !k.residual && !k.wide);
         ASSERT_EQ(lanes, expect) << f << " d=" << d;
         ASSERT_EQ(vlanes, expect_v) << f << " d=" << d;
-        // One V call takes 64 rows as one block where AVX-512's lane kernels run, 32 elsewhere.
-        const int vrows = target == attn::Int8Target::kAvx512 && expect_v ? 64 : 32;
+        // One V call takes 128 rows (tq2) or 64 as one block where AVX-512's lane kernels run, 32 elsewhere.
+        const int vrows = target == attn::Int8Target::kAvx512 && expect_v ? (f == "tq2" ? 128 : 64) : 32;
         ASSERT_EQ(attn::int8_values_rows(kv), vrows) << f << " d=" << d;
         // AVX2's byte kernels: tq2 and tq3 on centroid bytes within ±31 (their budget allows it).
         ASSERT_EQ(k.narrow, avx2 && two && allow_narrow) << f << " d=" << d;
@@ -596,14 +596,14 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
             for (int i = 0; i < d; ++i) q8[size_t(j) * dp + i] = int8_t(int(rng.next() % 255) - 127);
           for (int j = 0; j < G; ++j)
             for (int p = 0; p < dp; ++p) q8o[size_t(j) * dp + p] = q8[size_t(j) * dp + order[p]];
-          std::vector<int32_t> fast(size_t(G) * 72, -1), ref(size_t(G) * 72, -1);
-          attn::int8_dots_ordered(k, c->layout(), rows.ptr.data(), n, q8o.data(), G, fast.data(), 72);
-          attn::int8_dots_ref(k, c->layout(), rows.ptr.data(), n, q8.data(), G, ref.data(), 72);
+          std::vector<int32_t> fast(size_t(G) * 136, -1), ref(size_t(G) * 136, -1);
+          attn::int8_dots_ordered(k, c->layout(), rows.ptr.data(), n, q8o.data(), G, fast.data(), 136);
+          attn::int8_dots_ref(k, c->layout(), rows.ptr.data(), n, q8.data(), G, ref.data(), 136);
           ASSERT_EQ(fast, ref) << f << " d=" << d << " G=" << G;
           // Values: one block of up to vrows rows, accumulators in the order.
-          for (int nv : {64, 61, 33, 32, 9, 5, 1}) {  // (quads of rows: 16, 15 and 9, 8, 3 and 2 of them, 1)
+          for (int nv : {128, 125, 97, 65, 64, 61, 33, 32, 9, 5, 1}) {  // (quads: 32, 32 the last partial, 25, 17, 16, 16, 9, 8, 3, 2, 1)
             if (nv > vrows) continue;
-            const int ldw = 67;
+            const int ldw = 131;
             std::vector<float> w(size_t(G) * ldw, 0.0f);
             for (auto& v : w) v = rng.next() % 4 == 0 ? 0.0f : float(std::exp(-3.0 * rng.uniform()));
             std::vector<float> ref_acc(size_t(G) * dp), acc_o(ref_acc.size());
