@@ -239,7 +239,7 @@ HWY_INLINE void Sum4(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF>
 // One thread, 64K, d 128, G 4, ns a row and KV head (RESULTS §46): 32 rows
 // tq4 15.4, tq3 16.2-16.8, tq2 13.4-14.9; 64 rows 13.9-14.2, 14.6, 11.6-11.8.
 // tq2's V kernel takes 128 (int8_values_rows; RESULTS §47, §50), with its
-// own instantiation of the block code (RunBlocks<128>) so that the others
+// own instantiation of the block code (HeadBlock<128>) so that the others
 // keep theirs: p's stride chosen at run time cost tq3 and tq4 2-3 %.
 constexpr int kBlockF32 = 32;
 constexpr int kBlock = 64;      // p's stride for every block of 64 rows or fewer
@@ -789,8 +789,6 @@ HWY_INLINE void PrefetchSlice(const RowSource& src, size_t row_bytes, int h0, in
   }
 }
 
-// Scores of one block of tq rows from int8 codes and queries (score_int8.h):
-// p[j][r] = s_r · qs_j · cs · (dot − 128 Σq8_j), or -inf when masked.
 // Per-thread scratch of ScoresInt8 and ValuesInt8, kept across calls, in
 // plain functions: a thread_local inside a template's instantiation is a
 // unique global symbol, each use a guarded lookup (tq3 and tq4 +2-3 % a row
@@ -804,6 +802,8 @@ static std::vector<float>& ScratchF32() {
   return v;
 }
 
+// Scores of one block of tq rows from int8 codes and queries (score_int8.h):
+// p[j][r] = s_r · qs_j · cs · (dot − 128 Σq8_j), or -inf when masked.
 template <int KB>
 void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs, float* p) {
   const DF df;

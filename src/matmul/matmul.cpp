@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "matmul/matmul_tiled.h"
@@ -47,8 +48,16 @@ HWY_INLINE void PrefetchL2(const void* p) { __builtin_prefetch(p, 0, 2); }
 // row's end: the next row's, which the same thread reads next; a prefetch
 // never faults); the tail and the reduction in a fixed order, so a token's
 // bits depend on nothing else (matmul_tokens runs this per token too).
-template <uint32_t kType>
-HWY_INLINE float FloatRowDot(const uint8_t* row, int64_t cols, const float* HWY_RESTRICT x) {
+// X: the activations' type, float or hwy::float16_t (F16 rows against
+// activations rounded to f16, F16ActRow: half the bytes; the two 64-byte
+// activation loads per 64 bytes of weights compete with the weight stream.
+// On this Zen 4 (2026-12-06), one-thread F16 tg32 of the 0.85B file
+// alternated 3 times: 15.1, 15.3, 12.2 tokens/s with f32 activations, 17.9,
+// 17.9, 16.5 with f16 ones (llama.cpp 15.4, 16.4, 15.4); a standalone
+// stream of 5632-wide rows (scripts/harness/stream_f16.cpp, f16x), 6 KB
+// prefetch: 20-24 GB/s against 20-27, noisy).
+template <uint32_t kType, class X = float>
+HWY_INLINE float FloatRowDot(const uint8_t* row, int64_t cols, const X* HWY_RESTRICT x) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   constexpr int64_t kEsize = kType == 0 ? 4 : 2;
@@ -63,17 +72,25 @@ HWY_INLINE float FloatRowDot(const uint8_t* row, int64_t cols, const float* HWY_
       return hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(row) + c));
     }
   };
+  auto load_x = [&](int64_t c) {
+    if constexpr (std::is_same_v<X, float>) {
+      return hn::LoadU(df, x + c);
+    } else {
+      const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+      return hn::PromoteTo(df, hn::LoadU(dh, x + c));
+    }
+  };
   auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
   int64_t c = 0;
   for (; c + 4 * N <= cols; c += 4 * N) {
     const uint8_t* p = row + c * kEsize + kFloatRowPrefetch;
     for (int64_t o = 0; o < 4 * N * kEsize; o += 64) PrefetchL2(p + o);
-    a0 = hn::MulAdd(load_w(c), hn::LoadU(df, x + c), a0);
-    a1 = hn::MulAdd(load_w(c + N), hn::LoadU(df, x + c + N), a1);
-    a2 = hn::MulAdd(load_w(c + 2 * N), hn::LoadU(df, x + c + 2 * N), a2);
-    a3 = hn::MulAdd(load_w(c + 3 * N), hn::LoadU(df, x + c + 3 * N), a3);
+    a0 = hn::MulAdd(load_w(c), load_x(c), a0);
+    a1 = hn::MulAdd(load_w(c + N), load_x(c + N), a1);
+    a2 = hn::MulAdd(load_w(c + 2 * N), load_x(c + 2 * N), a2);
+    a3 = hn::MulAdd(load_w(c + 3 * N), load_x(c + 3 * N), a3);
   }
-  for (; c + N <= cols; c += N) a0 = hn::MulAdd(load_w(c), hn::LoadU(df, x + c), a0);
+  for (; c + N <= cols; c += N) a0 = hn::MulAdd(load_w(c), load_x(c), a0);
   float tail = 0.0f;
   for (; c < cols; ++c) {
     float wv;
@@ -84,52 +101,23 @@ HWY_INLINE float FloatRowDot(const uint8_t* row, int64_t cols, const float* HWY_
       std::memcpy(&h, row + 2 * c, 2);
       wv = kType == 1 ? f16_to_f32(h) : bf16_to_f32(h);
     }
-    tail += wv * x[c];
+    float xv;
+    if constexpr (std::is_same_v<X, float>) {
+      xv = x[c];
+    } else {
+      uint16_t a;
+      std::memcpy(&a, x + c, 2);
+      xv = f16_to_f32(a);
+    }
+    tail += wv * xv;
   }
   return hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)))) + tail;
 }
 
-// Decode of an F16 row against activations already rounded to f16
-// (F16ActRows): FloatRowDot<1>'s loop with the activations read as f16, half
-// the bytes (two 64-byte activation loads per 64 bytes of weights compete
-// with the weight stream). On this Zen 4 (2026-12-06), one-thread F16 tg32
-// of the 0.85B file alternated 3 times: 15.1, 15.3, 12.2 tokens/s with f32
-// activations, 17.9, 17.9, 16.5 with f16 ones (llama.cpp 15.4, 16.4, 15.4);
-// a standalone stream of 5632-wide rows (scripts/harness/stream_f16.cpp,
-// f16x), 6 KB prefetch: 20-24 GB/s against 20-27, noisy.
-HWY_INLINE float F16RowDotX16(const uint8_t* row, int64_t cols, const hwy::float16_t* HWY_RESTRICT x) {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto* w = reinterpret_cast<const hwy::float16_t*>(row);
-  auto dot = [&](int64_t c) { return hn::PromoteTo(df, hn::LoadU(dh, w + c)); };
-  auto act = [&](int64_t c) { return hn::PromoteTo(df, hn::LoadU(dh, x + c)); };
-  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
-  int64_t c = 0;
-  for (; c + 4 * N <= cols; c += 4 * N) {
-    const uint8_t* p = row + c * 2 + kFloatRowPrefetch;
-    for (int64_t o = 0; o < 4 * N * 2; o += 64) PrefetchL2(p + o);
-    a0 = hn::MulAdd(dot(c), act(c), a0);
-    a1 = hn::MulAdd(dot(c + N), act(c + N), a1);
-    a2 = hn::MulAdd(dot(c + 2 * N), act(c + 2 * N), a2);
-    a3 = hn::MulAdd(dot(c + 3 * N), act(c + 3 * N), a3);
-  }
-  for (; c + N <= cols; c += N) a0 = hn::MulAdd(dot(c), act(c), a0);
-  float tail = 0.0f;
-  for (; c < cols; ++c) {
-    uint16_t h, a;
-    std::memcpy(&h, row + 2 * c, 2);
-    std::memcpy(&a, x + c, 2);
-    tail += f16_to_f32(h) * f16_to_f32(a);
-  }
-  return hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)))) + tail;
-}
-
-// y[r * y_stride] = back * dot(row r, x16) for rows r0 .. r1 - 1.
-void F16ActRows(const uint8_t* data, size_t row_bytes, int64_t r0, int64_t r1, int64_t cols, const uint16_t* x16,
-                float back, float* y, int64_t y_stride) {
-  const auto* x = reinterpret_cast<const hwy::float16_t*>(x16);
-  for (int64_t r = r0; r < r1; ++r) y[r * y_stride] = back * F16RowDotX16(data + r * row_bytes, cols, x);
+// back * dot(F16 row, x16): x16 the activations scaled and rounded to f16
+// (f16_decode_acts), back the scale's inverse.
+float F16ActRow(const uint8_t* row, int64_t cols, const uint16_t* x16, float back) {
+  return back * FloatRowDot<1>(row, cols, reinterpret_cast<const hwy::float16_t*>(x16));
 }
 
 // out = f16(x * s), nearest even (vcvtps2ph where the target has it).
@@ -266,7 +254,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace tkv {
 HWY_EXPORT(RowDots);
-HWY_EXPORT(F16ActRows);
+HWY_EXPORT(F16ActRow);
 HWY_EXPORT(ToF16Scaled);
 
 Expected<Matrix> matrix_from(const gguf::Tensor& t, const std::string& path) {
@@ -328,7 +316,7 @@ MatmulCore matmul_core() {
 void set_matmul_core(MatmulCore c) { g_core.store(static_cast<int>(c), std::memory_order_relaxed); }
 
 namespace {
-// Activations of a one-token F16 product (F16ActRows), as llama.cpp rounds
+// Activations of a one-token F16 product (F16ActRow), as llama.cpp rounds
 // them for F16 weights (its vec_dot_type): x scaled by the power of two
 // that puts max|x| in [2^14, 2^15) (exact; no value overflows f16, and
 // only those 2^24 below the largest lose bits as subnormals), then rounded
@@ -417,7 +405,7 @@ void matmul_tokens(const Matrix& w, const float* x, int n_tok, float* y, int thr
       for (int64_t r = 0; r < w.rows; ++r) {
         if (w.type == 1) {
           for (int t = 0; t < n_tok; ++t)
-            if (f16x[t]) HWY_DYNAMIC_DISPATCH(F16ActRows)(w.data, w.row_bytes, r, r + 1, w.cols, &x16[t * w.cols], back[t], y + t * w.rows, 1);
+            if (f16x[t]) y[t * w.rows + r] = HWY_DYNAMIC_DISPATCH(F16ActRow)(w.data + r * w.row_bytes, w.cols, &x16[t * w.cols], back[t]);
             else HWY_DYNAMIC_DISPATCH(RowDots)(1, w.data + r * w.row_bytes, w.cols, x + t * w.cols, 1, w.cols, y + t * w.rows + r, w.rows);
           continue;
         }
@@ -461,8 +449,8 @@ void matmul_many(const Matrix* const* ws, int n, const float* x, float* const* y
   bool f16x = false;
   float back = 1.0f;
   for (int i = 0; i < n; ++i) f16x |= ws[i]->type == 1;
-  std::vector<uint16_t>& x16 = f16_scratch(static_cast<size_t>(ws[0]->cols));
-  if (f16x) f16x = f16_decode_acts(x, ws[0]->cols, x16.data(), &back);
+  uint16_t* x16 = f16x ? f16_scratch(static_cast<size_t>(ws[0]->cols)).data() : nullptr;
+  if (f16x) f16x = f16_decode_acts(x, ws[0]->cols, x16, &back);
   // The threshold of one matrix (65536) applies to each: below it matmul()
   // runs that matrix on one thread; its bits are the same either way.
 #pragma omp parallel num_threads(threads) if (work > 65536)
@@ -473,7 +461,7 @@ void matmul_many(const Matrix* const* ws, int n, const float* x, float* const* y
     } else if (w.type == 1 && f16x) {
 #pragma omp for schedule(static) nowait
       for (int64_t r = 0; r < w.rows; ++r)
-        HWY_DYNAMIC_DISPATCH(F16ActRows)(w.data, w.row_bytes, r, r + 1, w.cols, x16.data(), back, ys[i], 1);
+        ys[i][r] = HWY_DYNAMIC_DISPATCH(F16ActRow)(w.data + r * w.row_bytes, w.cols, x16, back);
     } else {
 #pragma omp for schedule(static) nowait
       for (int64_t r = 0; r < w.rows; ++r)
@@ -489,7 +477,7 @@ bool matmul_f16_decode(const Matrix& w, const float* x, float* y, int threads) {
   if (!f16_decode_acts(x, w.cols, x16.data(), &back)) return false;
   const uint16_t* xp = x16.data();
 #pragma omp parallel for num_threads(threads) schedule(static) if (w.rows * w.cols > 65536)
-  for (int64_t r = 0; r < w.rows; ++r) HWY_DYNAMIC_DISPATCH(F16ActRows)(w.data, w.row_bytes, r, r + 1, w.cols, xp, back, y, 1);
+  for (int64_t r = 0; r < w.rows; ++r) y[r] = HWY_DYNAMIC_DISPATCH(F16ActRow)(w.data + r * w.row_bytes, w.cols, xp, back);
   return true;
 }
 

@@ -27,12 +27,10 @@
 #include <vector>
 
 #include <hwy/aligned_allocator.h>
-#include <hwy/targets.h>
 
 #include "matmul/matmul_tiled.h"
 #include "matmul/transpose16.h"
 #include "util/fp16.h"
-#include "util/simd_targets.h"
 
 #if defined(__x86_64__) && !defined(TKV_NO_VNNI)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_cvtepi32_ps (matmul_int8.cpp)
@@ -49,7 +47,7 @@ constexpr int kRI = 32;       // rows per panel: two vectors of 16 dword lanes
 constexpr int kNTI = 4;       // tokens per tile (8 int32 + 8 f32 accumulators)
 constexpr int kBlock = 32;    // columns per scale
 constexpr int kPairs = kBlock / 2;
-constexpr int64_t kBlockBytes = kPairs * 4 * kRI;  // 2 KiB: 16 pairs x 32 rows x 2 int16
+constexpr int64_t kBlockCodes = kPairs * 2 * kRI;  // a panel block's int16 codes: 16 pairs x 32 rows x 2 (2 KiB)
 
 struct Int16Acts {
   std::vector<int16_t> q;  // [token][cols]
@@ -64,12 +62,6 @@ int32_t load_pair(const int16_t* p) {
 }
 
 #ifdef TKV_X86_INT16
-bool int16_kernel() {
-  // Follows simd_force_target, like the int8 kernels.
-  const int64_t t = simd_supported_targets();
-  return (t & (HWY_AVX3 | HWY_AVX3_DL)) != 0 && __builtin_cpu_supports("avx512vnni");
-}
-
 // quantize_block_i16 on 32 floats in two vectors: the same max (exact in any
 // order), the same scalar d and 1 / d, one IEEE multiply per value and
 // vcvtps2dq's rounding (nearest even, as nearbyintf), so the same bits.
@@ -119,14 +111,14 @@ Int16Acts quantize_acts(const float* x, int n_tok, int64_t cols, int threads, bo
 
 struct Panel16 {
   explicit Panel16(int64_t nb)
-      : q(hwy::AllocateAligned<int16_t>(static_cast<size_t>(nb * kBlockBytes / 2))),
+      : q(hwy::AllocateAligned<int16_t>(static_cast<size_t>(nb * kBlockCodes))),
         d(hwy::AllocateAligned<float>(static_cast<size_t>(nb * kRI))) {}
   hwy::AlignedFreeUniquePtr<int16_t[]> q;
   hwy::AlignedFreeUniquePtr<float[]> d;
 };
 
 // Index of row i's value at column c of block j in the panel's int16 array.
-int64_t panel_index(int64_t j, int64_t c, int64_t i) { return j * (kBlockBytes / 2) + (c / 2) * 2 * kRI + 2 * i + c % 2; }
+int64_t panel_index(int64_t j, int64_t c, int64_t i) { return j * kBlockCodes + (c / 2) * 2 * kRI + 2 * i + c % 2; }
 
 // The scalar specification of the panel: row r0 + i's block j quantized from
 // its f16 values by quantize_block_i16; rows past the matrix zeros (scale 0).
@@ -169,7 +161,7 @@ TKV_I16_ATTR void pack_panel16_fast(const Matrix& w, int64_t r0, int64_t nr, Pan
         r[e] = quantize32(v0, v1, kInt16MaxW, &p.d[j * kRI + i]);
       }
       transpose16_epi32(r);  // r[pair]: dword e = row 16 hp + e's pair
-      int16_t* dst = p.q.get() + j * (kBlockBytes / 2) + hp * 32;
+      int16_t* dst = p.q.get() + j * kBlockCodes + hp * 32;
       for (int pr = 0; pr < kPairs; ++pr) _mm512_store_si512(dst + pr * 2 * kRI, r[pr]);
     }
 }
@@ -184,7 +176,7 @@ TKV_I16_ATTR void tile16(const Panel16& p, int64_t nb, const Int16Acts& a, int64
   const int16_t* xq = a.q.data() + t0 * cols;
   const float* xd = a.d.data() + t0 * nb;
   for (int64_t j = 0; j < nb; ++j) {
-    const int16_t* wj = p.q.get() + j * (kBlockBytes / 2);
+    const int16_t* wj = p.q.get() + j * kBlockCodes;
     __m512i acc[2][NT];
     for (int h = 0; h < 2; ++h)
       for (int t = 0; t < NT; ++t) acc[h][t] = _mm512_setzero_si512();
@@ -252,13 +244,7 @@ void quantize_block_i16(const float* x, int n, int qmax, int16_t* q, float* d) {
   }
 }
 
-bool int16_core_available() {
-#ifdef TKV_X86_INT16
-  return int16_kernel();
-#else
-  return false;
-#endif
-}
+bool int16_core_available() { return vnni_available(); }  // (follows simd_force_target)
 
 bool matmul_int16(const Matrix& w, const float* x, int n_tok, float* y, int threads) {
   if (w.type != kF16 || w.cols % kBlock != 0 || !int16_core_available()) return false;
