@@ -704,12 +704,35 @@ struct AccumulateOp {
   static void Run(A&&... a) { Accumulate<K>(a...); }
 };
 
-// Row pointers and row scales of one block of bs tq rows for head h (scale 0
+// Whether a block's bs rows lie one stride apart: a contiguous cache, or a
+// block of rows inside one page.
+HWY_INLINE bool StrideRows(const RowSource& src, int b0, int nb, int bs) {
+  return nb == bs && src.stride < (size_t{1} << 25) &&
+         (!src.blocks || (b0 >> src.shift) == ((b0 + bs - 1) >> src.shift));
+}
+
+// Row pointers of one block of tq rows for head h (nb of them; bs when the
+// rows lie one stride apart: pointers by the stride, no per-row address
+// arithmetic).
+HWY_INLINE void BlockRowPtrs(const RowSource& src, int h, int b0, int nb, int bs, const uint8_t** rows) {
+  if (StrideRows(src, b0, nb, bs)) {
+    const uint8_t* p0 = src.at(b0, h);
+    for (int i = 0; i < bs; ++i) rows[i] = p0 + static_cast<size_t>(i) * src.stride;
+    return;
+  }
+  for (int i = 0; i < nb; ++i) rows[i] = src.at(b0 + i, h);
+}
+
+// Row scales of one block of bs tq rows (rows from BlockRowPtrs; scale 0
 // past nb). The scales are converted 16 at a time (unorm16_to_f32: the
-// exponent rebased, code 0 is 0).
+// exponent rebased, code 0 is 0). K's are read after its kernel, whose
+// loads have brought the rows into L1 (read before it, they were the
+// rows' first touch: one thread, 64K, G 4, ns a row and head, 8 rounds:
+// tq4 13.46 -> 12.91, tq3 13.51 -> 13.32, tq2 10.07 -> 9.96; RESULTS §51);
+// V's before its kernel, which takes them in its weight bytes.
 template <int KB>
-HWY_INLINE void BlockScales(const RowSource& src, int h, int b0, int nb, int bs,
-                            const uint8_t** rows, float* scale) {
+HWY_INLINE void BlockScales(const RowSource& src, int b0, int nb, int bs, const uint8_t* const* rows,
+                            float* scale) {
   const DF df;
   const DU du;
   const int N = Lanes();
@@ -734,32 +757,52 @@ HWY_INLINE void BlockScales(const RowSource& src, int h, int b0, int nb, int bs,
     for (int i = nb; i < bs; ++i) code[i] = 0;
     for (int i = 0; i < bs; i += N) to_scale(hn::Load(du, code + i), i);
   };
-  if (nb == bs && src.stride < (size_t{1} << 25) &&
-      (!src.blocks || (b0 >> src.shift) == ((b0 + bs - 1) >> src.shift))) {
-    // Rows one stride apart (a contiguous cache, or a block of rows inside
-    // one page): pointers by the stride (no per-row address arithmetic;
-    // the scales' loads by it too: reading them back from rows[] was 2 %
-    // more for tq2).
-    const uint8_t* p0 = src.at(b0, h);
-    for (int i = 0; i < bs; ++i) rows[i] = p0 + static_cast<size_t>(i) * src.stride;
+  if (!StrideRows(src, b0, nb, bs)) return scales([&](int i) { return rows[i]; });
+  // Rows one stride apart: the scales' loads by the stride too (reading the
+  // pointers back from rows[] was 2 % more for tq2).
+  const uint8_t* p0 = rows[0];
+  const size_t st = src.stride;
 #if HWY_TARGET == HWY_AVX2
-    // AVX2 without AVX-512 (Zen 1-3, Intel client cores): eight scalar
-    // loads put into one vector by inserts (no store: no stalled forward).
-    // Zen 1 microcodes vpgatherdd: the gathers were 7 % of the attention's
-    // samples at 64K (RESULTS §43).
-    if (static_cast<size_t>(N) == 8) {
-      for (int i = 0; i < bs; i += 8) {
-        uint16_t c[8];
-        for (int r = 0; r < 8; ++r) std::memcpy(&c[r], rows[i + r], 2);
-        to_scale(hn::Vec<DU>{_mm256_setr_epi32(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7])}, i);
-      }
-      return;
+  // AVX2 without AVX-512 (Zen 1-3, Intel client cores): eight scalar
+  // loads put into one vector by inserts (no store: no stalled forward).
+  // Zen 1 microcodes vpgatherdd: the gathers were 7 % of the attention's
+  // samples at 64K (RESULTS §43).
+  if (static_cast<size_t>(N) == 8) {
+    for (int i = 0; i < bs; i += 8) {
+      uint16_t c[8];
+      for (int r = 0; r < 8; ++r) std::memcpy(&c[r], rows[i + r], 2);
+      to_scale(hn::Vec<DU>{_mm256_setr_epi32(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7])}, i);
     }
-#endif
-    return scales([&](int i) { return p0 + static_cast<size_t>(i) * src.stride; });
+    return;
   }
-  for (int i = 0; i < nb; ++i) rows[i] = src.at(b0 + i, h);
-  scales([&](int i) { return rows[i]; });
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // AVX-512: eight scales a vector by vpinsrw from memory, two vectors
+  // widened by vpmovzxwd (no store and reload: 43 cycles a 64-row block
+  // alone against 55, gather_scales.cpp mode 7; in the 64K step with the
+  // prefetch and exp changes of RESULTS §51, 1-5 % a row).
+  if (static_cast<size_t>(N) == 16) {
+    auto eight = [&](const uint8_t* q) HWY_ATTR {
+      uint16_t c[8];
+      for (int r = 0; r < 8; ++r) std::memcpy(&c[r], q + r * st, 2);
+      __m128i x = _mm_cvtsi32_si128(c[0]);
+      x = _mm_insert_epi16(x, c[1], 1);
+      x = _mm_insert_epi16(x, c[2], 2);
+      x = _mm_insert_epi16(x, c[3], 3);
+      x = _mm_insert_epi16(x, c[4], 4);
+      x = _mm_insert_epi16(x, c[5], 5);
+      x = _mm_insert_epi16(x, c[6], 6);
+      return _mm_insert_epi16(x, c[7], 7);
+    };
+    for (int i = 0; i < bs; i += 16) {
+      const uint8_t* r = p0 + static_cast<size_t>(i) * st;
+      const __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(eight(r)), eight(r + 8 * st), 1);
+      to_scale(hn::Vec<DU>{_mm512_cvtepu16_epi32(w)}, i);
+    }
+    return;
+  }
+#endif
+  scales([&](int i) { return p0 + static_cast<size_t>(i) * st; });
 }
 
 // The integer paths' prefetch: the next block,
@@ -777,6 +820,14 @@ HWY_INLINE void PrefetchSlice(const RowSource& src, size_t row_bytes, int h0, in
     // heads, or one head of a head-major cache; in one page if paged): one range.
     const uint8_t* a = src.at(t0, h0);
     const uint8_t* e = src.at(t1 - 1, h1 - 1) + row_bytes;
+    // Four requests a loop (one a loop, its add and compare-and-branch were
+    // two of each request's three instructions: RESULTS §51).
+    for (; a + 192 < e; a += 256) {
+      __builtin_prefetch(a, 0, 2);
+      __builtin_prefetch(a + 64, 0, 2);
+      __builtin_prefetch(a + 128, 0, 2);
+      __builtin_prefetch(a + 192, 0, 2);
+    }
     for (; a < e; a += 64) __builtin_prefetch(a, 0, 2);
     __builtin_prefetch(e - 1, 0, 2);
     return;
@@ -812,11 +863,16 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs
   const int G = w.G, dp = K.dp;
   const uint8_t* rows[KB];
   alignas(64) float scale[KB];
-  BlockScales<KB>(w.k, h, b0, nb, bs, rows, scale);
+  BlockRowPtrs(w.k, h, b0, nb, bs, rows);
   const auto neg_inf = hn::Set(df, kNegInf);
   // p[j][r] = score(r) · s_r for the rows (lo, hi) of this block that query j
   // sees, -inf elsewhere; score(r) gives the N rows from r on, before s_r.
+  // The row scales are read by the first store, after whichever kernel ran
+  // (BlockScales: its loads have brought the rows into L1).
+  bool scaled = false;
   auto store = [&](int j, auto score) HWY_ATTR {
+    if (!scaled) BlockScales<KB>(w.k, b0, nb, bs, rows, scale);
+    scaled = true;
     float* pj = p + static_cast<size_t>(j) * KB;
     if (nb == bs && w.start[j] <= b0 && w.limit[j] >= b0 + bs) {  // every row visible (decode's blocks)
       for (int r = 0; r < bs; r += N) hn::StoreU(hn::Mul(score(r), hn::Load(df, scale + r)), df, pj + r);
@@ -897,7 +953,8 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs
   const int G = w.G;
   const uint8_t* rows[KB];
   alignas(64) float scale[KB];
-  BlockScales<KB>(w.v, h, b0, nb, bs, rows, scale);
+  BlockRowPtrs(w.v, h, b0, nb, bs, rows);
+  BlockScales<KB>(w.v, b0, nb, bs, rows, scale);
   if (w.sparse_v > 0.0f)  // (keep is all true otherwise)
     for (int i = 0; i < nb; ++i)
       if (!keep[i]) scale[i] = 0.0f;
@@ -1000,6 +1057,16 @@ HWY_INLINE V ExpNonPositive(D d, V x) {
   p = hn::MulAdd(p, f, hn::Set(d, 0.24128268806092731f));
   p = hn::MulAdd(p, f, hn::Set(d, 0.6930440082949276f));
   p = hn::MulAdd(p, f, hn::Set(d, 1.0f));
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // p · 2^n by vscalefps, zero where n = -127 (x below -88: the exponent
+  // field below gives 0 there, and a block whose every weight were
+  // subnormal would divide 255 by a subnormal maximum in int8_weights): two
+  // operations where the conversion of n (with Highway's overflow fix-up,
+  // 5), the exponent's add and shift and the multiply were 8. The same bits
+  // (p · 2^n >= 2^-126 is exact either way).
+  if constexpr (hn::MaxLanes(d) == 16)
+    return V{_mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(n.raw, _mm512_set1_ps(-127.0f), _CMP_GT_OQ), p.raw, n.raw)};
+#endif
   const auto two_n = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
   return hn::Mul(p, two_n);
 }
