@@ -502,6 +502,15 @@ float int8_weights(const float* w, int n, uint8_t* w8) {
     return 0.0f;
   }
   const float inv = 255.0f / m;
+  if (!(inv <= std::numeric_limits<float>::max())) {
+    // m below 255 / FLT_MAX (~7.5e-37: every row of the block ~83 below the
+    // running max in the exponent, times a small row scale): the bytes
+    // would be w · inf, whose conversion to int is undefined in C++; they
+    // are 0, as the AVX-512 kernel's conversion of inf (INT_MIN, its low
+    // byte) gives: the block adds nothing.
+    std::fill(w8, w8 + n, uint8_t{0});
+    return 0.0f;
+  }
   // w >= 0: adding one half and truncating rounds half up (lround's result
   // for these values) without a libm call per weight (lroundf was 7% of a
   // 64K decode step).

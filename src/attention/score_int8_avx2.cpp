@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -405,6 +406,10 @@ TKV_AVX2_INT8 float weights8(const float* w, int n, uint8_t* w8) {
     return 0.0f;
   }
   const float inv = 255.0f / mx;
+  if (!(inv <= std::numeric_limits<float>::max())) {  // (int8_weights: bytes 0)
+    std::memset(w8, 0, static_cast<size_t>(n));
+    return 0.0f;
+  }
   const __m256 vinv = _mm256_set1_ps(inv), half = _mm256_set1_ps(0.5f);
   const __m256i top = _mm256_set1_epi32(255);
   r = 0;

@@ -517,6 +517,56 @@ TEST(Int8Values, KernelGivesTheSpecificationsSums) {
   }
 }
 
+// A block whose largest weight is below 255 / FLT_MAX (~7.5e-37: every row
+// ~83 below the running max in the exponent, times a small V row scale)
+// adds nothing: 255 / max is not finite there, and the specification gives
+// bytes 0 rather than converting inf to int (undefined). Every kernel leaves
+// the accumulators as they were, bit for bit, zeros included (a byte of 255
+// from a saturating conversion would add ~1e-33 to them); weights just above
+// the edge still count.
+TEST(Int8Values, BlocksOfWeightsBelowTheByteScaleAddNothing) {
+  for (attn::Int8Target target : targets_or_none()) {
+    SCOPED_TRACE(target_name(target));
+    PinTarget pin(target);
+    for (const std::string& f : {"tq2", "tq3", "tq4", "tq4.5"})
+      for (int d : {64, 128}) {
+        auto c = make(f, d);
+        ASSERT_TRUE(c) << f;
+        const int dp = padded(d);
+        Int8Keys k;
+        attn::int8_keys_prepare(c->layout(), d, dp, c->coord_scale(), k, attn::kInt8Residual, true,
+                                attn::Int8Side::kValues);
+        if (!k.usable) continue;
+        const int n = std::min(64, attn::int8_values_rows(k)), G = 4, ldw = 64;
+        const CodedRows rows = coded_rows(*c, gaussian(size_t(n) * d, 900 + d), n);
+        std::vector<float> w(size_t(G) * ldw, 0.0f);
+        Rng rng(d);
+        for (int j = 0; j < G; ++j)
+          for (int r = 0; r < n; ++r)  // (query 2: nothing at all)
+            if (j != 2 && r % 5 != 3) w[size_t(j) * ldw + r] = float(1e-45 + 7e-37 * rng.uniform());
+        std::vector<uint8_t> w8(n, 7);
+        EXPECT_EQ(attn::int8_weights(w.data(), n, w8.data()), 0.0f) << f;
+        for (int r = 0; r < n; ++r) ASSERT_EQ(w8[r], 0) << f << " row " << r;
+        std::vector<float> acc0(size_t(G) * dp);
+        for (size_t i = 0; i < acc0.size(); ++i) acc0[i] = float(int(i % 7) - 3);  // zeros among them
+        std::vector<float> fast = acc0, ref = acc0;
+        attn::int8_values(k, c->layout(), rows.ptr.data(), n, w.data(), G, ldw, fast.data());
+        attn::int8_values_ref(k, c->layout(), rows.ptr.data(), n, w.data(), G, ldw, ref.data());
+        for (size_t i = 0; i < acc0.size(); ++i) {
+          ASSERT_EQ(fast[i], acc0[i]) << f << " d=" << d << " at " << i;
+          ASSERT_EQ(ref[i], acc0[i]) << f << " d=" << d << " at " << i;
+        }
+        // Just above the edge the weights count (the block's max at 1e-36).
+        w[0] = 1e-36f;
+        fast = acc0;
+        attn::int8_values(k, c->layout(), rows.ptr.data(), n, w.data(), G, ldw, fast.data());
+        bool moved = false;
+        for (size_t i = 0; i < size_t(dp); ++i) moved = moved || fast[i] != acc0[i];
+        EXPECT_TRUE(moved) << f << " d=" << d << ": a max of 1e-36 is a byte scale";
+      }
+  }
+}
+
 // The ordered AVX-512 kernels (score_int8.h: tq2 and tq3, and tq4 at d 128
 // and 256) and AVX2's ordered decode (tq2, tq3, tq4) read queries and write
 // accumulators in their own order. The order is a permutation of the
