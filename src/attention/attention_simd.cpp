@@ -1041,11 +1041,11 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs
 
 // e^x for x <= 0 (-inf included: 0), the integer path's softmax weights,
 // which its V kernel rounds to bytes (2^-8) and the lane sums add in f32:
-// 2^t with t = x log2(e) clamped at -127 (below e^-88 the result is 0),
-// n = floor(t), 2^(t - n) by a degree-4 polynomial fitted to the relative
-// error (at most 2.9e-6 on [0, 1), against hn::Exp's ~1e-7), 2^n put into
-// the exponent field. 13 operations a vector against hn::Exp's ~22 and the
-// -inf select.
+// 2^t with t = x log2(e) clamped at -127 (t below -126, x below -87.3:
+// the result is 0), n = floor(t), 2^(t - n) by a degree-4 polynomial fitted
+// to the relative error (at most 2.9e-6 on [0, 1), against hn::Exp's
+// ~1e-7), times 2^n: n put into the exponent field (13 operations a vector
+// against hn::Exp's ~22 and the -inf select), or on AVX-512 vscalefps.
 template <class D, class V>
 HWY_INLINE V ExpNonPositive(D d, V x) {
   const hn::RebindToSigned<D> di;
@@ -1058,12 +1058,11 @@ HWY_INLINE V ExpNonPositive(D d, V x) {
   p = hn::MulAdd(p, f, hn::Set(d, 0.6930440082949276f));
   p = hn::MulAdd(p, f, hn::Set(d, 1.0f));
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  // p · 2^n by vscalefps, zero where n = -127 (x below -88: the exponent
-  // field below gives 0 there, and a block whose every weight were
-  // subnormal would divide 255 by a subnormal maximum in int8_weights): two
-  // operations where the conversion of n (with Highway's overflow fix-up,
-  // 5), the exponent's add and shift and the multiply were 8. The same bits
-  // (p · 2^n >= 2^-126 is exact either way).
+  // p · 2^n by vscalefps, zero where n = -127 (as the exponent field gives
+  // below; unmasked, a subnormal): two operations where the conversion of n
+  // (with Highway's overflow fix-up, 5), the exponent's add and shift and
+  // the multiply were 8. The same bits (p · 2^n >= 2^-126 is exact either
+  // way; x NaN: t = -127, 0 either way).
   if constexpr (hn::MaxLanes(d) == 16)
     return V{_mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(n.raw, _mm512_set1_ps(-127.0f), _CMP_GT_OQ), p.raw, n.raw)};
 #endif

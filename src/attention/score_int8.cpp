@@ -506,8 +506,8 @@ float int8_weights(const float* w, int n, uint8_t* w8) {
     // m below 255 / FLT_MAX (~7.5e-37: every row of the block ~83 below the
     // running max in the exponent, times a small row scale): the bytes
     // would be w · inf, whose conversion to int is undefined in C++; they
-    // are 0, as the AVX-512 kernel's conversion of inf (INT_MIN, its low
-    // byte) gives: the block adds nothing.
+    // are 0 (x86's conversion of inf gave INT_MIN, its low byte 0), and the
+    // scale 0: the query adds nothing (the kernels alike).
     std::fill(w8, w8 + n, uint8_t{0});
     return 0.0f;
   }
@@ -1149,10 +1149,14 @@ TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int l
   }
   const __m128 mv = _mm_load_ps(m);
   const __mmask8 pos = _mm_cmp_ps_mask(mv, _mm_setzero_ps(), _CMP_GT_OQ);  // (not NaN, not 0)
-  if (!pos) return false;
+  // and 255 / max finite (int8_weights: below, bytes 0 and scale 0, so that
+  // the query is skipped as there, and an accumulator at -0 stays -0)
+  const __m128 iv = _mm_maskz_div_ps(pos, _mm_set1_ps(255.0f), mv);
+  const __mmask8 live = pos & _mm_cmp_ps_mask(iv, _mm_set1_ps(std::numeric_limits<float>::max()), _CMP_LE_OQ);
+  if (!live) return false;
   alignas(16) float inv[4], ws[4];
-  _mm_store_ps(inv, _mm_maskz_div_ps(pos, _mm_set1_ps(255.0f), mv));  // 0 where the max is not > 0
-  _mm_store_ps(ws, _mm_maskz_div_ps(pos, mv, _mm_set1_ps(255.0f)));
+  _mm_store_ps(inv, _mm_maskz_mov_ps(live, iv));  // 0 where the max is not > 0 or too small
+  _mm_store_ps(ws, _mm_maskz_div_ps(live, mv, _mm_set1_ps(255.0f)));
   const __m512 half = _mm512_set1_ps(0.5f);
   const __m512i cap = _mm512_set1_epi32(255);
   alignas(64) uint8_t w8[4][16 * NV];

@@ -220,7 +220,8 @@ void int8_dots16(const Int8Keys& k, const RowLayout& layout, const uint8_t* cons
 // weights: softmax numerators times row scales, >= 0). acc is [G][dp] in
 // natural coordinate order; n <= int8_values_rows(k) (one block of rows, one
 // weight scale a query). int8_weights quantizes one query's n weights and
-// returns wmax / 255 (0 when all are 0). The integer sums are exact in both
+// returns wmax / 255 (0 with bytes 0 when all are 0, or when wmax is below
+// 255 / FLT_MAX, where 255 / wmax is not finite). The integer sums are exact in both
 // (n <= 128: 128 · 255 · 127 < 2^31); the float update is one multiply and
 // one add per coordinate.
 float int8_weights(const float* w, int n, uint8_t* w8);

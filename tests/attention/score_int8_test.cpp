@@ -523,8 +523,15 @@ TEST(Int8Values, KernelGivesTheSpecificationsSums) {
 // bytes 0 rather than converting inf to int (undefined). Every kernel leaves
 // the accumulators as they were, bit for bit, zeros included (a byte of 255
 // from a saturating conversion would add ~1e-33 to them); weights just above
-// the edge still count.
+// the edge still count. Compared by their bits: an accumulator at -0 stays
+// -0 (a query given scale 0 is skipped; a nonzero scale would add +0).
 TEST(Int8Values, BlocksOfWeightsBelowTheByteScaleAddNothing) {
+  int checked = 0;
+  auto bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+  };
   for (attn::Int8Target target : targets_or_none()) {
     SCOPED_TRACE(target_name(target));
     PinTarget pin(target);
@@ -548,14 +555,16 @@ TEST(Int8Values, BlocksOfWeightsBelowTheByteScaleAddNothing) {
         EXPECT_EQ(attn::int8_weights(w.data(), n, w8.data()), 0.0f) << f;
         for (int r = 0; r < n; ++r) ASSERT_EQ(w8[r], 0) << f << " row " << r;
         std::vector<float> acc0(size_t(G) * dp);
-        for (size_t i = 0; i < acc0.size(); ++i) acc0[i] = float(int(i % 7) - 3);  // zeros among them
+        for (size_t i = 0; i < acc0.size(); ++i)  // zeros of both signs among them
+          acc0[i] = i % 7 == 3 ? (i % 2 ? -0.0f : 0.0f) : float(int(i % 7) - 3);
         std::vector<float> fast = acc0, ref = acc0;
         attn::int8_values(k, c->layout(), rows.ptr.data(), n, w.data(), G, ldw, fast.data());
         attn::int8_values_ref(k, c->layout(), rows.ptr.data(), n, w.data(), G, ldw, ref.data());
         for (size_t i = 0; i < acc0.size(); ++i) {
-          ASSERT_EQ(fast[i], acc0[i]) << f << " d=" << d << " at " << i;
-          ASSERT_EQ(ref[i], acc0[i]) << f << " d=" << d << " at " << i;
+          ASSERT_EQ(bits(fast[i]), bits(acc0[i])) << f << " d=" << d << " at " << i << ": " << fast[i];
+          ASSERT_EQ(bits(ref[i]), bits(acc0[i])) << f << " d=" << d << " at " << i << ": " << ref[i];
         }
+        ++checked;
         // Just above the edge the weights count (the block's max at 1e-36).
         w[0] = 1e-36f;
         fast = acc0;
@@ -565,6 +574,7 @@ TEST(Int8Values, BlocksOfWeightsBelowTheByteScaleAddNothing) {
         EXPECT_TRUE(moved) << f << " d=" << d << ": a max of 1e-36 is a byte scale";
       }
   }
+  EXPECT_EQ(checked, 8 * int(targets_or_none().size())) << "every format and d on the integer path";
 }
 
 // The ordered AVX-512 kernels (score_int8.h: tq2 and tq3, and tq4 at d 128
