@@ -1151,11 +1151,11 @@ TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int l
   const __mmask8 pos = _mm_cmp_ps_mask(mv, _mm_setzero_ps(), _CMP_GT_OQ);  // (not NaN, not 0)
   // and 255 / max finite (int8_weights: below, bytes 0 and scale 0, so that
   // the query is skipped as there, and an accumulator at -0 stays -0)
-  const __m128 iv = _mm_maskz_div_ps(pos, _mm_set1_ps(255.0f), mv);
-  const __mmask8 live = pos & _mm_cmp_ps_mask(iv, _mm_set1_ps(std::numeric_limits<float>::max()), _CMP_LE_OQ);
+  const __m128 inv4 = _mm_maskz_div_ps(pos, _mm_set1_ps(255.0f), mv);
+  const __mmask8 live = pos & _mm_cmp_ps_mask(inv4, _mm_set1_ps(std::numeric_limits<float>::max()), _CMP_LE_OQ);
   if (!live) return false;
   alignas(16) float inv[4], ws[4];
-  _mm_store_ps(inv, _mm_maskz_mov_ps(live, iv));  // 0 where the max is not > 0 or too small
+  _mm_store_ps(inv, _mm_maskz_mov_ps(live, inv4));  // 0 where the max is not > 0 or too small
   _mm_store_ps(ws, _mm_maskz_div_ps(live, mv, _mm_set1_ps(255.0f)));
   const __m512 half = _mm512_set1_ps(0.5f);
   const __m512i cap = _mm512_set1_epi32(255);
@@ -1949,7 +1949,7 @@ int int8_values_rows(const Int8Keys& k) {
   // a row and head against 11.1-11.3 at 64 (RESULTS §47). tq3 and tq4 stay
   // at 64 (two 128-row blocks of K and V in flight outgrow L1 at tq4, §46),
   // with their own instantiations of the block code (attention_simd.cpp's
-  // RunBlocks<64>): 128 chosen at run time cost them 2-3 % (§47).
+  // HeadBlock<64>): 128 chosen at run time cost them 2-3 % (§47).
   return k.avx2_sig == 20 ? 128 : 64;
 }
 
