@@ -1381,14 +1381,18 @@ struct LaneConsts {
   alignas(64) uint8_t kctrl[4][64];  // keys: lane byte b <- bit 4b + s at bit 2 (both qwords hold the row's 64 bits)
   alignas(64) uint8_t ileave[64];    // dword i byte m <- lane m byte i
   alignas(64) uint8_t hileave[64];   // qword Q byte p <- qword p % 4's byte Q
-  alignas(64) uint8_t vnib[64];      // values: byte 4i + m <- row m's bits 4i .. 4i+3 at bits 0-3 (bits 8m + 4 (i % 2) ..
+  alignas(64) uint8_t vnib[64];      // values: byte 4i + m <- row m's bits 4i .. 4i+3 at bits 4-7 (bits 8m + 4 (i % 2) ..
                                      // of qword i / 2)
   // dots_t16, tq3's high plane: byte 4(r % 2) + e of a qword <- the 8 bits
   // from bit 32(r % 2) + 16m + 4e, i.e. in row r's dword of H the nibble of
-  // coordinates 16k + 4e .. +3 (k = 2k' + m): their high bits at bits 0-3.
+  // coordinates 16k + 4e .. +3 (k = 2k' + m): their high bits at bits 4-7
+  // (lookups4; the window starts 4 bits early, wrapping within the qword).
   alignas(64) uint8_t hctl[2][64];
   // values_nib4, half h: byte 4i + m <- row m's byte 16h + i (rows 0, 1 in a; 2, 3 in b).
   alignas(64) uint8_t il[2][64];
+  // lookups4's two tables from the period-8 (or 4) one: entry i <- code
+  // (i & 3) | bit 4 of i << 2, and ((i >> 2) & 3) | bit 5 of i << 2.
+  alignas(64) uint8_t tctl[2][64];
   LaneConsts() {
     for (int e = 0; e < 64; ++e) {
       for (int s = 0; s < 4; ++s) {
@@ -1396,8 +1400,10 @@ struct LaneConsts {
       }
       ileave[e] = static_cast<uint8_t>(16 * (e % 4) + e / 4);
       hileave[e] = static_cast<uint8_t>(8 * (e % 8 % 4) + e / 8);
-      vnib[e] = static_cast<uint8_t>((8 * (e % 4) + 4 * (e / 4 % 2)) & 63);
-      for (int m = 0; m < 2; ++m) hctl[m][e] = static_cast<uint8_t>(32 * (e % 8 / 4) + 16 * m + 4 * (e % 4));
+      vnib[e] = static_cast<uint8_t>((8 * (e % 4) + 4 * (e / 4 % 2) - 4) & 63);
+      for (int m = 0; m < 2; ++m) hctl[m][e] = static_cast<uint8_t>((32 * (e % 8 / 4) + 16 * m + 4 * (e % 4) - 4) & 63);
+      tctl[0][e] = static_cast<uint8_t>((e & 3) | (e >> 4 & 1) << 2);
+      tctl[1][e] = static_cast<uint8_t>((e >> 2 & 3) | (e >> 5 & 1) << 2);
       for (int h = 0; h < 2; ++h) il[h][e] = static_cast<uint8_t>(64 * (e % 4 / 2) + 32 * (e % 2) + 16 * h + e / 4);
     }
   }
@@ -1410,17 +1416,42 @@ const LaneConsts& lane_consts() {
 // vpternlogd: bits where c is set from a, the others from b.
 constexpr int kSelectAC = 0xE4;
 
-// tq3's lookup index of code position s (0-3): bits 0-1 the low code
-// (code, shifted by 2s), bit 2 the high bit s of hh's nibble (bits 0-3 of
-// each byte), moved there by a shift within the byte; the bits above,
-// which the period-8 table ignores, whatever they were.
-TKV_AVX512_INT8 __attribute__((always_inline)) inline __m512i with_high_bit(__m512i code, __m512i hh, int s,
-                                                                             __m512i low2) {
-  const __m512i hb = s == 0   ? _mm512_slli_epi16(hh, 2)
-                     : s == 1 ? _mm512_slli_epi16(hh, 1)
-                     : s == 2 ? hh
-                              : _mm512_srli_epi16(hh, 1);
-  return _mm512_ternarylogic_epi32(code, hb, low2, kSelectAC);
+// The two tables of lookups4 (LaneConsts::tctl), from a period-8 (tq3) or
+// period-4 (tq2) table of centroid bytes.
+struct Tables2 {
+  __m512i t0, t1;
+};
+TKV_AVX512_INT8 inline Tables2 tables2(__m512i tab) {
+  const LaneConsts& lc = lane_consts();
+  return {_mm512_permutexvar_epi8(_mm512_load_si512(lc.tctl[0]), tab),
+          _mm512_permutexvar_epi8(_mm512_load_si512(lc.tctl[1]), tab)};
+}
+
+// The centroid bytes x[s] of code positions s = 0..3 of a vector z of
+// 2-bit code bytes (position s in bits 2s, 2s+1), with tq3's high bits
+// (W1 = 1) from e: bits 4-7 of each byte the high bits of positions 0-3
+// (one vpmultishiftqb window). vpermb reads index bits 0-5, so two tables
+// read two codes of one index byte: t0 the code in bits 0-1 with its high
+// bit in bit 4, t1 the code in bits 2-3 with bit 5. Positions 0 and 1 are
+// looked up in z's low nibbles with e's bits 4-5 (one vpternlogd), 2 and 3
+// in z >> 4 with e >> 2's. Against a shift and a merge a position (each
+// code to bits 0-1, its high bit to bit 2, one period-8 table): 2 shifts
+// and 2 merges of 4 where there were 6 and 4; on Zen 4 the merges, the
+// lookups and vpdpbusd share their pipes, the shifts hardly (RESULTS §52).
+template <int W1>
+TKV_AVX512_INT8 __attribute__((always_inline)) inline void lookups4(__m512i z, __m512i e, const Tables2& t,
+                                                                     __m512i* x) {
+  const __m512i z4 = _mm512_srli_epi16(z, 4);  // (within each byte: bits 4-7 -> 0-3)
+  __m512i i01 = z, i23 = z4;
+  if constexpr (W1 == 1) {
+    const __m512i low4 = _mm512_set1_epi8(15);
+    i01 = _mm512_ternarylogic_epi32(z, e, low4, kSelectAC);
+    i23 = _mm512_ternarylogic_epi32(z4, _mm512_srli_epi16(e, 2), low4, kSelectAC);  // (e: bits 6, 7 -> 4, 5)
+  }
+  x[0] = _mm512_permutexvar_epi8(i01, t.t0);
+  x[1] = _mm512_permutexvar_epi8(i01, t.t1);
+  x[2] = _mm512_permutexvar_epi8(i23, t.t0);
+  x[3] = _mm512_permutexvar_epi8(i23, t.t1);
 }
 
 // Lane l dword j = Σ of the 4 dwords of a[j]'s lane l (rows in lanes, 4 queries).
@@ -1560,11 +1591,10 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, c
 template <int W1, int NCH, int NV>
 TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* table, float cs,
                                    const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
-  const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_vtable (signed c8)
+  const Tables2 tab = tables2(_mm512_loadu_si512(table));  // Int8Keys::lanes_vtable (signed c8)
   const LaneConsts& lc = lane_consts();
   const __m512i ileave = _mm512_load_si512(lc.ileave), hileave = _mm512_load_si512(lc.hileave);
   const __m512i vnib = _mm512_load_si512(lc.vnib);
-  const __m512i low2 = _mm512_set1_epi8(3);
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
   static constexpr int pos[4] = {0, 16, 32, 48};  // sums t = s: code position s of bytes 0..15
   values_frame<NCH, NV>(n, w, G, ldw, cs, acc, pos, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
@@ -1572,18 +1602,15 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
     for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)];  // past n: weight 0
     const __m512i z = _mm512_permutexvar_epi8(ileave, lanes4(rp, off0 + 16 * u));
     // (tq3) the 4 rows' high bits of coordinates 64u + 4i .. +3 in bits
-    // 0-3 of dword i's bytes, by one vpmultishiftqb; bit s then goes to
-    // bit 2 by a shift (vpmultishiftqb shares its pipe with vpdpbusd on
-    // Zen 4: one a step, where one a code position cost 1.5 cycles a row)
+    // 4-7 of dword i's bytes, by one vpmultishiftqb (it shares its pipe
+    // with vpdpbusd on Zen 4: one a step, where one a code position cost
+    // 1.5 cycles a row)
     __m512i hh = _mm512_setzero_si512();
     if constexpr (W1 == 1)
       hh = _mm512_multishift_epi64_epi8(vnib, _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u)));
-    auto look = [&](int s) TKV_AVX512_INT8 __attribute__((always_inline)) {
-      __m512i code = s ? _mm512_srli_epi16(z, 2 * s) : z;
-      if constexpr (W1 == 1) code = with_high_bit(code, hh, s, low2);
-      return _mm512_permutexvar_epi8(code, tab);
-    };
-    return Quad4{look(0), look(1), look(2), look(3)};
+    __m512i x[4];
+    lookups4<W1>(z, hh, tab, x);
+    return Quad4{x[0], x[1], x[2], x[3]};
   });
 }
 
@@ -1673,11 +1700,11 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void dpbusd_bcst(__m512i& 
 template <int BITS, int W1, int NCH, int NQ>
 TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uint8_t* const* rp, size_t off0,
                                                                         size_t off1, __m512i tab,
+                                                                        const Tables2& tab2,
                                                                         const __m512i* hctl, const int8_t* q8,
                                                                         int j0, int32_t* dots, int ld, int r0,
                                                                         __mmask16 m) {
   const int dp = 64 * NCH;
-  const __m512i low2 = _mm512_set1_epi8(3);
   __m512i a[NQ][2];
 #pragma GCC unroll 8
   for (int jj = 0; jj < NQ; ++jj) a[jj][0] = a[jj][1] = _mm512_setzero_si512();
@@ -1691,18 +1718,22 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
     if constexpr (W1 == 1) transpose16x4(rp, off1 + 16 * c, H);
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
-      __m512i hh = _mm512_setzero_si512();
-      if constexpr (W1 == 1) hh = _mm512_multishift_epi64_epi8(hctl[k % 2], H[k / 2]);
       const int kk = 8 * c + k;
+      __m512i x[4];
+      if constexpr (BITS == 2) {
+        __m512i hh = _mm512_setzero_si512();
+        if constexpr (W1 == 1) hh = _mm512_multishift_epi64_epi8(hctl[k % 2], H[k / 2]);
+        lookups4<W1>(Z[k], hh, tab2, x);
+      } else {
+        x[0] = _mm512_permutexvar_epi8(Z[k], tab);
+        x[1] = _mm512_permutexvar_epi8(_mm512_srli_epi16(Z[k], 4), tab);
+      }
 #pragma GCC unroll 4
       for (int s = 0; s < S; ++s) {
-        __m512i idx = s ? _mm512_srli_epi16(Z[k], BITS * s) : Z[k];
-        if constexpr (W1 == 1) idx = with_high_bit(idx, hh, s, low2);
-        const __m512i x = _mm512_permutexvar_epi8(idx, tab);
         const int qd = 16 * (kk / per) + per * s + kk % per;
 #pragma GCC unroll 8
         for (int jj = 0; jj < NQ; ++jj)
-          dpbusd_bcst(a[jj][NQ > 4 ? 0 : s & 1], x, q[jj] + 4 * qd);
+          dpbusd_bcst(a[jj][NQ > 4 ? 0 : s & 1], x[s], q[jj] + 4 * qd);
       }
     }
   }
@@ -1717,6 +1748,7 @@ TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table,
                               const int8_t* q8, int G, int32_t* dots, int ld) {
   static_assert(NCH * BITS % 4 == 0, "32 plane bytes a step");
   const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_table
+  const Tables2 tab2 = tables2(tab);              // (2-bit codes)
   __m512i hctl[2];
   if constexpr (W1 == 1)
     for (int m = 0; m < 2; ++m) hctl[m] = _mm512_load_si512(lane_consts().hctl[m]);
@@ -1733,12 +1765,12 @@ TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table,
     int j0 = 0;
     // 8 queries a pass (GQA 8: one transposition for all; one sum a query,
     // 8 chains of vpdpbusd, as 4 queries' two), then 4, then the rest.
-    for (; j0 + 8 <= G; j0 += 8) t16_queries<BITS, W1, NCH, 8>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m);
-    for (; j0 + 4 <= G; j0 += 4) t16_queries<BITS, W1, NCH, 4>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m);
+    for (; j0 + 8 <= G; j0 += 8) t16_queries<BITS, W1, NCH, 8>(rp, off0, off1, tab, tab2, hctl, q8, j0, dots, ld, r0, m);
+    for (; j0 + 4 <= G; j0 += 4) t16_queries<BITS, W1, NCH, 4>(rp, off0, off1, tab, tab2, hctl, q8, j0, dots, ld, r0, m);
     switch (G - j0) {
-      case 3: t16_queries<BITS, W1, NCH, 3>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m); break;
-      case 2: t16_queries<BITS, W1, NCH, 2>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m); break;
-      case 1: t16_queries<BITS, W1, NCH, 1>(rp, off0, off1, tab, hctl, q8, j0, dots, ld, r0, m); break;
+      case 3: t16_queries<BITS, W1, NCH, 3>(rp, off0, off1, tab, tab2, hctl, q8, j0, dots, ld, r0, m); break;
+      case 2: t16_queries<BITS, W1, NCH, 2>(rp, off0, off1, tab, tab2, hctl, q8, j0, dots, ld, r0, m); break;
+      case 1: t16_queries<BITS, W1, NCH, 1>(rp, off0, off1, tab, tab2, hctl, q8, j0, dots, ld, r0, m); break;
       default: break;
     }
   }
