@@ -1358,10 +1358,10 @@ TKV_AVX512_INT8 void with_count512(int nq, Fn&& fn) {
 
 // Row l's 16 bytes at off in 128-bit lane l (rp: 4 row pointers).
 TKV_AVX512_INT8 inline __m512i lanes4(const uint8_t* const* rp, size_t off) {
-  __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[0] + off)));
-  z = _mm512_mask_broadcast_i32x4(z, 0x00F0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[1] + off)));
-  z = _mm512_mask_broadcast_i32x4(z, 0x0F00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[2] + off)));
-  return _mm512_mask_broadcast_i32x4(z, 0xF000, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[3] + off)));
+  auto m128 = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[r] + off)); };
+  const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(m128(0)), m128(1), 1);
+  const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(m128(2)), m128(3), 1);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 // Row l's 8 bytes at off in the qwords selected by mask << (bits per row):
