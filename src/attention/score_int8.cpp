@@ -1364,6 +1364,12 @@ TKV_AVX512_INT8 inline __m512i lanes4(const uint8_t* const* rp, size_t off) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+// 32 bytes at a, then 32 at b.
+TKV_AVX512_INT8 inline __m512i two_rows(const uint8_t* a, const uint8_t* b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+
 // Row l's 8 bytes at off in the qwords selected by mask << (bits per row):
 // per_row 2 (both qwords of lane l) or 1 (qword l; qwords 4..7 hold row 0's).
 template <int PER_ROW>
@@ -1390,6 +1396,11 @@ struct LaneConsts {
   alignas(64) uint8_t hctl[2][64];
   // values_nib4, half h: byte 4i + m <- row m's byte 16h + i (rows 0, 1 in a; 2, 3 in b).
   alignas(64) uint8_t il[2][64];
+  // values_lanes2 at dp 128 / 256 (x = 0 / 1), tq3's high plane: qword Q
+  // byte p <- row p % 4's byte Q, the rows' 8 (2 << x) bytes side by side
+  // in two vectors (rows 0, 1 in a; 2, 3 in b; hileave's order; + 8u for
+  // chunk u).
+  alignas(64) uint8_t hil2[2][64];
   // lookups4's two tables from the period-8 (or 4) one: entry i <- code
   // (i & 3) | bit 4 of i << 2, and ((i >> 2) & 3) | bit 5 of i << 2.
   alignas(64) uint8_t tctl[2][64];
@@ -1405,6 +1416,8 @@ struct LaneConsts {
       tctl[0][e] = static_cast<uint8_t>((e & 3) | (e >> 4 & 1) << 2);
       tctl[1][e] = static_cast<uint8_t>((e >> 2 & 3) | (e >> 5 & 1) << 2);
       for (int h = 0; h < 2; ++h) il[h][e] = static_cast<uint8_t>(64 * (e % 4 / 2) + 32 * (e % 2) + 16 * h + e / 4);
+      for (int x = 0; x < 2; ++x)
+        hil2[x][e] = static_cast<uint8_t>(64 * (e % 4 / 2) + (16 << x) * (e % 2) + e / 8);
     }
   }
 };
@@ -1595,19 +1608,50 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
   const LaneConsts& lc = lane_consts();
   const __m512i ileave = _mm512_load_si512(lc.ileave), hileave = _mm512_load_si512(lc.hileave);
   const __m512i vnib = _mm512_load_si512(lc.vnib);
+  const __m512i il[2] = {_mm512_load_si512(lc.il[0]), _mm512_load_si512(lc.il[1])};
+  __m512i hil[NCH];  // (dp 128, 256: chunk u's control)
+  if constexpr (NCH >= 2)
+    for (int u = 0; u < NCH; ++u)
+      hil[u] = _mm512_add_epi8(_mm512_load_si512(lc.hil2[NCH / 4]), _mm512_set1_epi8(static_cast<char>(8 * u)));
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
   static constexpr int pos[4] = {0, 16, 32, 48};  // sums t = s: code position s of bytes 0..15
   values_frame<NCH, NV>(n, w, G, ldw, cs, acc, pos, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
     const uint8_t* rp[4];
     for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)];  // past n: weight 0
-    const __m512i z = _mm512_permutexvar_epi8(ileave, lanes4(rp, off0 + 16 * u));
+    // dword i byte m <- row m's byte 16u + i: at dp 128 and 256 from two
+    // vectors of two rows' 32 bytes by one vpermt2b (the chunks u and
+    // u ^ 1 of each; two inserts and a permute against lanes4's three and
+    // a permute), at dp 64 from lanes4 (32 bytes would read past the plane)
+    __m512i z;
+    if constexpr (NCH >= 2) {
+      const size_t o = off0 + 32 * (u / 2);
+      z = _mm512_permutex2var_epi8(two_rows(rp[0] + o, rp[1] + o), il[u % 2], two_rows(rp[2] + o, rp[3] + o));
+    } else {
+      z = _mm512_permutexvar_epi8(ileave, lanes4(rp, off0 + 16 * u));
+    }
     // (tq3) the 4 rows' high bits of coordinates 64u + 4i .. +3 in bits
     // 4-7 of dword i's bytes, by one vpmultishiftqb (it shares its pipe
     // with vpdpbusd on Zen 4: one a step, where one a code position cost
-    // 1.5 cycles a row)
+    // 1.5 cycles a row) from the rows' bytes in hileave's order (at dp 128
+    // and 256 by one vpermt2b from two vectors of two rows' planes)
     __m512i hh = _mm512_setzero_si512();
-    if constexpr (W1 == 1)
-      hh = _mm512_multishift_epi64_epi8(vnib, _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u)));
+    if constexpr (W1 == 1) {
+      __m512i hb;
+      if constexpr (NCH == 2) {
+        auto pair = [&](const uint8_t* a, const uint8_t* b) TKV_AVX512_INT8 {
+          return _mm512_castsi256_si512(_mm256_inserti128_si256(
+              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + off1))),
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + off1)), 1));
+        };
+        hb = _mm512_permutex2var_epi8(pair(rp[0], rp[1]), hil[u], pair(rp[2], rp[3]));
+      } else if constexpr (NCH == 4) {
+        hb = _mm512_permutex2var_epi8(two_rows(rp[0] + off1, rp[1] + off1), hil[u],
+                                      two_rows(rp[2] + off1, rp[3] + off1));
+      } else {
+        hb = _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u));
+      }
+      hh = _mm512_multishift_epi64_epi8(vnib, hb);
+    }
     __m512i x[4];
     lookups4<W1>(z, hh, tab, x);
     return Quad4{x[0], x[1], x[2], x[3]};
@@ -1786,12 +1830,6 @@ TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table,
 // kernel (values_fixed) looked each row up alone and interleaved 4 rows'
 // centroid bytes by 8 unpacks: 23.3 cycles a row at dp 128 and G 4 against
 // 18.6 here, 40.5 against 33.0 at dp 256 (Zen 4, alone in L1; RESULTS §45).
-
-// 32 bytes at a, then 32 at b.
-TKV_AVX512_INT8 inline __m512i two_rows(const uint8_t* a, const uint8_t* b) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
-}
 
 template <int NCH>
 TKV_AVX512_INT8 void values_nib4(const RowLayout::Part& part, const uint8_t* table, float cs,
