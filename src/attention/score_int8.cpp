@@ -1135,19 +1135,25 @@ TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int l
     const int c = std::clamp(n - 16 * i, 0, 16);
     mk[i] = c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << c) - 1);
   }
-  __m512 v[4][NV];
-  alignas(16) float m[4];
+  __m512 v[4][NV], mx[4];
   for (int jj = 0; jj < 4; ++jj) {
     const bool live = j0 + jj < G;
     const float* wj = live ? w + static_cast<size_t>(j0 + jj) * ldw : w;
-    __m512 mx = _mm512_setzero_ps();
+    mx[jj] = _mm512_setzero_ps();
     for (int i = 0; i < NV; ++i) {
       v[jj][i] = _mm512_maskz_loadu_ps(live ? mk[i] : 0, wj + 16 * i);
-      mx = _mm512_max_ps(mx, v[jj][i]);
+      mx[jj] = _mm512_max_ps(mx[jj], v[jj][i]);
     }
-    m[jj] = _mm512_reduce_max_ps(mx);  // weights are >= 0: the zeros change nothing
   }
-  const __m128 mv = _mm_load_ps(m);
+  // The 4 maxima reduced side by side (weights are >= 0: the zeros change
+  // nothing): lane jj of mv = max over mx[jj]'s 16 lanes.
+  const __m512 u01 = _mm512_max_ps(_mm512_unpacklo_ps(mx[0], mx[1]), _mm512_unpackhi_ps(mx[0], mx[1]));
+  const __m512 u23 = _mm512_max_ps(_mm512_unpacklo_ps(mx[2], mx[3]), _mm512_unpackhi_ps(mx[2], mx[3]));
+  const __m512 u = _mm512_max_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u01), _mm512_castps_pd(u23))),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u01), _mm512_castps_pd(u23))));
+  // u: lane 4l + jj = max over lane l's 4 of mx[jj] (l: 128-bit lane)
+  const __m256 u8 = _mm256_max_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
+  const __m128 mv = _mm_max_ps(_mm256_castps256_ps128(u8), _mm256_extractf128_ps(u8, 1));
   const __mmask8 pos = _mm_cmp_ps_mask(mv, _mm_setzero_ps(), _CMP_GT_OQ);  // (not NaN, not 0)
   // and 255 / max finite (int8_weights: below, bytes 0 and scale 0, so that
   // the query is skipped as there, and an accumulator at -0 stays -0)
@@ -1158,17 +1164,20 @@ TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int l
   _mm_store_ps(inv, _mm_maskz_mov_ps(live, inv4));  // 0 where the max is not > 0 or too small
   _mm_store_ps(ws, _mm_maskz_div_ps(live, mv, _mm_set1_ps(255.0f)));
   const __m512 half = _mm512_set1_ps(0.5f);
-  const __m512i cap = _mm512_set1_epi32(255);
-  alignas(64) uint8_t w8[4][16 * NV];
+  // Bytes by unsigned saturating packs (past n and past G the weights are 0:
+  // bytes 0; at most 255.5 truncated: 255), 64 at a time, put in row order
+  // by one vpermd (the packs interleave the 4 vectors' 128-bit lanes).
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
   for (int jj = 0; jj < 4; ++jj) {
     f[jj] = ws[jj] * cs;
     const __m512 iv = _mm512_set1_ps(inv[jj]);
-    for (int i = 0; i < NV; ++i) {
-      const __m512i ia = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_fmadd_ps(v[jj][i], iv, half)), cap);
-      _mm_store_si128(reinterpret_cast<__m128i*>(w8[jj] + 16 * i), _mm512_maskz_cvtepi32_epi8(mk[i], ia));
+    for (int i = 0; i < NV; i += 4) {
+      __m512i ia[4];
+      for (int t = 0; t < 4; ++t) ia[t] = _mm512_cvttps_epi32(_mm512_fmadd_ps(v[jj][i + t], iv, half));
+      const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(ia[0], ia[1]), _mm512_packus_epi32(ia[2], ia[3]));
+      _mm512_storeu_si512(w4[jj] + 4 * i, _mm512_permutexvar_epi32(order, b));
     }
   }
-  std::memcpy(w4, w8, sizeof(w8));
   return true;
 }
 
