@@ -345,6 +345,14 @@ void int8_keys_prepare(const RowLayout& L, int d, int dp, const float* coord_sca
     k.lanes_table[x] = k.table[0][x % (nib ? 16 : 4 << w1)];
     k.lanes_vtable[x] = static_cast<uint8_t>(k.lanes_table[x] ^ 0x80);
   }
+  if (two)
+    for (int x = 0; x < 64; ++x) {
+      const int code[2] = {(x & 3) | (x >> 4 & 1) << 2, (x >> 2 & 3) | (x >> 5 & 1) << 2};
+      for (int t = 0; t < 2; ++t) {
+        k.lanes_t2[t][x] = k.lanes_table[code[t]];
+        k.lanes_vt2[t][x] = k.lanes_vtable[code[t]];
+      }
+    }
 }
 
 float int8_quantize_query_ref(const float* q, int dp, int8_t* q8, int32_t* bias) {
@@ -1410,9 +1418,6 @@ struct LaneConsts {
   // in two vectors (rows 0, 1 in a; 2, 3 in b; hileave's order; + 8u for
   // chunk u).
   alignas(64) uint8_t hil2[2][64];
-  // lookups4's two tables from the period-8 (or 4) one: entry i <- code
-  // (i & 3) | bit 4 of i << 2, and ((i >> 2) & 3) | bit 5 of i << 2.
-  alignas(64) uint8_t tctl[2][64];
   LaneConsts() {
     for (int e = 0; e < 64; ++e) {
       for (int s = 0; s < 4; ++s) {
@@ -1422,8 +1427,6 @@ struct LaneConsts {
       hileave[e] = static_cast<uint8_t>(8 * (e % 8 % 4) + e / 8);
       vnib[e] = static_cast<uint8_t>((8 * (e % 4) + 4 * (e / 4 % 2) - 4) & 63);
       for (int m = 0; m < 2; ++m) hctl[m][e] = static_cast<uint8_t>((32 * (e % 8 / 4) + 16 * m + 4 * (e % 4) - 4) & 63);
-      tctl[0][e] = static_cast<uint8_t>((e & 3) | (e >> 4 & 1) << 2);
-      tctl[1][e] = static_cast<uint8_t>((e >> 2 & 3) | (e >> 5 & 1) << 2);
       for (int h = 0; h < 2; ++h) il[h][e] = static_cast<uint8_t>(64 * (e % 4 / 2) + 32 * (e % 2) + 16 * h + e / 4);
       for (int x = 0; x < 2; ++x)
         hil2[x][e] = static_cast<uint8_t>(64 * (e % 4 / 2) + (16 << x) * (e % 2) + e / 8);
@@ -1438,15 +1441,15 @@ const LaneConsts& lane_consts() {
 // vpternlogd: bits where c is set from a, the others from b.
 constexpr int kSelectAC = 0xE4;
 
-// The two tables of lookups4 (LaneConsts::tctl), from a period-8 (tq3) or
-// period-4 (tq2) table of centroid bytes.
+// The two tables of lookups4 (Int8Keys::lanes_t2 or lanes_vt2: 128 bytes
+// at t). Loaded per call as they are: built here from the period-8 table
+// (two vpermb on the constants), they cost tq4's keys, which take neither,
+// 10 % alone in L1 (13.5 -> 14.8 cycles a row at 64 rows a call).
 struct Tables2 {
   __m512i t0, t1;
 };
-TKV_AVX512_INT8 inline Tables2 tables2(__m512i tab) {
-  const LaneConsts& lc = lane_consts();
-  return {_mm512_permutexvar_epi8(_mm512_load_si512(lc.tctl[0]), tab),
-          _mm512_permutexvar_epi8(_mm512_load_si512(lc.tctl[1]), tab)};
+TKV_AVX512_INT8 inline Tables2 tables2(const uint8_t* t) {
+  return {_mm512_loadu_si512(t), _mm512_loadu_si512(t + 64)};
 }
 
 // The centroid bytes x[s] of code positions s = 0..3 of a vector z of
@@ -1613,7 +1616,7 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, c
 template <int W1, int NCH, int NV>
 TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* table, float cs,
                                    const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
-  const Tables2 tab = tables2(_mm512_loadu_si512(table));  // Int8Keys::lanes_vtable (signed c8)
+  const Tables2 tab = tables2(table);  // Int8Keys::lanes_vt2 (signed c8)
   const LaneConsts& lc = lane_consts();
   const __m512i ileave = _mm512_load_si512(lc.ileave), hileave = _mm512_load_si512(lc.hileave);
   const __m512i vnib = _mm512_load_si512(lc.vnib);
@@ -1777,12 +1780,12 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
         __m512i hh = _mm512_setzero_si512();
         if constexpr (W1 == 1) hh = _mm512_multishift_epi64_epi8(hctl[k % 2], H[k / 2]);
         lookups4<W1>(Z[k], hh, tab2, x);
-      } else {
-        x[0] = _mm512_permutexvar_epi8(Z[k], tab);
-        x[1] = _mm512_permutexvar_epi8(_mm512_srli_epi16(Z[k], 4), tab);
       }
 #pragma GCC unroll 4
       for (int s = 0; s < S; ++s) {
+        // (tq4: each nibble looked up where it is used; both lookups ahead
+        // of the dots cost 10 % of its keys' time alone in L1)
+        if constexpr (BITS == 4) x[s] = _mm512_permutexvar_epi8(s ? _mm512_srli_epi16(Z[k], 4) : Z[k], tab);
         const int qd = 16 * (kk / per) + per * s + kk % per;
 #pragma GCC unroll 8
         for (int jj = 0; jj < NQ; ++jj)
@@ -1800,8 +1803,9 @@ template <int BITS, int W1, int NCH>
 TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table, const uint8_t* const* rows, int n,
                               const int8_t* q8, int G, int32_t* dots, int ld) {
   static_assert(NCH * BITS % 4 == 0, "32 plane bytes a step");
-  const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_table
-  const Tables2 tab2 = tables2(tab);              // (2-bit codes)
+  // Int8Keys::lanes_table (4-bit codes) or lanes_t2 (2-bit)
+  const __m512i tab = _mm512_loadu_si512(table);
+  const Tables2 tab2 = BITS == 2 ? tables2(table) : Tables2{tab, tab};
   __m512i hctl[2];
   if constexpr (W1 == 1)
     for (int m = 0; m < 2; ++m) hctl[m] = _mm512_load_si512(lane_consts().hctl[m]);
@@ -1874,9 +1878,9 @@ TKV_AVX512_INT8 void dots_lanes_avx512(const Int8Keys& k, const RowLayout& L, co
       if (p.planes[0].width == 4) {
         dots_t16<4, 0, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
       } else if (p.nplanes > 1) {
-        dots_t16<2, 1, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
+        dots_t16<2, 1, nch>(p, k.lanes_t2[0], rows, n, q8, G, dots, ld);
       } else {
-        dots_t16<2, 0, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
+        dots_t16<2, 0, nch>(p, k.lanes_t2[0], rows, n, q8, G, dots, ld);
       }
     } else if (p.nplanes > 1) {
       dots_lanes2<1, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
@@ -1893,11 +1897,11 @@ TKV_AVX512_INT8 void values_lanes_avx512(const Int8Keys& k, const RowLayout& L, 
     if (p.planes[0].width == 4) {
       values_nib4<nch>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
     } else if (p.nplanes > 1) {
-      values_lanes2<1, nch, 4>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
+      values_lanes2<1, nch, 4>(p, k.lanes_vt2[0], k.cs, rows, n, w, G, ldw, acc);
     } else if (n > 64) {  // tq2's 128-row blocks (int8_values_rows)
-      values_lanes2<0, nch, 8>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
+      values_lanes2<0, nch, 8>(p, k.lanes_vt2[0], k.cs, rows, n, w, G, ldw, acc);
     } else {
-      values_lanes2<0, nch, 4>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
+      values_lanes2<0, nch, 4>(p, k.lanes_vt2[0], k.cs, rows, n, w, G, ldw, acc);
     }
   });
 }

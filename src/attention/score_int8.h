@@ -58,6 +58,11 @@ struct Int8Keys {
   bool lanes_values = false;
   uint8_t lanes_table[64];   // c8 + 128 of code x mod 2^bits (vpermb reads 6 index bits)
   uint8_t lanes_vtable[64];  // c8 (signed) likewise, for values
+  // 2-bit codes (tq2, tq3): lookups4's two tables (score_int8.cpp), entry x
+  // the code (x & 3) | bit 4 of x << 2 and ((x >> 2) & 3) | bit 5 of x << 2
+  // (tq2: bits 4 and 5 ignored); lanes_t2 c8 + 128, lanes_vt2 c8.
+  uint8_t lanes_t2[2][64];
+  uint8_t lanes_vt2[2][64];
   // The AVX2 kernels' ordered decode (score_int8_avx2.cpp): one part over dp
   // (a multiple of 64, at most 1024) of 2-bit codes (+ a 1-bit plane: tq2,
   // tq3; avx2_sig 20, 21) or 4-bit codes (tq4; 40), else 0. A vpshufb reads
