@@ -1417,7 +1417,7 @@ struct LaneConsts {
   // byte p <- row p % 4's byte Q, the rows' 8 (2 << x) bytes side by side
   // in two vectors (rows 0, 1 in a; 2, 3 in b; hileave's order; + 8u for
   // chunk u).
-  alignas(64) uint8_t hil2[2][64];
+  alignas(64) uint8_t hil2[2][4][64];
   LaneConsts() {
     for (int e = 0; e < 64; ++e) {
       for (int s = 0; s < 4; ++s) {
@@ -1429,7 +1429,8 @@ struct LaneConsts {
       for (int m = 0; m < 2; ++m) hctl[m][e] = static_cast<uint8_t>((32 * (e % 8 / 4) + 16 * m + 4 * (e % 4) - 4) & 63);
       for (int h = 0; h < 2; ++h) il[h][e] = static_cast<uint8_t>(64 * (e % 4 / 2) + 32 * (e % 2) + 16 * h + e / 4);
       for (int x = 0; x < 2; ++x)
-        hil2[x][e] = static_cast<uint8_t>(64 * (e % 4 / 2) + (16 << x) * (e % 2) + e / 8);
+        for (int u = 0; u < 4; ++u)
+          hil2[x][u][e] = static_cast<uint8_t>(64 * (e % 4 / 2) + (16 << x) * (e % 2) + 8 * u + e / 8);
     }
   }
 };
@@ -1621,10 +1622,7 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
   const __m512i ileave = _mm512_load_si512(lc.ileave), hileave = _mm512_load_si512(lc.hileave);
   const __m512i vnib = _mm512_load_si512(lc.vnib);
   const __m512i il[2] = {_mm512_load_si512(lc.il[0]), _mm512_load_si512(lc.il[1])};
-  __m512i hil[NCH];  // (dp 128, 256: chunk u's control)
-  if constexpr (NCH >= 2)
-    for (int u = 0; u < NCH; ++u)
-      hil[u] = _mm512_add_epi8(_mm512_load_si512(lc.hil2[NCH / 4]), _mm512_set1_epi8(static_cast<char>(8 * u)));
+  const uint8_t(*hil)[64] = lc.hil2[NCH / 4];  // (dp 128, 256: chunk u's control)
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
   static constexpr int pos[4] = {0, 16, 32, 48};  // sums t = s: code position s of bytes 0..15
   values_frame<NCH, NV>(n, w, G, ldw, cs, acc, pos, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
@@ -1655,9 +1653,9 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
               _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + off1))),
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + off1)), 1));
         };
-        hb = _mm512_permutex2var_epi8(pair(rp[0], rp[1]), hil[u], pair(rp[2], rp[3]));
+        hb = _mm512_permutex2var_epi8(pair(rp[0], rp[1]), _mm512_load_si512(hil[u]), pair(rp[2], rp[3]));
       } else if constexpr (NCH == 4) {
-        hb = _mm512_permutex2var_epi8(two_rows(rp[0] + off1, rp[1] + off1), hil[u],
+        hb = _mm512_permutex2var_epi8(two_rows(rp[0] + off1, rp[1] + off1), _mm512_load_si512(hil[u]),
                                       two_rows(rp[2] + off1, rp[3] + off1));
       } else {
         hb = _mm512_permutexvar_epi8(hileave, qwords4<1>(rp, off1 + 8 * u));
