@@ -1359,7 +1359,10 @@ void dots16_avx512(const Int8Keys& k, const RowLayout& L, const uint8_t* const* 
 // (8 a row for keys, 8 for values, G = 4) are now most of the work. 4-bit
 // codes in lanes (keys on words, values on bytes) ran 7-12 % slower; tq4
 // now takes the transposed keys and values_nib4 below (RESULTS §45), and
-// so do tq2 and tq3's keys at dp 128 and 256 (dots_t16).
+// so do tq2 and tq3's keys at dp 128 and 256 (dots_t16). The lookups of
+// 2-bit codes go through lookups4 (two tables, one index byte for two
+// codes): keys at dp 64 alone in L1, tq3 17.9 -> 15.8 cycles a row, tq2
+// 14.0 -> 13.6 (RESULTS §52).
 
 // Calls fn(nq) with a group's query count (1-4) as a constant (the V
 // kernels: a last group of 1-3 queries, and G = 1 or 2, paid for 4).
@@ -1401,7 +1404,8 @@ TKV_AVX512_INT8 inline __m512i qwords4(const uint8_t* const* rp, size_t off) {
 // The ordered kernels' constant vectors (built once: per call they were ~14
 // scalar operations a row).
 struct LaneConsts {
-  alignas(64) uint8_t kctrl[4][64];  // keys: lane byte b <- bit 4b + s at bit 2 (both qwords hold the row's 64 bits)
+  alignas(64) uint8_t kctrl[64];  // keys at dp 64: lane byte b <- bits 4b .. 4b+3 at bits 4-7 (lookups4; both
+                                  // qwords hold the row's 64 bits)
   alignas(64) uint8_t ileave[64];    // dword i byte m <- lane m byte i
   alignas(64) uint8_t hileave[64];   // qword Q byte p <- qword p % 4's byte Q
   alignas(64) uint8_t vnib[64];      // values: byte 4i + m <- row m's bits 4i .. 4i+3 at bits 4-7 (bits 8m + 4 (i % 2) ..
@@ -1420,9 +1424,7 @@ struct LaneConsts {
   alignas(64) uint8_t hil2[2][4][64];
   LaneConsts() {
     for (int e = 0; e < 64; ++e) {
-      for (int s = 0; s < 4; ++s) {
-        kctrl[s][e] = static_cast<uint8_t>((4 * (e % 16) + s - 2) & 63);  // (the rotation wraps within the qword)
-      }
+      kctrl[e] = static_cast<uint8_t>((4 * (e % 16) - 4) & 63);  // (the rotation wraps within the qword)
       ileave[e] = static_cast<uint8_t>(16 * (e % 4) + e / 4);
       hileave[e] = static_cast<uint8_t>(8 * (e % 8 % 4) + e / 8);
       vnib[e] = static_cast<uint8_t>((8 * (e % 4) + 4 * (e / 4 % 2) - 4) & 63);
@@ -1503,11 +1505,9 @@ template <int W1, int NCH>
 TKV_AVX512_INT8 void dots_lanes2(const RowLayout::Part& part, const uint8_t* table, const uint8_t* const* rows, int n,
                                  const int8_t* q8, int G, int32_t* dots, int ld) {
   const int dp = 64 * NCH;
-  const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_table
-  const __m512i low2 = _mm512_set1_epi8(3);
-  __m512i hctrl[4];
-  if constexpr (W1 == 1)
-    for (int s = 0; s < 4; ++s) hctrl[s] = _mm512_load_si512(lane_consts().kctrl[s]);
+  const Tables2 tab = tables2(table);  // Int8Keys::lanes_t2
+  __m512i hctrl = _mm512_setzero_si512();
+  if constexpr (W1 == 1) hctrl = _mm512_load_si512(lane_consts().kctrl);
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
   for (int j0 = 0; j0 < G; j0 += 4) {
     const int8_t* q[4];
@@ -1520,17 +1520,15 @@ TKV_AVX512_INT8 void dots_lanes2(const RowLayout::Part& part, const uint8_t* tab
       for (int jj = 0; jj < 4; ++jj) a[jj][0] = a[jj][1] = _mm512_setzero_si512();
       for (int c = 0; c < NCH; ++c) {
         const __m512i z = lanes4(rp, off0 + 16 * c);
-        __m512i h = _mm512_setzero_si512();
-        if constexpr (W1 == 1) h = qwords4<2>(rp, off1 + 8 * c);
+        __m512i e = _mm512_setzero_si512();
+        if constexpr (W1 == 1) e = _mm512_multishift_epi64_epi8(hctrl, qwords4<2>(rp, off1 + 8 * c));
+        __m512i x[4];
+        lookups4<W1>(z, e, tab, x);
         for (int s = 0; s < 4; ++s) {
-          __m512i code = s ? _mm512_srli_epi16(z, 2 * s) : z;
-          if constexpr (W1 == 1)
-            code = _mm512_ternarylogic_epi32(code, _mm512_multishift_epi64_epi8(hctrl[s], h), low2, kSelectAC);
-          const __m512i x = _mm512_permutexvar_epi8(code, tab);
           for (int jj = 0; jj < 4; ++jj) {
             const __m512i qv = _mm512_broadcast_i32x4(
                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[jj] + 64 * c + 16 * s)));
-            a[jj][s & 1] = _mm512_dpbusd_epi32(a[jj][s & 1], x, qv);
+            a[jj][s & 1] = _mm512_dpbusd_epi32(a[jj][s & 1], x[s], qv);
           }
         }
       }
@@ -1881,9 +1879,9 @@ TKV_AVX512_INT8 void dots_lanes_avx512(const Int8Keys& k, const RowLayout& L, co
         dots_t16<2, 0, nch>(p, k.lanes_t2[0], rows, n, q8, G, dots, ld);
       }
     } else if (p.nplanes > 1) {
-      dots_lanes2<1, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
+      dots_lanes2<1, nch>(p, k.lanes_t2[0], rows, n, q8, G, dots, ld);
     } else {
-      dots_lanes2<0, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
+      dots_lanes2<0, nch>(p, k.lanes_t2[0], rows, n, q8, G, dots, ld);
     }
   });
 }
