@@ -976,6 +976,12 @@ TKV_AVX512_INT8 inline void fixed_chunk(const Unpack& u, const uint8_t* row, siz
   }
 }
 
+// vpermd's control for a 4 x 4 transpose of dwords: dword 4i + j <- dword
+// 4j + i (lane-major sums to query-major, interleaved bytes to row order).
+TKV_AVX512_INT8 inline __m512i transpose4x4_dwords() {
+  return _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+}
+
 // The 16 lane sums of a[0..15] in one vector, lane i = Σ a[i] (three
 // levels of pairwise transpose-and-add: 45 operations for 16 sums, where
 // four-at-a-time reductions and scalar stores took ~19 a row).
@@ -997,7 +1003,7 @@ template <int NCH>
 TKV_AVX512_INT8 inline void rows4_dots(const __m512i (*x)[NCH], int nr, const int8_t* q8, int dp, int G,
                                        int32_t* dots, int ld) {
   // Lane 4 r + j of sum16's result -> lane 4 j + r.
-  const __m512i qmajor = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i qmajor = transpose4x4_dwords();
   const __mmask16 rows_mask = static_cast<__mmask16>((1u << nr) - 1);
   for (int j0 = 0; j0 < G; j0 += 4) {
     const int8_t* q[4];
@@ -1058,7 +1064,7 @@ TKV_AVX512_INT8 void dots16_fixed(const RowLayout::Part& part, const int16_t* ta
     odd_idx[i] = static_cast<int16_t>(2 * i + 1);
   }
   const __m512i ie = _mm512_load_si512(even_idx), io = _mm512_load_si512(odd_idx);
-  const __m512i qmajor = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i qmajor = transpose4x4_dwords();
   const size_t off = part.planes[0].offset;
   for (int j0 = 0; j0 < G; j0 += 4) {
     __m512i qe[4][NCH], qo[4][NCH];
@@ -1175,7 +1181,7 @@ TKV_AVX512_INT8 inline bool weights4(const float* w, int n, int G, int j0, int l
   // Bytes by unsigned saturating packs (past n and past G the weights are 0:
   // bytes 0; at most 255.5 truncated: 255), 64 at a time, put in row order
   // by one vpermd (the packs interleave the 4 vectors' 128-bit lanes).
-  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i order = transpose4x4_dwords();
   for (int jj = 0; jj < 4; ++jj) {
     f[jj] = ws[jj] * cs;
     const __m512 iv = _mm512_set1_ps(inv[jj]);
@@ -1376,12 +1382,16 @@ TKV_AVX512_INT8 void with_count512(int nq, Fn&& fn) {
   }
 }
 
+// 16 bytes at a, then 16 at b.
+TKV_AVX512_INT8 inline __m256i two16(const uint8_t* a, const uint8_t* b) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+}
+
 // Row l's 16 bytes at off in 128-bit lane l (rp: 4 row pointers).
 TKV_AVX512_INT8 inline __m512i lanes4(const uint8_t* const* rp, size_t off) {
-  auto m128 = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[r] + off)); };
-  const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(m128(0)), m128(1), 1);
-  const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(m128(2)), m128(3), 1);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(two16(rp[0] + off, rp[1] + off)), two16(rp[2] + off, rp[3] + off),
+                            1);
 }
 
 // 32 bytes at a, then 32 at b.
@@ -1488,7 +1498,7 @@ TKV_AVX512_INT8 inline void lanes_store(const __m512i* a, int nr, int j0, int G,
   const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
   const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
   // u: lane l dword j = dot(row r0 + l, query j0 + j) -> lane j dword l.
-  const __m512i qmajor = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i qmajor = transpose4x4_dwords();
   const __m512i s = _mm512_permutexvar_epi32(qmajor, u);
   const __mmask16 rows_mask = static_cast<__mmask16>((1u << nr) - 1);
   int32_t* o = dots + static_cast<size_t>(j0) * ld + r0;
@@ -1646,12 +1656,9 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
     if constexpr (W1 == 1) {
       __m512i hb;
       if constexpr (NCH == 2) {
-        auto pair = [&](const uint8_t* a, const uint8_t* b) TKV_AVX512_INT8 {
-          return _mm512_castsi256_si512(_mm256_inserti128_si256(
-              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + off1))),
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + off1)), 1));
-        };
-        hb = _mm512_permutex2var_epi8(pair(rp[0], rp[1]), _mm512_load_si512(hil[u]), pair(rp[2], rp[3]));
+        hb = _mm512_permutex2var_epi8(_mm512_castsi256_si512(two16(rp[0] + off1, rp[1] + off1)),
+                                      _mm512_load_si512(hil[u]),
+                                      _mm512_castsi256_si512(two16(rp[2] + off1, rp[3] + off1)));
       } else if constexpr (NCH == 4) {
         hb = _mm512_permutex2var_epi8(two_rows(rp[0] + off1, rp[1] + off1), _mm512_load_si512(hil[u]),
                                       two_rows(rp[2] + off1, rp[3] + off1));
