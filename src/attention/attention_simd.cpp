@@ -808,30 +808,23 @@ HWY_INLINE void BlockScales(const RowSource& src, int b0, int nb, int bs, const 
 // The integer paths' prefetch: the next block,
 // requested in slices as the heads of the current block are processed
 // (slice i of n for the i-th head): each future token's rows for all the
-// item's heads, a span of adjacent bytes in token-major caches, one request
-// per cache line. (Per row and head, as the f32 path does it, the same lines
-// were asked for up to twice and the requests cost more than the misses they
-// hid at 512 tokens: 22 against 20 ns a row and head.)
-HWY_INLINE void PrefetchSlice(const RowSource& src, size_t row_bytes, int h0, int h1, int t0, int t1) {
-  if (t0 >= t1) return;
+// item's heads, one request per cache line. (Per row and head, as the f32
+// path does it, the same lines were asked for up to twice and the requests
+// cost more than the misses they hid at 512 tokens: 22 against 20 ns a row
+// and head.) Where the tokens' spans follow one another (token-major over
+// the item's heads, or one head of a head-major cache; in one page if
+// paged), the slice is one span of lines (SliceSpan), which the integer
+// kernels request as they go (HeadBlock); elsewhere PrefetchSlice requests
+// it a token at a time.
+HWY_INLINE PrefetchSpan SliceSpan(const RowSource& src, size_t row_bytes, int h0, int h1, int t0, int t1) {
+  if (t0 >= t1) return {};
   if ((!src.blocks || (t0 >> src.shift) == ((t1 - 1) >> src.shift)) &&
-      src.at(t0, h1 - 1) + row_bytes == src.at(t0, h0) + src.stride) {
-    // The tokens' spans follow one another (token-major over the item's
-    // heads, or one head of a head-major cache; in one page if paged): one range.
-    const uint8_t* a = src.at(t0, h0);
-    const uint8_t* e = src.at(t1 - 1, h1 - 1) + row_bytes;
-    // Four requests a loop (one a loop, its add and compare-and-branch were
-    // two of each request's three instructions: RESULTS §51).
-    for (; a + 192 < e; a += 256) {
-      __builtin_prefetch(a, 0, 2);
-      __builtin_prefetch(a + 64, 0, 2);
-      __builtin_prefetch(a + 128, 0, 2);
-      __builtin_prefetch(a + 192, 0, 2);
-    }
-    for (; a < e; a += 64) __builtin_prefetch(a, 0, 2);
-    __builtin_prefetch(e - 1, 0, 2);
-    return;
-  }
+      src.at(t0, h1 - 1) + row_bytes == src.at(t0, h0) + src.stride)
+    return {src.at(t0, h0), src.at(t1 - 1, h1 - 1) + row_bytes};
+  return {};
+}
+
+HWY_INLINE void PrefetchSlice(const RowSource& src, size_t row_bytes, int h0, int h1, int t0, int t1) {
   for (int t = t0; t < t1; ++t) {
     const uint8_t* a = src.at(t, h0);
     const uint8_t* e = src.at(t, h1 - 1) + row_bytes;
@@ -839,6 +832,9 @@ HWY_INLINE void PrefetchSlice(const RowSource& src, size_t row_bytes, int h0, in
     __builtin_prefetch(e - 1, 0, 2);
   }
 }
+
+// Every line of a span at once (the paths whose kernels take no span).
+HWY_INLINE void PrefetchAll(PrefetchSpan s) { PrefetchLines(s).rest(); }
 
 // Per-thread scratch of ScoresInt8 and ValuesInt8, kept across calls, in
 // plain functions: a thread_local inside a template's instantiation is a
@@ -856,7 +852,7 @@ static std::vector<float>& ScratchF32() {
 // Scores of one block of tq rows from int8 codes and queries (score_int8.h):
 // p[j][r] = s_r · qs_j · cs · (dot − 128 Σq8_j), or -inf when masked.
 template <int KB>
-void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs, float* p) {
+void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs, float* p, PrefetchSpan pf) {
   const DF df;
   const DI di;
   const int N = Lanes();
@@ -892,6 +888,7 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs
     if (dots16_store.size() < static_cast<size_t>(G) * KB) dots16_store.resize(static_cast<size_t>(G) * KB);
     int32_t* dots = dots16_store.data();
     int8_dots16(K.i8, K.layout, rows, nb, w.q16 + static_cast<size_t>(h) * G * dp, G, dots, KB);
+    PrefetchAll(pf);
     for (int j = 0; j < G; ++j) {
       const auto f = hn::Set(df, w.q8_scale[hq + j] * K.i8.cs16);
       const int32_t* dj = dots + static_cast<size_t>(j) * KB;
@@ -914,11 +911,13 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs
   }
   if (K.i8.lut) {  // pair tables (never residual): sums of table bytes, scale sL in q8_scale
     int8_lut_dots(K.i8, K.layout, rows, nb, w.lut + hq * int8_lut_bytes(dp), G, dots, KB);
+    PrefetchAll(pf);
   } else if (K.i8_ordered) {  // (never residual)
-    int8_dots_ordered(K.i8, K.layout, rows, nb, w.q8 + hq * dp, G, dots, KB);
+    int8_dots_ordered(K.i8, K.layout, rows, nb, w.q8 + hq * dp, G, dots, KB, pf);
   } else {
     int8_dots2(K.i8, K.i8.residual ? &K.i8r : nullptr, K.layout, rows, nb, w.q8 + hq * dp, R, dots, G, dots_c,
                KB);
+    PrefetchAll(pf);
   }
   const float cs = K.i8.lut ? 1.0f : K.i8.cs;  // (the tables' sL holds the centroids' scale)
   for (int j = 0; j < G; ++j) {
@@ -947,7 +946,7 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs
 // bytes from the codes; acch in int8_values_order (V.perm, set by attention.cpp).
 template <int KB>
 void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs, const float* p, const bool* keep,
-                float* acch) {
+                float* acch, PrefetchSpan pf) {
   const DF df;
   const int N = Lanes();
   const int G = w.G;
@@ -1020,7 +1019,7 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs
     }
     if (n_live < nb) {
       *w.v_zero += static_cast<uint64_t>(nb - n_live);
-      if (n_live == 0) return;  // (the kernel would add nothing)
+      if (n_live == 0) return PrefetchAll(pf);  // (the kernel would add nothing)
       int n2 = 0;
       for (int k = 0; k < KB / 64; ++k)
         for (uint64_t m = live[k]; m; m &= m - 1, ++n2) {
@@ -1034,9 +1033,10 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs
   // acch in V.perm's order (the pair tables keep the byte kernel's order)
   if (V.i8.vlut) {
     if (w.v_lut) *w.v_lut += static_cast<uint64_t>(nb);
-    return int8_vlut_values_ordered(V.i8, V.layout, rows, nb, wts, G, KB, acch);
+    int8_vlut_values_ordered(V.i8, V.layout, rows, nb, wts, G, KB, acch);
+    return PrefetchAll(pf);
   }
-  int8_values_ordered(V.i8, V.layout, rows, nb, wts, G, KB, acch);
+  int8_values_ordered(V.i8, V.layout, rows, nb, wts, G, KB, acch, pf);
 }
 
 // e^x for x <= 0 (-inf included: 0), the integer path's softmax weights,
@@ -1083,24 +1083,34 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   float* mh = w.m + (h - w.h0) * G;
   float* acch = w.acc + static_cast<size_t>(h - w.h0) * G * dp;
   // The integer paths' prefetch of the next block (this head's slice of
-  // it) in four phases, K's halves around the scores and V's around the
-  // values: at 64 rows a block, one burst of K and V's lines (~130 at tq4,
-  // 8 heads) overran what the core keeps in flight and the scales' gathers
+  // it). At 64 rows a block, one burst of K and V's lines (~130 at tq4, 8
+  // heads) overran what the core keeps in flight and the scales' gathers
   // waited on memory (tq4 18.2 ns a row and head against 15.4 at 32 rows,
-  // tq2 11.9; in four phases 13.9-14.2 and 11.6-11.9).
+  // tq2 11.9; in four phases, K's halves around the scores and V's around
+  // the values, 13.9-14.2 and 11.6-11.9). Where the slice is one span of
+  // lines (token-major, or one head of a head-major cache), the kernels
+  // request them as they go, a few lines every 16 rows of K and every quad
+  // of V's rows (int8_dots_ordered, int8_values_ordered): bursts of ~25
+  // lines still stalled the core on full miss queues (the prefetch
+  // instructions held ~40 % of HeadBlock's samples at 64K). One thread,
+  // 64K, ns a row and head (RESULTS §53): d 128 tq4 13.24 -> 12.63, tq3
+  // 12.77 -> 12.47, tq2 10.22 -> 9.43; d 256 (32K) -16 to -31 %.
   const int nh = w.h1 - w.h0, hi = h - w.h0;
   const int pt0 = std::min(b0 + bs + bs * hi / nh, w.r1), pt1 = std::min(b0 + bs + bs * (hi + 1) / nh, w.r1);
   const int ptm = pt0 + (pt1 - pt0) / 2;
   const bool pk = K.int8 && w.q8, pv = V.int8;
-  if (pk) PrefetchSlice(w.k, K.row_bytes, w.h0, w.h1, pt0, ptm);
+  const PrefetchSpan kspan = pk ? SliceSpan(w.k, K.row_bytes, w.h0, w.h1, pt0, pt1) : PrefetchSpan{};
+  const PrefetchSpan vspan = pv ? SliceSpan(w.v, V.row_bytes, w.h0, w.h1, pt0, pt1) : PrefetchSpan{};
+  const bool kphases = pk && !kspan.end, vphases = pv && !vspan.end;  // (in phases where not one span)
+  if (kphases) PrefetchSlice(w.k, K.row_bytes, w.h0, w.h1, pt0, ptm);
   // ---- scores
   if (pk) {
-    ScoresInt8<KB>(K, w, h, b0, nb, bs, p);
+    ScoresInt8<KB>(K, w, h, b0, nb, bs, p, kspan);
   } else if constexpr (KB == kBlock) {  // (the f32 path's p stride; 128-row blocks run on the integer path only)
     Kind kk = PrepareRows(K, ktc, w.k, h, w.k_end, b0, nb, w.r1, G, B, dec);
     ByKind<ScoresOp>(kk, K, ktc, B, nb, qh, G, w.limit, w.start, b0, p);
   }
-  if (pk) PrefetchSlice(w.k, K.row_bytes, w.h0, w.h1, ptm, pt1);
+  if (kphases) PrefetchSlice(w.k, K.row_bytes, w.h0, w.h1, ptm, pt1);
   // ---- online softmax per query over this block. The running max changes
   // only when a score exceeds it: that test is one compare per vector, and
   // the block's max is reduced only then (after the first blocks, rarely).
@@ -1161,7 +1171,7 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
       lh[j] += hn::GetLane(hn::SumOfLanes(df, vsum));
     }
   }
-  if (pv) PrefetchSlice(w.v, V.row_bytes, w.h0, w.h1, pt0, ptm);
+  if (vphases) PrefetchSlice(w.v, V.row_bytes, w.h0, w.h1, pt0, ptm);
   // ---- values (sparse V: skip rows no query gives weight >= threshold)
   bool keep[KB];
   if (w.sparse_v <= 0.0f) {
@@ -1175,12 +1185,12 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
     }
   }
   if (V.int8) {
-    ValuesInt8<KB>(V, w, h, b0, nb, bs, p, keep, acch);
+    ValuesInt8<KB>(V, w, h, b0, nb, bs, p, keep, acch, vspan);
   } else if constexpr (KB == kBlock) {
     Kind vk = PrepareRows(V, vtc, w.v, h, w.v_end, b0, nb, w.r1, G, B, dec);
     ByKind<AccumulateOp>(vk, V, vtc, B, nb, p, G, keep, acch);
   }
-  if (pv) PrefetchSlice(w.v, V.row_bytes, w.h0, w.h1, ptm, pt1);
+  if (vphases) PrefetchSlice(w.v, V.row_bytes, w.h0, w.h1, ptm, pt1);
 }
 
 void RunWork(const RowReader& K, const RowReader& V, const Work& w) {

@@ -1572,8 +1572,10 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void dpbusd_to(__m512i& ac
 template <int NCH, int NV, class Quad>
 TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, const float* w, int G, int ldw,
                                                                          float cs, float* acc, const int (&pos)[4],
-                                                                         Quad&& quad) {
+                                                                         PrefetchLines& pf, Quad&& quad) {
   const int dp = 64 * NCH, ng = (n + 3) / 4;
+  const int quads = std::max(1, (G + 3) / 4 * NCH * ng);  // (steps of quad below)
+  const int per = (pf.count() + quads - 1) / quads;         // lines a step
   for (int j0 = 0; j0 < G; j0 += 4) {
     float f[4];
     int32_t w4[4][4 * NV];
@@ -1584,6 +1586,7 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, c
         __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
                 a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
         for (int g = 0; g < ng; ++g) {
+          pf.step(per);
           const Quad4 x = quad(u, g);
           auto add = [&](__m512i& s0, __m512i& s1, __m512i& s2, __m512i& s3, int jj)
                          TKV_AVX512_INT8 __attribute__((always_inline)) {
@@ -1624,7 +1627,8 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void values_frame(int n, c
 // of the 4 rows, and vpdpbusd with the 4 rows' weight bytes sums over them.
 template <int W1, int NCH, int NV>
 TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* table, float cs,
-                                   const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
+                                   const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc,
+                                   PrefetchLines& pf) {
   const Tables2 tab = tables2(table);  // Int8Keys::lanes_vt2 (signed c8)
   const LaneConsts& lc = lane_consts();
   const __m512i ileave = _mm512_load_si512(lc.ileave), hileave = _mm512_load_si512(lc.hileave);
@@ -1633,7 +1637,7 @@ TKV_AVX512_INT8 void values_lanes2(const RowLayout::Part& part, const uint8_t* t
   const uint8_t(*hil)[64] = lc.hil2[NCH / 4];  // (dp 128, 256: chunk u's control)
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
   static constexpr int pos[4] = {0, 16, 32, 48};  // sums t = s: code position s of bytes 0..15
-  values_frame<NCH, NV>(n, w, G, ldw, cs, acc, pos, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
+  values_frame<NCH, NV>(n, w, G, ldw, cs, acc, pos, pf, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
     const uint8_t* rp[4];
     for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)];  // past n: weight 0
     // dword i byte m <- row m's byte 16u + i: at dp 128 and 256 from two
@@ -1804,7 +1808,7 @@ TKV_AVX512_INT8 __attribute__((always_inline)) inline void t16_queries(const uin
 
 template <int BITS, int W1, int NCH>
 TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table, const uint8_t* const* rows, int n,
-                              const int8_t* q8, int G, int32_t* dots, int ld) {
+                              const int8_t* q8, int G, int32_t* dots, int ld, PrefetchLines& pf) {
   static_assert(NCH * BITS % 4 == 0, "32 plane bytes a step");
   // Int8Keys::lanes_table (4-bit codes) or lanes_t2 (2-bit)
   const __m512i tab = _mm512_loadu_si512(table);
@@ -1813,7 +1817,10 @@ TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table,
   if constexpr (W1 == 1)
     for (int m = 0; m < 2; ++m) hctl[m] = _mm512_load_si512(lane_consts().hctl[m]);
   const size_t off0 = part.planes[0].offset, off1 = W1 ? part.planes[1].offset : 0;
+  const int steps = std::max(1, (n + 15) / 16);
+  const int per = (pf.count() + steps - 1) / steps;  // lines a step of 16 rows
   for (int r0 = 0; r0 < n; r0 += 16) {
+    pf.step(per);
     const uint8_t* last[16];
     const uint8_t* const* rp = rows + r0;
     if (n - r0 < 16) {  // past n: the last row again, not stored
@@ -1849,12 +1856,13 @@ TKV_AVX512_INT8 void dots_t16(const RowLayout::Part& part, const uint8_t* table,
 
 template <int NCH>
 TKV_AVX512_INT8 void values_nib4(const RowLayout::Part& part, const uint8_t* table, float cs,
-                                 const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc) {
+                                 const uint8_t* const* rows, int n, const float* w, int G, int ldw, float* acc,
+                                 PrefetchLines& pf) {
   const __m512i tab = _mm512_loadu_si512(table);  // Int8Keys::lanes_vtable (signed c8, period 16)
   const __m512i il[2] = {_mm512_load_si512(lane_consts().il[0]), _mm512_load_si512(lane_consts().il[1])};
   const size_t off0 = part.planes[0].offset;
   static constexpr int pos[4] = {0, 32, 16, 48};  // sums t = 2h + s: nibble s of bytes 16h .. 16h+15
-  values_frame<NCH, 4>(n, w, G, ldw, cs, acc, pos, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
+  values_frame<NCH, 4>(n, w, G, ldw, cs, acc, pos, pf, [&](int u, int g) TKV_AVX512_INT8 __attribute__((always_inline)) {
     const uint8_t* rp[4];
     for (int i = 0; i < 4; ++i) rp[i] = rows[std::min(4 * g + i, n - 1)] + off0 + 32 * u;  // past n: weight 0
     const __m512i a = two_rows(rp[0], rp[1]), b = two_rows(rp[2], rp[3]);
@@ -1874,16 +1882,16 @@ TKV_AVX512_INT8 void with_nch(int dp, Fn&& fn) {
 }
 
 TKV_AVX512_INT8 void dots_lanes_avx512(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
-                                       const int8_t* q8, int G, int32_t* dots, int ld) {
+                                       const int8_t* q8, int G, int32_t* dots, int ld, PrefetchLines& pf) {
   const RowLayout::Part& p = L.parts[0];
   with_nch(k.dp, [&](auto nch) TKV_AVX512_INT8 {
     if constexpr (nch % 2 == 0) {  // dp 128, 256: 16 rows transposed
       if (p.planes[0].width == 4) {
-        dots_t16<4, 0, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld);
+        dots_t16<4, 0, nch>(p, k.lanes_table, rows, n, q8, G, dots, ld, pf);
       } else if (p.nplanes > 1) {
-        dots_t16<2, 1, nch>(p, k.lanes_t2[0], rows, n, q8, G, dots, ld);
+        dots_t16<2, 1, nch>(p, k.lanes_t2[0], rows, n, q8, G, dots, ld, pf);
       } else {
-        dots_t16<2, 0, nch>(p, k.lanes_t2[0], rows, n, q8, G, dots, ld);
+        dots_t16<2, 0, nch>(p, k.lanes_t2[0], rows, n, q8, G, dots, ld, pf);
       }
     } else if (p.nplanes > 1) {
       dots_lanes2<1, nch>(p, k.lanes_t2[0], rows, n, q8, G, dots, ld);
@@ -1894,17 +1902,19 @@ TKV_AVX512_INT8 void dots_lanes_avx512(const Int8Keys& k, const RowLayout& L, co
 }
 
 TKV_AVX512_INT8 void values_lanes_avx512(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n,
-                                         const float* w, int G, int ldw, float* acc) {
+                                         const float* w, int G, int ldw, float* acc, PrefetchLines& pf) {
   const RowLayout::Part& p = L.parts[0];
   with_nch(k.dp, [&](auto nch) TKV_AVX512_INT8 {
     if (p.planes[0].width == 4) {
-      values_nib4<nch>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc);
+      values_nib4<nch>(p, k.lanes_vtable, k.cs, rows, n, w, G, ldw, acc, pf);
+    } else if (p.nplanes > 1 && n > 64) {
+      values_lanes2<1, nch, 8>(p, k.lanes_vt2[0], k.cs, rows, n, w, G, ldw, acc, pf);
     } else if (p.nplanes > 1) {
-      values_lanes2<1, nch, 4>(p, k.lanes_vt2[0], k.cs, rows, n, w, G, ldw, acc);
+      values_lanes2<1, nch, 4>(p, k.lanes_vt2[0], k.cs, rows, n, w, G, ldw, acc, pf);
     } else if (n > 64) {  // tq2's 128-row blocks (int8_values_rows)
-      values_lanes2<0, nch, 8>(p, k.lanes_vt2[0], k.cs, rows, n, w, G, ldw, acc);
+      values_lanes2<0, nch, 8>(p, k.lanes_vt2[0], k.cs, rows, n, w, G, ldw, acc, pf);
     } else {
-      values_lanes2<0, nch, 4>(p, k.lanes_vt2[0], k.cs, rows, n, w, G, ldw, acc);
+      values_lanes2<0, nch, 4>(p, k.lanes_vt2[0], k.cs, rows, n, w, G, ldw, acc, pf);
     }
   });
 }
@@ -2030,13 +2040,17 @@ bool ordered_dots(const Int8Keys& k) { return lanes_run(k.lanes_dots) || avx2_or
 
 int int8_values_rows(const Int8Keys& k) {
   if (k.vlut || avx2_ordered(k, false) || !lanes_run(k.lanes_values)) return 32;
-  // tq2 (one 2-bit plane): 128 rows a block. Per row it costs the least,
-  // so a block's fixed costs weigh most: one thread, 64K, G 4, 10.4-11.0 ns
-  // a row and head against 11.1-11.3 at 64 (RESULTS §47). tq3 and tq4 stay
-  // at 64 (two 128-row blocks of K and V in flight outgrow L1 at tq4, §46),
-  // with their own instantiations of the block code (attention_simd.cpp's
-  // HeadBlock<64>): 128 chosen at run time cost them 2-3 % (§47).
-  return k.avx2_sig == 20 ? 128 : 64;
+  // tq2 (one 2-bit plane) and tq3 (+ a 1-bit plane): 128 rows a block.
+  // Per row they cost the least, so a block's fixed costs weigh most: tq2
+  // at one thread, 64K, G 4, 10.4-11.0 ns a row and head against 11.1-11.3
+  // at 64 (RESULTS §47). tq3's 128 rows lost from DRAM while the next
+  // block's prefetch came in bursts (+12 %, §52); with the lines requested
+  // as the kernels go, 12.47 -> 12.00 ns (-4 %, §53). tq4 stays at 64 (no
+  // faster at 128 then; two 128-row blocks of K and V in flight outgrew L1
+  // in §46), with its own instantiation of the block code
+  // (attention_simd.cpp's HeadBlock<64>): 128 chosen at run time cost it
+  // 2-3 % (§47).
+  return k.avx2_sig == 20 || k.avx2_sig == 21 ? 128 : 64;
 }
 
 namespace {
@@ -2080,20 +2094,32 @@ bool int8_values_order(const Int8Keys& k, int* perm) {
 
 // (Where no ordered kernel runs, the orders are natural.)
 void int8_dots_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const int8_t* q8,
-                       int G, int32_t* dots, int ld) {
+                       int G, int32_t* dots, int ld, PrefetchSpan pf) {
+  PrefetchLines lines(pf);
 #if TKV_INT8_KEYS_X86
-  if (lanes_run(k.lanes_dots)) return dots_lanes_avx512(k, L, rows, n, q8, G, dots, ld);
-  if (avx2_ordered(k, true)) return int8_dots2_avx2(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld, true);
+  if (lanes_run(k.lanes_dots)) {
+    dots_lanes_avx512(k, L, rows, n, q8, G, dots, ld, lines);
+  } else if (avx2_ordered(k, true)) {
+    int8_dots2_avx2(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld, true);
+  } else
 #endif
-  dots2_plain(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld);
+  {
+    dots2_plain(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld);
+  }
+  lines.rest();
 }
 
 void int8_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w,
-                         int G, int ldw, float* acc) {
+                         int G, int ldw, float* acc, PrefetchSpan pf) {
+  PrefetchLines lines(pf);
+  struct Rest {  // (every return below)
+    PrefetchLines& l;
+    ~Rest() { l.rest(); }
+  } rest{lines};
 #if TKV_INT8_KEYS_X86
   if (avx2_ordered(k, false)) return int8_values_avx2(k, L, rows, n, w, G, ldw, acc, true);
   if (lanes_run(k.lanes_values)) {
-    if (n >= 1 && n <= int8_values_rows(k)) return values_lanes_avx512(k, L, rows, n, w, G, ldw, acc);
+    if (n >= 1 && n <= int8_values_rows(k)) return values_lanes_avx512(k, L, rows, n, w, G, ldw, acc, lines);
     int perm[1024];  // (more rows than one block: in the order, through natural)
     int8_values_order(k, perm);
     std::vector<float> nat(static_cast<size_t>(G) * k.dp);

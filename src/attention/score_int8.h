@@ -258,10 +258,32 @@ bool int8_values_order(const Int8Keys& k, int* perm);
 // accumulators put back in natural order by the output stage through the V
 // reader's perm). The same integers as the natural functions, which reorder
 // and call these where the lane kernels run.
+//
+// pf: bytes the caller wants in L2 for its next block (attention's prefetch
+// of the next block's rows, one span of cache lines). The AVX-512 lane
+// kernels request its lines spread over their steps, the others all of them
+// after their rows; every line is requested once either way.
+struct PrefetchSpan {
+  const uint8_t* begin = nullptr;
+  const uint8_t* end = nullptr;
+};
+// The lines of a span not yet requested (prefetcht1, into L2): step(k)
+// requests the next k, rest() the others.
+struct PrefetchLines {
+  const uint8_t* a;
+  const uint8_t* e;
+  explicit PrefetchLines(PrefetchSpan s)
+      : a(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(s.begin) & ~uintptr_t{63})), e(s.end) {}
+  int count() const { return a < e ? static_cast<int>((e - a + 63) / 64) : 0; }
+  void step(int k) {
+    for (; k > 0 && a < e; --k, a += 64) __builtin_prefetch(a, 0, 2);
+  }
+  void rest() { step(count()); }
+};
 void int8_dots_ordered(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n,
-                       const int8_t* q8, int G, int32_t* dots, int ld);
+                       const int8_t* q8, int G, int32_t* dots, int ld, PrefetchSpan pf = {});
 void int8_values_ordered(const Int8Keys& k, const RowLayout& layout, const uint8_t* const* rows, int n, const float* w,
-                         int G, int ldw, float* acc);
+                         int G, int ldw, float* acc, PrefetchSpan pf = {});
 
 // The pair tables (k.lut): one query's dp floats (natural order, coordinates
 // no part covers 0) into lut[dp/2][32]: for pair P and x < 16,

@@ -618,8 +618,9 @@ TEST(Int8Keys, LaneKernelsReadTheirOrderAndGiveTheSpecificationsResults) {
         const bool expect = (target == attn::Int8Target::kAvx512 && two) || four512 || (avx2 && !k.residual && !k.wide);
         ASSERT_EQ(lanes, expect) << f << " d=" << d;
         ASSERT_EQ(vlanes, expect_v) << f << " d=" << d;
-        // One V call takes 128 rows (tq2) or 64 as one block where AVX-512's lane kernels run, 32 elsewhere.
-        const int vrows = target == attn::Int8Target::kAvx512 && expect_v ? (f == "tq2" ? 128 : 64) : 32;
+        // One V call takes 128 rows (tq2, tq3) or 64 (tq4) as one block where AVX-512's lane kernels
+        // run, 32 elsewhere.
+        const int vrows = target == attn::Int8Target::kAvx512 && expect_v ? (two ? 128 : 64) : 32;
         ASSERT_EQ(attn::int8_values_rows(kv), vrows) << f << " d=" << d;
         // AVX2's byte kernels: tq2 and tq3 on centroid bytes within ±31 (their budget allows it).
         ASSERT_EQ(k.narrow, avx2 && two && allow_narrow) << f << " d=" << d;
