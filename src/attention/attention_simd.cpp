@@ -833,8 +833,6 @@ HWY_INLINE void PrefetchSlice(const RowSource& src, size_t row_bytes, int h0, in
   }
 }
 
-// Every line of a span at once (the paths whose kernels take no span).
-HWY_INLINE void PrefetchAll(PrefetchSpan s) { PrefetchLines(s).rest(); }
 
 // Per-thread scratch of ScoresInt8 and ValuesInt8, kept across calls, in
 // plain functions: a thread_local inside a template's instantiation is a
@@ -887,8 +885,8 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs
     std::vector<int32_t>& dots16_store = ScratchI32(0);
     if (dots16_store.size() < static_cast<size_t>(G) * KB) dots16_store.resize(static_cast<size_t>(G) * KB);
     int32_t* dots = dots16_store.data();
-    int8_dots16(K.i8, K.layout, rows, nb, w.q16 + static_cast<size_t>(h) * G * dp, G, dots, KB);
-    PrefetchAll(pf);
+    PrefetchLines(pf).around(
+        [&] { int8_dots16(K.i8, K.layout, rows, nb, w.q16 + static_cast<size_t>(h) * G * dp, G, dots, KB); });
     for (int j = 0; j < G; ++j) {
       const auto f = hn::Set(df, w.q8_scale[hq + j] * K.i8.cs16);
       const int32_t* dj = dots + static_cast<size_t>(j) * KB;
@@ -910,14 +908,15 @@ void ScoresInt8(const RowReader& K, const Work& w, int h, int b0, int nb, int bs
     dots_c = dots_c_store.data();
   }
   if (K.i8.lut) {  // pair tables (never residual): sums of table bytes, scale sL in q8_scale
-    int8_lut_dots(K.i8, K.layout, rows, nb, w.lut + hq * int8_lut_bytes(dp), G, dots, KB);
-    PrefetchAll(pf);
+    PrefetchLines(pf).around(
+        [&] { int8_lut_dots(K.i8, K.layout, rows, nb, w.lut + hq * int8_lut_bytes(dp), G, dots, KB); });
   } else if (K.i8_ordered) {  // (never residual)
     int8_dots_ordered(K.i8, K.layout, rows, nb, w.q8 + hq * dp, G, dots, KB, pf);
   } else {
-    int8_dots2(K.i8, K.i8.residual ? &K.i8r : nullptr, K.layout, rows, nb, w.q8 + hq * dp, R, dots, G, dots_c,
-               KB);
-    PrefetchAll(pf);
+    PrefetchLines(pf).around([&] {
+      int8_dots2(K.i8, K.i8.residual ? &K.i8r : nullptr, K.layout, rows, nb, w.q8 + hq * dp, R, dots, G, dots_c,
+                 KB);
+    });
   }
   const float cs = K.i8.lut ? 1.0f : K.i8.cs;  // (the tables' sL holds the centroids' scale)
   for (int j = 0; j < G; ++j) {
@@ -1019,7 +1018,7 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs
     }
     if (n_live < nb) {
       *w.v_zero += static_cast<uint64_t>(nb - n_live);
-      if (n_live == 0) return PrefetchAll(pf);  // (the kernel would add nothing)
+      if (n_live == 0) return PrefetchLines(pf).rest();  // (the kernel would add nothing)
       int n2 = 0;
       for (int k = 0; k < KB / 64; ++k)
         for (uint64_t m = live[k]; m; m &= m - 1, ++n2) {
@@ -1033,8 +1032,7 @@ void ValuesInt8(const RowReader& V, const Work& w, int h, int b0, int nb, int bs
   // acch in V.perm's order (the pair tables keep the byte kernel's order)
   if (V.i8.vlut) {
     if (w.v_lut) *w.v_lut += static_cast<uint64_t>(nb);
-    int8_vlut_values_ordered(V.i8, V.layout, rows, nb, wts, G, KB, acch);
-    return PrefetchAll(pf);
+    return PrefetchLines(pf).around([&] { int8_vlut_values_ordered(V.i8, V.layout, rows, nb, wts, G, KB, acch); });
   }
   int8_values_ordered(V.i8, V.layout, rows, nb, wts, G, KB, acch, pf);
 }
@@ -1089,12 +1087,14 @@ void HeadBlock(const RowReader& K, const TurboConsts& ktc, const RowReader& V, c
   // tq2 11.9; in four phases, K's halves around the scores and V's around
   // the values, 13.9-14.2 and 11.6-11.9). Where the slice is one span of
   // lines (token-major, or one head of a head-major cache), the kernels
-  // request them as they go, a few lines every 16 rows of K and every quad
-  // of V's rows (int8_dots_ordered, int8_values_ordered): bursts of ~25
-  // lines still stalled the core on full miss queues (the prefetch
-  // instructions held ~40 % of HeadBlock's samples at 64K). One thread,
-  // 64K, ns a row and head (RESULTS §53): d 128 tq4 13.24 -> 12.63, tq3
-  // 12.77 -> 12.47, tq2 10.22 -> 9.43; d 256 (32K) -16 to -31 %.
+  // request them as they go, a line or a few every lookup step of K's
+  // kernel and every quad of V's rows (int8_dots_ordered,
+  // int8_values_ordered): the phases' bursts of ~25 lines still stalled the
+  // core on full miss queues (the prefetch instructions held ~40 % of
+  // HeadBlock's samples at 64K). One thread, 64K, ns a row and head
+  // (RESULTS §53): d 128 tq4 13.24 -> 12.04, tq3 12.77 -> 12.47 (12.00 on
+  // 128-row blocks, which the bursts had made slower), tq2 10.22 -> 9.43;
+  // d 256 (32K) -16 to -31 %.
   const int nh = w.h1 - w.h0, hi = h - w.h0;
   const int pt0 = std::min(b0 + bs + bs * hi / nh, w.r1), pt1 = std::min(b0 + bs + bs * (hi + 1) / nh, w.r1);
   const int ptm = pt0 + (pt1 - pt0) / 2;

@@ -2101,19 +2101,24 @@ void int8_dots_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* con
 #if TKV_INT8_KEYS_X86
   if (lanes_run(k.lanes_dots)) {
     dots_lanes_avx512(k, L, rows, n, q8, G, dots, ld, lines);
-  } else if (avx2_ordered(k, true)) {
-    int8_dots2_avx2(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld, true);
-  } else
-#endif
-  {
-    dots2_plain(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld);
+    return lines.rest();
   }
-  lines.rest();
+  if (avx2_ordered(k, true))
+    return lines.around([&] { int8_dots2_avx2(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld, true); });
+#endif
+  lines.around([&] { dots2_plain(k, nullptr, L, rows, n, q8, G, dots, 0, nullptr, ld); });
 }
 
 void int8_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* const* rows, int n, const float* w,
                          int G, int ldw, float* acc, PrefetchSpan pf) {
   PrefetchLines lines(pf);
+#if TKV_INT8_KEYS_X86
+  if (lanes_run(k.lanes_values) && !avx2_ordered(k, false) && n >= 1 && n <= int8_values_rows(k)) {
+    values_lanes_avx512(k, L, rows, n, w, G, ldw, acc, lines);
+    return lines.rest();
+  }
+#endif
+  lines.step(lines.count() / 2);  // (half before the rows, half after: PrefetchSpan)
   struct Rest {  // (every return below)
     PrefetchLines& l;
     ~Rest() { l.rest(); }
@@ -2121,7 +2126,6 @@ void int8_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* c
 #if TKV_INT8_KEYS_X86
   if (avx2_ordered(k, false)) return int8_values_avx2(k, L, rows, n, w, G, ldw, acc, true);
   if (lanes_run(k.lanes_values)) {
-    if (n >= 1 && n <= int8_values_rows(k)) return values_lanes_avx512(k, L, rows, n, w, G, ldw, acc, lines);
     int perm[1024];  // (more rows than one block: in the order, through natural)
     int8_values_order(k, perm);
     std::vector<float> nat(static_cast<size_t>(G) * k.dp);
