@@ -833,7 +833,6 @@ HWY_INLINE void PrefetchSlice(const RowSource& src, size_t row_bytes, int h0, in
   }
 }
 
-
 // Per-thread scratch of ScoresInt8 and ValuesInt8, kept across calls, in
 // plain functions: a thread_local inside a template's instantiation is a
 // unique global symbol, each use a guarded lookup (tq3 and tq4 +2-3 % a row

@@ -2118,23 +2118,20 @@ void int8_values_ordered(const Int8Keys& k, const RowLayout& L, const uint8_t* c
     return lines.rest();
   }
 #endif
-  lines.step(lines.count() / 2);  // (half before the rows, half after: PrefetchSpan)
-  struct Rest {  // (every return below)
-    PrefetchLines& l;
-    ~Rest() { l.rest(); }
-  } rest{lines};
+  lines.around([&] {
 #if TKV_INT8_KEYS_X86
-  if (avx2_ordered(k, false)) return int8_values_avx2(k, L, rows, n, w, G, ldw, acc, true);
-  if (lanes_run(k.lanes_values)) {
-    int perm[1024];  // (more rows than one block: in the order, through natural)
-    int8_values_order(k, perm);
-    std::vector<float> nat(static_cast<size_t>(G) * k.dp);
-    reorder(acc, nat.data(), G, k.dp, perm, true);
-    values_plain(k, L, rows, n, w, G, ldw, nat.data());
-    return reorder(nat.data(), acc, G, k.dp, perm, false);
-  }
+    if (avx2_ordered(k, false)) return int8_values_avx2(k, L, rows, n, w, G, ldw, acc, true);
+    if (lanes_run(k.lanes_values)) {
+      int perm[1024];  // (more rows than one block: in the order, through natural)
+      int8_values_order(k, perm);
+      std::vector<float> nat(static_cast<size_t>(G) * k.dp);
+      reorder(acc, nat.data(), G, k.dp, perm, true);
+      values_plain(k, L, rows, n, w, G, ldw, nat.data());
+      return reorder(nat.data(), acc, G, k.dp, perm, false);
+    }
 #endif
-  values_plain(k, L, rows, n, w, G, ldw, acc);
+    values_plain(k, L, rows, n, w, G, ldw, acc);
+  });
 }
 
 // The natural-order functions: where the lane kernels run, the queries (or

@@ -261,9 +261,10 @@ bool int8_values_order(const Int8Keys& k, int* perm);
 //
 // pf: bytes the caller wants in L2 for its next block (attention's prefetch
 // of the next block's rows, one span of cache lines). The AVX-512 lane
-// kernels request its lines spread over their steps, the others half
-// before their rows and half after (as attention's phases did: all after
-// cost AVX2's tq2 26 %, RESULTS §53); every line is requested once.
+// kernels request its lines spread over their steps (keys at dp 64 all
+// after their rows), the others half before their rows and half after (as
+// attention's phases did: all after cost AVX2's tq2 26 %, RESULTS §53);
+// every line is requested once.
 struct PrefetchSpan {
   const uint8_t* begin = nullptr;
   const uint8_t* end = nullptr;
