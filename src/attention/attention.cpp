@@ -53,8 +53,21 @@ std::atomic<int> g_key_scoring{-1};  // -1: not read from the environment yet
 
 KeyScoring resolve_keys(KeyScoring k) { return k == KeyScoring::kDefault ? key_scoring_default() : k; }
 
-// Chunk length depends only on n_kv, never on the thread count.
-int chunk_rows(int n_kv) { return std::clamp((n_kv / 16 + 31) / 32 * 32, 256, 2048); }
+// Rows an item: depends only on n_kv and the layout, never on the thread
+// count (the merge's order, and so the bits, follow the chunks).
+// Token-major items read every head: n_kv / 16, 256 to 2048 rows.
+// Head-major items read one head: n_kv · H / 64 (64 items a call once n_kv
+// reaches 2048 rows a head), 256 to 8192 rows. Each item costs a fixed
+// amount: its first block is nobody's prefetch, and its softmax state is
+// merged serially. At 64K (8 KV heads, 2 threads) tq3 measured 3.35-3.46 ms
+// a step on 2048 rows (256 items) against 3.15-3.22 on 8192 (64 items), f16
+// the same (RESULTS §54); fewer items than 64 leave a second thread idle at
+// the end whenever a noisy host slows the first.
+int chunk_rows(int n_kv, bool per_head, int heads) {
+  if (!per_head) return std::clamp((n_kv / 16 + 31) / 32 * 32, 256, 2048);
+  const int64_t rows = (static_cast<int64_t>(n_kv) * heads / 64 + 31) / 32 * 32;
+  return static_cast<int>(std::clamp<int64_t>(rows, 256, 8192));
+}
 
 }  // namespace
 
@@ -293,7 +306,7 @@ Status attention(const AttentionArgs& a) {
   struct Item { int tile, h0, h1, r0, r1; };
   std::vector<Item> items;
   std::vector<size_t> first_item(n_tiles + 1, 0);
-  const int chunk = chunk_rows(a.n_kv);
+  const int chunk = chunk_rows(a.n_kv, per_head, H);
   for (int t = 0; t < n_tiles; ++t) {
     first_item[t] = items.size();
     const int rows = limit_of(std::min(a.n_q, (t + 1) * tile) - 1);
