@@ -16,20 +16,25 @@
 #include "model/model.h"
 #include "tools/kv_dump.h"
 #include "eval/kv_file.h"
+#include "temp_path.h"
 
 namespace tkv {
 namespace {
 
+// One model per process, removed at exit.
 std::string tiny_model() {
-  GenModelOptions o;
-  o.layers = 2;
-  o.dim = 64;
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.head_dim = 32;
-  o.ffn = 96;
-  const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_eval_model.gguf";
-  EXPECT_TRUE(generate_model(o, nullptr, path).ok());
+  static const TempPath path("tkv_eval_model.gguf");
+  static const bool made = [] {
+    GenModelOptions o;
+    o.layers = 2;
+    o.dim = 64;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.head_dim = 32;
+    o.ffn = 96;
+    return generate_model(o, nullptr, path).ok();
+  }();
+  EXPECT_TRUE(made);
   return path;
 }
 
@@ -45,7 +50,8 @@ std::string run_cmd(const std::string& cmd, int* rc) {
 TEST(KvDump, WritesEachLayersKeysAndValues) {
   auto m = Model::load(tiny_model());
   ASSERT_TRUE(m.ok());
-  const std::string dir = testing::TempDir() + std::to_string(getpid()) + "_tkv_dump";
+  const TempPath dir_path("tkv_dump");
+  const std::string& dir = dir_path;
   ASSERT_TRUE(kv_dump(**m, "the cat sat on the mat", {0, 1}, 12, dir, 1).ok());
   auto k = read_kv_file(dir + "/layer1_keys.bin");
   ASSERT_TRUE(k.ok()) << k.error();

@@ -17,6 +17,7 @@
 #include "text/pretokenize.h"
 #include "text/tokenizer.h"
 #include "shared_data.h"
+#include "temp_path.h"
 
 namespace tkv {
 namespace {
@@ -140,7 +141,7 @@ TEST(Tokenizer, UnsupportedModelIsAClearError) {
   gguf::Writer w;
   w.add_string("tokenizer.ggml.model", "rwkv");
   w.add_string_array("tokenizer.ggml.tokens", {"a", "b"});
-  const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_rwkv_vocab.gguf";
+  const TempPath path("tkv_rwkv_vocab.gguf");
   ASSERT_TRUE(w.write(path).ok());
   auto f = gguf::File::open(path);
   ASSERT_TRUE(f.ok());
@@ -254,7 +255,7 @@ TEST(Tokenizer, EveryPreTokenizerNameIsKnownAndAnUnknownOneListsThem) {
   w.add_string("tokenizer.ggml.pre", "no-such-pre");
   w.add_string_array("tokenizer.ggml.tokens", {"a", "b"});
   w.add_string_array("tokenizer.ggml.merges", {"a b"});
-  const std::string path = testing::TempDir() + std::to_string(getpid()) + "_tkv_pre_vocab.gguf";
+  const TempPath path("tkv_pre_vocab.gguf");
   ASSERT_TRUE(w.write(path).ok());
   auto f = gguf::File::open(path);
   ASSERT_TRUE(f.ok());

@@ -23,6 +23,7 @@
 #include "test_models.h"
 #include "tools/common_flags.h"
 #include "util/progress.h"
+#include "temp_path.h"
 
 namespace tkv {
 namespace {
@@ -192,13 +193,15 @@ TEST(Progress, LineHasCountRateAndEta) {
 }
 
 std::string tiny_model() {
-  static const std::string path = small_model(testing::TempDir() + std::to_string(getpid()) + "_tkv_surfaces_model.gguf");
+  static const TempPath file("tkv_surfaces_model.gguf");  // removed at exit
+  static const std::string path = small_model(file);
   return path;
 }
 
 TEST(Progress, OnlyOnATerminalAndNeverInTheResults) {
   const std::string m = tiny_model();
-  const std::string err = testing::TempDir() + std::to_string(getpid()) + "_tkv_bench_err.txt";
+  const TempPath err_path("tkv_bench_err.txt");
+  const std::string& err = err_path;
   const std::string bench = std::string(TKV_BINARY) + " bench -m " + m + " -p 16 -n 4 -d 0,8 -t 1 -r 2 -ctk f16,tq4";
   int rc = 0;
   // stderr to a file: no carriage returns (no progress at all); stdout a clean
@@ -227,7 +230,6 @@ TEST(Progress, OnlyOnATerminalAndNeverInTheResults) {
   const std::string quiet = run_cmd("script -qec '" + bench + " -o md --no-progress' /dev/null 2>&1", &rc);
   ASSERT_EQ(rc, 0);
   EXPECT_EQ(quiet.find("bench: "), std::string::npos) << quiet;
-  std::remove(err.c_str());
 }
 
 TEST(Run, StatisticsStartOnTheirOwnLine) {
