@@ -292,6 +292,53 @@ TEST(Attention, ThreadCountDoesNotChangeResults) {
   }
 }
 
+// The same, bit for bit, on both item layouts (attention.cpp's chunk_rows):
+// token-major items read every head, head-major ones (the block pool's
+// layout) one head each, with 16 items a head at 9000 tokens and 4 heads;
+// on the exact and the integer paths. The items' partial states are merged
+// in a fixed order, so the bits follow the chunks, which must not follow
+// the thread count.
+TEST(Attention, ThreadCountChangesNoBitOnEitherLayout) {
+  for (bool head_major : {false, true})
+    for (KeyScoring keys : {KeyScoring::kExact, KeyScoring::kInt8}) {
+      Case c;
+      c.fk = c.fv = "tq3";
+      c.n_kv = 9000;
+      c.n_kv_heads = 4;
+      c.gqa = 4;
+      auto b = build(c);
+      const int H = c.n_kv_heads;
+      std::vector<uint8_t> khm, vhm;  // [head][token] copies of the token-major rows
+      if (head_major) {
+        auto to_head_major = [&](const std::vector<uint8_t>& tm, size_t rb, std::vector<uint8_t>& hm) {
+          hm.resize(tm.size());
+          for (int t = 0; t < c.n_kv; ++t)
+            for (int h = 0; h < H; ++h)
+              std::memcpy(&hm[(size_t(h) * c.n_kv + t) * rb], &tm[(size_t(t) * H + h) * rb], rb);
+        };
+        const size_t krb = b->ck->row_bytes(), vrb = b->cv->row_bytes();
+        to_head_major(b->kq, krb, khm);
+        to_head_major(b->vq, vrb, vhm);
+        b->args.k = {b->ck.get(), khm.data(), krb, size_t(c.n_kv) * krb};
+        b->args.v = {b->cv.get(), vhm.data(), vrb, size_t(c.n_kv) * vrb};
+      }
+      b->args.keys = keys;
+      std::vector<float> first;
+      for (int th : {1, 2, 7}) {
+        b->args.threads = th;
+        std::fill(b->out.begin(), b->out.end(), -1.0f);
+        ASSERT_TRUE(attention(b->args).ok());
+        if (first.empty()) {
+          first = b->out;
+          continue;
+        }
+        ASSERT_EQ(std::memcmp(first.data(), b->out.data(), sizeof(float) * first.size()), 0)
+            << (head_major ? "head-major" : "token-major") << (keys == KeyScoring::kInt8 ? ", int8" : ", exact")
+            << ", " << th << " threads";
+      }
+    }
+}
+
 TEST(Attention, MeanCentringMakesKeyBiasHarmless) {
   ExactKeys exact_path;  // the exact path's claim (int8 scoring: tests/attention/score_int8_test.cpp)
   // Keys carrying a constant bias 50x the rest: without centring the codec's
