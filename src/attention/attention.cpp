@@ -61,8 +61,9 @@ KeyScoring resolve_keys(KeyScoring k) { return k == KeyScoring::kDefault ? key_s
 // amount: its first block is nobody's prefetch, and its softmax state is
 // merged serially. At 64K (8 KV heads, 2 threads) tq3 measured 3.35-3.46 ms
 // a step on 2048 rows (256 items) against 3.15-3.22 on 8192 (64 items), f16
-// the same (RESULTS §54); fewer items than 64 leave a second thread idle at
-// the end whenever a noisy host slows the first.
+// the same (RESULTS §54); 16384 rows (32 items) measured no faster and
+// noisier (a thread that the host slows leaves the other idle at the end
+// for up to an item).
 int chunk_rows(int n_kv, bool per_head, int heads) {
   if (!per_head) return std::clamp((n_kv / 16 + 31) / 32 * 32, 256, 2048);
   const int64_t rows = (static_cast<int64_t>(n_kv) * heads / 64 + 31) / 32 * 32;
