@@ -1239,11 +1239,18 @@ void RunWork(const RowReader& K, const RowReader& V, const Work& w) {
   // -> 3.26-3.29 ms a step, on 8192-row items 3.15-3.22 -> 3.14-3.17
   // (RESULTS §54). Items of one head only: a token-major item's first block
   // is every head's (~800 lines of K at tq3, 8 heads), a burst that measured
-  // no faster.
+  // no faster. One span of lines where the rows are (SliceSpan), each line
+  // once; a token at a time across a page boundary.
   if (K.int8 && w.q8 && w.h1 - w.h0 == 1) {
     const int f1 = std::min(w.r0 + bs, w.r1);
-    PrefetchSlice(w.k, K.row_bytes, w.h0, w.h1, w.r0, f1);
-    if (V.int8) PrefetchSlice(w.v, V.row_bytes, w.h0, w.h1, w.r0, f1);
+    auto first = [&](const RowSource& src, size_t row_bytes) {
+      if (const PrefetchSpan s = SliceSpan(src, row_bytes, w.h0, w.h1, w.r0, f1); s.end)
+        PrefetchLines(s).rest();
+      else
+        PrefetchSlice(src, row_bytes, w.h0, w.h1, w.r0, f1);
+    };
+    first(w.k, K.row_bytes);
+    if (V.int8) first(w.v, V.row_bytes);
   }
   auto blocks = [&](auto kb) HWY_ATTR {
     constexpr int KB = decltype(kb)::value;
