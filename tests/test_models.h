@@ -45,6 +45,19 @@ inline std::string small_model(const std::string& path, const std::string& nan_t
   return path;
 }
 
+// The evaluation tools' tests' model: 2 layers, dim 64, 4 heads on 2 KV heads
+// of 32, feed-forward 96, F32 weights.
+inline GenModelOptions eval_model_options() {
+  GenModelOptions o;
+  o.layers = 2;
+  o.dim = 64;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.head_dim = 32;
+  o.ffn = 96;
+  return o;
+}
+
 // A random model of an architecture and weight type: 2 layers, dim 256, 4
 // heads on 2 KV heads of 64, feed-forward width ffn (each expert's for
 // qwen3moe).

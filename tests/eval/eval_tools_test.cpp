@@ -17,6 +17,7 @@
 #include "tools/kv_dump.h"
 #include "eval/kv_file.h"
 #include "temp_path.h"
+#include "test_models.h"
 
 namespace tkv {
 namespace {
@@ -24,16 +25,7 @@ namespace {
 // One model per process, removed at exit.
 std::string tiny_model() {
   static const TempPath path("tkv_eval_model.gguf");
-  static const bool made = [] {
-    GenModelOptions o;
-    o.layers = 2;
-    o.dim = 64;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.head_dim = 32;
-    o.ffn = 96;
-    return generate_model(o, nullptr, path).ok();
-  }();
+  static const bool made = generate_model(eval_model_options(), nullptr, path).ok();
   EXPECT_TRUE(made);
   return path;
 }

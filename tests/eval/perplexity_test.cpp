@@ -11,28 +11,23 @@
 
 #include "eval/perplexity.h"
 #include "model/gen_model.h"
+#include "temp_path.h"
+#include "test_models.h"
 
 namespace tkv {
 namespace {
 
 struct Fixture {
-  std::string path, text;
+  TempPath path{"tkv_ppl_model.gguf"};
+  std::string text;
   std::unique_ptr<Model> model;
   Fixture() {
-    GenModelOptions o;
-    o.layers = 2;
-    o.dim = 64;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.head_dim = 32;
-    o.ffn = 96;
+    GenModelOptions o = eval_model_options();
     o.weight_scale = 3.0f;  // peakier predictions than the default init
-    path = testing::TempDir() + std::to_string(getpid()) + "_tkv_ppl_model.gguf";
     EXPECT_TRUE(generate_model(o, nullptr, path).ok());
     model = std::move(*Model::load(path));
     for (int i = 0; i < 40; ++i) text += "the cat sat on the mat, then " + std::to_string(i * 7) + " dogs ran.\r\n";
   }
-  ~Fixture() { std::remove(path.c_str()); }
 };
 
 TEST(Perplexity, EqualsAnIndependentComputation) {
